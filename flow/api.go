@@ -1,0 +1,172 @@
+package flow
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// This file is the wire contract of the flow HTTP API (docs/flow-api.md). The
+// server, the command-line client and the worker SDK all use these types, so
+// a field renamed here is renamed everywhere.
+
+// Status is a task's state. The numbers are seed 002's and are stored as is.
+type Status int
+
+// Task statuses.
+const (
+	StatusPending    Status = 1
+	StatusProcessing Status = 2
+	StatusSuccess    Status = 3
+	StatusFailed     Status = 4
+	StatusCancelled  Status = 5
+)
+
+// MaxContextBytes is the largest task_context accepted (seed 002).
+const MaxContextBytes = 4096
+
+// TaskType is a task type's schedule config (POST /v1/register_task).
+// Durations travel as milliseconds.
+type TaskType struct {
+	TaskType           string `json:"task_type"`
+	ScheduleLimit      int    `json:"schedule_limit"`         // most tasks one hold returns
+	ScheduleIntervalMS int64  `json:"schedule_interval_ms"`   // how often workers pull
+	MaxProcessingMS    int64  `json:"max_processing_time_ms"` // lease length
+	MaxRetryNum        int    `json:"max_retry_num"`
+	RetryIntervalMS    int64  `json:"retry_interval_ms"`     // first retry delay, doubled per retry
+	MaxRetryIntervalMS int64  `json:"max_retry_interval_ms"` // cap of the doubling
+}
+
+// LogEntry is one line of a task's short schedule log.
+type LogEntry struct {
+	At     time.Time `json:"at"`
+	Worker string    `json:"worker,omitempty"`
+	Stage  string    `json:"stage,omitempty"`
+	Event  string    `json:"event"` // held, pending, success, failed, retry, expired, cancelled
+	Error  string    `json:"error,omitempty"`
+}
+
+// Task is one task as the API returns it.
+type Task struct {
+	TaskID      string          `json:"task_id"`
+	TaskType    string          `json:"task_type"`
+	TaskStage   string          `json:"task_stage"`
+	Status      Status          `json:"status"`
+	TaskContext json.RawMessage `json:"task_context,omitempty"`
+	Priority    int             `json:"priority"`
+	OrderTime   time.Time       `json:"order_time"`
+	CrtRetryNum int             `json:"crt_retry_num"`
+	MaxRetryNum int             `json:"max_retry_num"`
+	Owner       string          `json:"owner,omitempty"`
+	Lease       string          `json:"lease,omitempty"` // set only in hold_tasks answers
+	LeaseExpiry *time.Time      `json:"lease_expiry,omitempty"`
+	ScheduleLog []LogEntry      `json:"schedule_log,omitempty"`
+	CreateTime  time.Time       `json:"create_time"`
+	ModifyTime  time.Time       `json:"modify_time"`
+}
+
+// NewTask is one task to create.
+type NewTask struct {
+	TaskType    string          `json:"task_type"`
+	TaskStage   string          `json:"task_stage"`
+	TaskContext json.RawMessage `json:"task_context,omitempty"`
+	Priority    int             `json:"priority,omitempty"`
+	DelayMS     int64           `json:"delay_ms,omitempty"` // order_time = now + delay
+}
+
+// CreateTaskRequest is the body of POST /v1/create_task: either the fields
+// of one NewTask inline, or a batch in Tasks.
+type CreateTaskRequest struct {
+	NewTask
+	Tasks []NewTask `json:"tasks,omitempty"`
+}
+
+// CreateTaskResponse lists the ids in request order.
+type CreateTaskResponse struct {
+	TaskIDs []string `json:"task_ids"`
+}
+
+// HoldTasksRequest is the body of POST /v1/hold_tasks.
+type HoldTasksRequest struct {
+	TaskType string `json:"task_type"`
+	Limit    int    `json:"limit"`
+	WorkerID string `json:"worker_id"`
+	WaitMS   int64  `json:"wait_ms,omitempty"` // long-poll up to this long when nothing is due
+}
+
+// HoldTasksResponse holds the claimed tasks, each with its Lease set.
+type HoldTasksResponse struct {
+	Tasks []Task `json:"tasks"`
+}
+
+// SetTaskRequest is the body of POST /v1/set_task. Status pending with a
+// TaskStage hands the task to that stage; success and failed end it; Error
+// with Status pending (or failed while retries are left) reschedules with
+// backoff. DelayMS postpones the next stage.
+type SetTaskRequest struct {
+	TaskID      string          `json:"task_id"`
+	Lease       string          `json:"lease"`
+	Status      Status          `json:"status"`
+	TaskStage   string          `json:"task_stage,omitempty"`
+	TaskContext json.RawMessage `json:"task_context,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	DelayMS     int64           `json:"delay_ms,omitempty"`
+}
+
+// SetTasksRequest is the batch form: POST /v1/set_tasks.
+type SetTasksRequest struct {
+	Tasks []SetTaskRequest `json:"tasks"`
+}
+
+// SetTasksResponse has one result per request, in order; Error is empty on
+// success and Code is the HTTP status the single form would have returned.
+type SetTasksResponse struct {
+	Results []SetResult `json:"results"`
+}
+
+// SetResult is the outcome of one set in a batch.
+type SetResult struct {
+	TaskID string `json:"task_id"`
+	Code   int    `json:"code"`
+	Error  string `json:"error,omitempty"`
+}
+
+// RenewLeaseRequest is the body of POST /v1/renew_lease.
+type RenewLeaseRequest struct {
+	TaskID string `json:"task_id"`
+	Lease  string `json:"lease"`
+	// ExtendMS is how long from now the lease lasts; 0 means the type's
+	// max_processing_time.
+	ExtendMS int64 `json:"extend_ms,omitempty"`
+}
+
+// RenewLeaseResponse carries the new expiry.
+type RenewLeaseResponse struct {
+	LeaseExpiry time.Time `json:"lease_expiry"`
+}
+
+// CancelTaskRequest is the body of POST /v1/cancel_task.
+type CancelTaskRequest struct {
+	TaskID string `json:"task_id"`
+}
+
+// TaskListResponse is GET /v1/get_task_list?task_type=&status=&task_stage=&limit=&cursor=.
+type TaskListResponse struct {
+	Tasks      []Task `json:"tasks"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// StatsResponse is GET /v1/stats: counts by type and status.
+type StatsResponse struct {
+	Types []TypeStats `json:"types"`
+}
+
+// TypeStats counts one type's tasks by status name (pending, processing, ...).
+type TypeStats struct {
+	TaskType string           `json:"task_type"`
+	Counts   map[string]int64 `json:"counts"`
+}
+
+// ErrorResponse is the body of every 4xx/5xx answer.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
