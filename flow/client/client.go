@@ -1,0 +1,477 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// Options tune a Client. The zero value is usable.
+type Options struct {
+	// HTTPClient sends the requests. Default: a client with a keep-alive
+	// transport sized for many concurrent calls per server and no overall
+	// timeout (each call is bounded by Timeout and its context).
+	HTTPClient *http.Client
+	// Timeout bounds one attempt of a call, on top of the wait of a
+	// long-polling hold. Default 30s; negative means none.
+	Timeout time.Duration
+	// Strategy is the balance strategy that picks a server per call when
+	// there are several. Default "round_robin".
+	Strategy string
+	// ProbeInterval is how often an unhealthy server is probed to let it
+	// back in. Default 2s.
+	ProbeInterval time.Duration
+	// Logger receives health changes. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Client calls one or more flow servers. It is safe for concurrent use.
+type Client struct {
+	servers []string // base URLs, no trailing slash
+	hc      *http.Client
+	timeout time.Duration
+	sel     selector
+	probe   time.Duration
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	unhealthy map[string]bool
+	probing   bool
+	closed    chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New returns a Client for the given server base URLs (e.g.
+// "http://127.0.0.1:7070"). A URL without a scheme gets http://.
+func New(servers []string, opts Options) (*Client, error) {
+	if len(servers) == 0 {
+		return nil, errors.New("flow client: servers: at least one server URL is needed")
+	}
+	c := &Client{
+		hc:        opts.HTTPClient,
+		timeout:   opts.Timeout,
+		probe:     opts.ProbeInterval,
+		log:       opts.Logger,
+		unhealthy: map[string]bool{},
+		closed:    make(chan struct{}),
+	}
+	seen := map[string]bool{}
+	for i, s := range servers {
+		u, err := normalize(s)
+		if err != nil {
+			return nil, fmt.Errorf("flow client: servers[%d] %q: %w", i, s, err)
+		}
+		if seen[u] {
+			return nil, fmt.Errorf("flow client: servers[%d] %q: listed twice", i, s)
+		}
+		seen[u] = true
+		c.servers = append(c.servers, u)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 128,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if c.timeout == 0 {
+		c.timeout = 30 * time.Second
+	}
+	if c.probe <= 0 {
+		c.probe = 2 * time.Second
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	strategy := opts.Strategy
+	if strategy == "" {
+		strategy = "round_robin"
+	}
+	sel, err := newSelector(strategy, c.servers)
+	if err != nil {
+		return nil, fmt.Errorf("flow client: strategy %q: %w", strategy, err)
+	}
+	c.sel = sel
+	return c, nil
+}
+
+func normalize(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", errors.New("empty URL")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("scheme %q is not http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return "", errors.New("no host")
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// Servers returns the base URLs the client calls.
+func (c *Client) Servers() []string { return append([]string(nil), c.servers...) }
+
+// Close stops the background prober and closes idle connections.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	c.wg.Wait()
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// RegisterTask creates or updates a task type's schedule config.
+func (c *Client) RegisterTask(ctx context.Context, tt flow.TaskType) error {
+	return c.do(ctx, call{method: http.MethodPost, path: "/v1/register_task", body: tt, idempotent: true})
+}
+
+// CreateTask creates one task and returns its id.
+func (c *Client) CreateTask(ctx context.Context, t flow.NewTask) (string, error) {
+	var resp flow.CreateTaskResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/create_task", body: flow.CreateTaskRequest{NewTask: t}, out: &resp}); err != nil {
+		return "", err
+	}
+	if len(resp.TaskIDs) != 1 {
+		return "", fmt.Errorf("flow /v1/create_task: answer has %d task ids, want 1", len(resp.TaskIDs))
+	}
+	return resp.TaskIDs[0], nil
+}
+
+// CreateTasks creates a batch of tasks in one request and returns their ids
+// in order. The server stores all of them or none.
+func (c *Client) CreateTasks(ctx context.Context, ts []flow.NewTask) ([]string, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	var resp flow.CreateTaskResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/create_task", body: flow.CreateTaskRequest{Tasks: ts}, out: &resp}); err != nil {
+		return nil, err
+	}
+	if len(resp.TaskIDs) != len(ts) {
+		return nil, fmt.Errorf("flow /v1/create_task: answer has %d task ids for %d tasks", len(resp.TaskIDs), len(ts))
+	}
+	return resp.TaskIDs, nil
+}
+
+// HoldTasks claims up to req.Limit due tasks of req.TaskType for
+// req.WorkerID. With req.WaitMS it long-polls: the call returns as soon as a
+// task is due or after the wait with no tasks.
+//
+// A hold is not retried on another server once the request was sent: a
+// second hold could claim tasks the first one also claimed, which would then
+// sit unworked until their leases expire.
+func (c *Client) HoldTasks(ctx context.Context, req flow.HoldTasksRequest) ([]flow.Task, error) {
+	var resp flow.HoldTasksResponse
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/hold_tasks", body: req, out: &resp,
+		extra: time.Duration(req.WaitMS) * time.Millisecond})
+	return resp.Tasks, err
+}
+
+// SetTask reports a held task's outcome. A stale lease gives an error
+// matching ErrStaleLease.
+func (c *Client) SetTask(ctx context.Context, req flow.SetTaskRequest) error {
+	return c.do(ctx, call{method: http.MethodPost, path: "/v1/set_task", body: req})
+}
+
+// SetTasks reports several outcomes in one request. The error is for the
+// request as a whole; each result carries its own code (200, or the status
+// SetTask would have returned) and error. Use ResultErr to turn one into an
+// error.
+func (c *Client) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest) ([]flow.SetResult, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	var resp flow.SetTasksResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/set_tasks", body: flow.SetTasksRequest{Tasks: reqs}, out: &resp}); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(reqs) {
+		return nil, fmt.Errorf("flow /v1/set_tasks: answer has %d results for %d tasks", len(resp.Results), len(reqs))
+	}
+	return resp.Results, nil
+}
+
+// ResultErr is nil for a successful batch result and otherwise an *APIError
+// (matching ErrStaleLease for a 409), as SetTask would have returned.
+func ResultErr(r flow.SetResult) error {
+	if r.Code == 0 || (r.Code >= 200 && r.Code < 300 && r.Error == "") {
+		return nil
+	}
+	return &APIError{Status: r.Code, Message: r.Error, Path: "/v1/set_tasks"}
+}
+
+// RenewLease extends a held task's lease and returns the new expiry.
+func (c *Client) RenewLease(ctx context.Context, req flow.RenewLeaseRequest) (time.Time, error) {
+	var resp flow.RenewLeaseResponse
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/renew_lease", body: req, out: &resp, idempotent: true})
+	return resp.LeaseExpiry, err
+}
+
+// CancelTask cancels a task that has not ended.
+func (c *Client) CancelTask(ctx context.Context, taskID string) error {
+	return c.do(ctx, call{method: http.MethodPost, path: "/v1/cancel_task", body: flow.CancelTaskRequest{TaskID: taskID}, idempotent: true})
+}
+
+// GetTask returns one task; an unknown id gives an error matching ErrNotFound.
+func (c *Client) GetTask(ctx context.Context, taskID string) (*flow.Task, error) {
+	var t flow.Task
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/get_task", query: url.Values{"task_id": {taskID}}, out: &t, idempotent: true}); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ListFilter selects tasks for ListTasks. Zero fields do not filter.
+type ListFilter struct {
+	TaskType  string
+	TaskStage string
+	Status    flow.Status
+	Limit     int
+	Cursor    string // NextCursor of the previous page
+}
+
+// ListTasks returns one page of tasks; pass resp.NextCursor back in
+// ListFilter.Cursor for the next page ("" means there is none).
+func (c *Client) ListTasks(ctx context.Context, f ListFilter) (*flow.TaskListResponse, error) {
+	q := url.Values{}
+	if f.TaskType != "" {
+		q.Set("task_type", f.TaskType)
+	}
+	if f.TaskStage != "" {
+		q.Set("task_stage", f.TaskStage)
+	}
+	if f.Status != 0 {
+		q.Set("status", strconv.Itoa(int(f.Status)))
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.Cursor != "" {
+		q.Set("cursor", f.Cursor)
+	}
+	var resp flow.TaskListResponse
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/get_task_list", query: q, out: &resp, idempotent: true}); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Stats returns task counts by type and status.
+func (c *Client) Stats(ctx context.Context) (*flow.StatsResponse, error) {
+	var resp flow.StatsResponse
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/stats", out: &resp, idempotent: true}); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// call describes one API call.
+type call struct {
+	method     string
+	path       string
+	query      url.Values
+	body       any
+	out        any
+	idempotent bool          // safe to send again to another server
+	extra      time.Duration // added to the attempt timeout (long-poll wait)
+}
+
+// do sends a call, choosing a server per attempt. A server that cannot be
+// reached is marked unhealthy; the call moves on to another server when it
+// is idempotent or when the request provably never reached the first one.
+func (c *Client) do(ctx context.Context, cl call) error {
+	var payload []byte
+	if cl.body != nil {
+		var err error
+		if payload, err = json.Marshal(cl.body); err != nil {
+			return fmt.Errorf("flow %s: encode request: %w", cl.path, err)
+		}
+	}
+	var last error
+	for attempt := 0; attempt < len(c.servers); attempt++ {
+		server, done, err := c.sel.pick(cl.path)
+		if err != nil {
+			if last == nil {
+				last = err
+			}
+			break
+		}
+		err = c.send(ctx, server, cl, payload)
+		var apiErr *APIError
+		switch {
+		case err == nil:
+			done(nil)
+			return nil
+		case errors.As(err, &apiErr):
+			// The server answered: it is up, whatever it said.
+			done(nil)
+			if apiErr.Status == http.StatusServiceUnavailable && cl.idempotent {
+				last = err
+				continue
+			}
+			return err
+		case ctx.Err() != nil:
+			done(nil) // our own cancellation says nothing about the server
+			return fmt.Errorf("flow %s: %w", cl.path, ctx.Err())
+		default:
+			done(err)
+			c.markUnhealthy(server, err)
+			last = err
+			if !cl.idempotent && !neverSent(err) {
+				return fmt.Errorf("flow %s on %s: %w", cl.path, server, err)
+			}
+		}
+	}
+	return &unavailableError{path: cl.path, last: last}
+}
+
+// neverSent reports whether a transport error happened before any byte of
+// the request could reach the server (the connection was never made).
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func (c *Client) send(ctx context.Context, server string, cl call, payload []byte) error {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout+cl.extra)
+		defer cancel()
+	}
+	u := server + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	if err != nil {
+		return fmt.Errorf("flow %s: build request: %w", cl.path, err)
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read answer: %w", err)
+	}
+	if resp.StatusCode >= 400 {
+		msg := strings.TrimSpace(string(data))
+		var er flow.ErrorResponse
+		if json.Unmarshal(data, &er) == nil && er.Error != "" {
+			msg = er.Error
+		}
+		return &APIError{Status: resp.StatusCode, Message: msg, Server: server, Path: cl.path}
+	}
+	if cl.out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, cl.out); err != nil {
+		// A 2xx we cannot read is the server's fault, not a transport failure.
+		return &APIError{Status: resp.StatusCode, Message: "undecodable answer: " + err.Error(), Server: server, Path: cl.path}
+	}
+	return nil
+}
+
+// markUnhealthy takes a server out of rotation and starts the prober that
+// lets it back in when it answers again. The last server is never taken out:
+// with nothing else to try, calls keep going to it.
+func (c *Client) markUnhealthy(server string, cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unhealthy[server] || len(c.unhealthy) >= len(c.servers)-1 {
+		return
+	}
+	c.unhealthy[server] = true
+	c.sel.setHealthy(server, false)
+	c.log.Warn("flow server unreachable; skipping it", "server", server, "err", cause)
+	if !c.probing {
+		c.probing = true
+		c.wg.Add(1)
+		go c.probeLoop()
+	}
+}
+
+// probeLoop probes unhealthy servers every ProbeInterval until none is left
+// or the client is closed.
+func (c *Client) probeLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.probe)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		var down []string
+		for s := range c.unhealthy {
+			down = append(down, s)
+		}
+		c.mu.Unlock()
+		for _, s := range down {
+			if c.alive(s) {
+				c.mu.Lock()
+				delete(c.unhealthy, s)
+				c.sel.setHealthy(s, true)
+				c.mu.Unlock()
+				c.log.Info("flow server answers again", "server", s)
+			}
+		}
+		c.mu.Lock()
+		if len(c.unhealthy) == 0 {
+			c.probing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+}
+
+// alive asks a server for its stats; any answer below 500 means it is up.
+func (c *Client) alive(server string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), c.probe)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/v1/stats", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode < 500
+}

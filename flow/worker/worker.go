@@ -1,0 +1,496 @@
+package worker
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/client"
+)
+
+// Config sets up a Worker. Only one of Servers and Client is needed.
+type Config struct {
+	// Servers are the flow server base URLs; a client over them is made
+	// (and closed) by the worker.
+	Servers []string
+	// Client is used instead of Servers when set; the worker does not close it.
+	Client *client.Client
+	// WorkerID names this worker to the server (the task's owner). Default:
+	// hostname-pid-random.
+	WorkerID string
+	// Concurrency is how many handlers run at once. Default 8.
+	Concurrency int
+	// MaxBacklog is how many tasks the worker holds at most (queued, running
+	// or being reported); it stops pulling while it holds that many.
+	// Default 2 x Concurrency.
+	MaxBacklog int
+	// HoldLimit is the most tasks asked for in one hold. Default Concurrency.
+	HoldLimit int
+	// ScheduleInterval is how often a task type is pulled when its config
+	// was not given to Register. Default 1s.
+	ScheduleInterval time.Duration
+	// ShutdownTimeout bounds Stop: after it, handler contexts are cancelled
+	// and outcomes not yet reported are dropped (the server retries those
+	// tasks once their leases expire). Default 30s.
+	ShutdownTimeout time.Duration
+	// ReportBatch is the most outcomes sent in one set_tasks. Default 256.
+	ReportBatch int
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Client == nil && len(c.Servers) == 0:
+		return errors.New("flow worker: Servers: set Servers or Client")
+	case c.Concurrency < 0:
+		return fmt.Errorf("flow worker: Concurrency: %d is negative", c.Concurrency)
+	case c.MaxBacklog < 0:
+		return fmt.Errorf("flow worker: MaxBacklog: %d is negative", c.MaxBacklog)
+	case c.HoldLimit < 0:
+		return fmt.Errorf("flow worker: HoldLimit: %d is negative", c.HoldLimit)
+	case c.ScheduleInterval < 0:
+		return fmt.Errorf("flow worker: ScheduleInterval: %v is negative", c.ScheduleInterval)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("flow worker: ShutdownTimeout: %v is negative", c.ShutdownTimeout)
+	case c.ReportBatch < 0:
+		return fmt.Errorf("flow worker: ReportBatch: %d is negative", c.ReportBatch)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = 2 * c.Concurrency
+	}
+	if c.HoldLimit == 0 {
+		c.HoldLimit = c.Concurrency
+	}
+	if c.HoldLimit > c.MaxBacklog {
+		c.HoldLimit = c.MaxBacklog
+	}
+	if c.ScheduleInterval == 0 {
+		c.ScheduleInterval = time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.ReportBatch == 0 {
+		c.ReportBatch = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = crand.Read(b[:])
+		c.WorkerID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	return nil
+}
+
+// Worker pulls tasks and runs their stages. Make it with New, add handlers
+// with Handle (and type configs with Register), then call Run once.
+type Worker struct {
+	cfg       Config
+	c         *client.Client
+	ownClient bool
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	types   map[string]*typeState
+	started bool
+
+	held  atomic.Int64  // tasks held (or slots reserved for a hold in flight)
+	room  chan struct{} // signalled when held drops
+	queue chan *heldTask
+
+	stop     chan struct{} // closed by Stop
+	stopOnce sync.Once
+
+	out outbox
+}
+
+type typeState struct {
+	cfg      *flow.TaskType // nil when the config was not given to Register
+	handlers map[string]Handler
+}
+
+// New checks cfg and returns a Worker.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:   cfg,
+		c:     cfg.Client,
+		log:   cfg.Logger.With("worker", cfg.WorkerID),
+		types: map[string]*typeState{},
+		room:  make(chan struct{}, 1),
+		queue: make(chan *heldTask, cfg.MaxBacklog),
+		stop:  make(chan struct{}),
+	}
+	w.out.init()
+	if w.c == nil {
+		c, err := client.New(cfg.Servers, client.Options{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("flow worker: %w", err)
+		}
+		w.c, w.ownClient = c, true
+	}
+	return w, nil
+}
+
+// ID is the worker id sent with every hold.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Handle registers h for one stage of a task type. The worker pulls every
+// task type it has a handler for.
+func (w *Worker) Handle(taskType, stage string, h Handler) {
+	if taskType == "" || stage == "" || h == nil {
+		panic("flow worker: Handle needs a task type, a stage and a handler")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		panic("flow worker: Handle after Run")
+	}
+	ts := w.typeLocked(taskType)
+	ts.handlers[stage] = h
+}
+
+// Register gives the worker a task type's schedule config: Run sends it to
+// the server (register_task) before pulling, and the worker pulls that type
+// every ScheduleIntervalMS and renews leases at a third of MaxProcessingMS.
+func (w *Worker) Register(tt flow.TaskType) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		panic("flow worker: Register after Run")
+	}
+	ts := w.typeLocked(tt.TaskType)
+	ts.cfg = &tt
+}
+
+func (w *Worker) typeLocked(name string) *typeState {
+	ts := w.types[name]
+	if ts == nil {
+		ts = &typeState{handlers: map[string]Handler{}}
+		w.types[name] = ts
+	}
+	return ts
+}
+
+// Stop asks a running worker to shut down: it stops pulling, finishes the
+// handlers that run, gives back the tasks not started, and Run returns once
+// every outcome is reported. Stop does not wait; Run does.
+func (w *Worker) Stop() { w.stopOnce.Do(func() { close(w.stop) }) }
+
+// Run registers the configured task types, then pulls and runs tasks until
+// ctx ends or Stop is called; then it drains as Stop describes and returns.
+// It returns nil after a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("flow worker: Run called twice")
+	}
+	w.started = true
+	types := w.types
+	w.mu.Unlock()
+	if len(types) == 0 {
+		return errors.New("flow worker: no handlers: call Handle before Run")
+	}
+	if w.ownClient {
+		defer w.c.Close()
+	}
+	for name, ts := range types {
+		if ts.cfg == nil {
+			continue
+		}
+		if err := w.c.RegisterTask(ctx, *ts.cfg); err != nil {
+			return fmt.Errorf("flow worker: register task type %q: %w", name, err)
+		}
+	}
+
+	// Network calls outlive ctx: a drain still has to give tasks back and
+	// report outcomes. netCancel ends them when Run returns.
+	netCtx, netCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer netCancel()
+	// Holds end at the shutdown deadline at the latest.
+	holdCtx, holdCancel := context.WithCancel(netCtx)
+	defer holdCancel()
+	// Handlers keep running through a graceful stop; hardCancel ends them
+	// when ShutdownTimeout runs out.
+	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+		case <-w.stop:
+		}
+	}()
+
+	var reporters sync.WaitGroup
+	reporters.Add(1)
+	go func() { defer reporters.Done(); w.reportLoop(netCtx) }()
+
+	var pullers, runners sync.WaitGroup
+	for name, ts := range types {
+		pullers.Add(1)
+		go func() { defer pullers.Done(); w.pullLoop(holdCtx, netCtx, name, ts) }()
+	}
+	for range w.cfg.Concurrency {
+		runners.Add(1)
+		go func() { defer runners.Done(); w.runLoop(hardCtx) }()
+	}
+
+	<-w.stop
+	w.log.Info("flow worker stopping", "held", w.held.Load())
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
+	defer dcancel()
+	go func() {
+		<-dctx.Done()
+		holdCancel()
+		hardCancel()
+	}()
+
+	// A hold in flight returns within its wait; what it brings is given back.
+	pullers.Wait()
+	// Runners finish the stage they run, then leave.
+	runners.Wait()
+	// What is still queued was never started: give it back.
+	for drained := false; !drained; {
+		select {
+		case h := <-w.queue:
+			w.giveBack(h)
+		default:
+			drained = true
+		}
+	}
+
+	// Wait until every held task is reported, or dropped once the deadline
+	// and a short grace for reports in flight have passed.
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	var grace <-chan time.Time
+	deadline := dctx.Done()
+	for w.held.Load() > 0 {
+		select {
+		case <-w.room:
+		case <-poll.C:
+		case <-deadline:
+			w.log.Warn("flow worker: shutdown timeout; outcomes not reported soon are dropped", "held", w.held.Load())
+			g := time.NewTimer(5 * time.Second)
+			defer g.Stop()
+			grace, deadline = g.C, nil
+		case <-grace:
+			w.log.Warn("flow worker: dropping outcomes not reported; the server retries those tasks after their leases", "held", w.held.Load())
+			w.out.dropAll()
+			netCancel()
+			grace = nil
+		}
+	}
+	w.out.close()
+	reporters.Wait()
+	w.log.Info("flow worker stopped")
+	return nil
+}
+
+func (w *Worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// reserve waits for room in the backlog and reserves up to want slots. It
+// returns 0 when the worker stops.
+func (w *Worker) reserve(want int) int {
+	for {
+		cur := w.held.Load()
+		free := int64(w.cfg.MaxBacklog) - cur
+		if free > 0 {
+			n := min(int64(want), free)
+			if w.held.CompareAndSwap(cur, cur+n) {
+				return int(n)
+			}
+			continue
+		}
+		select {
+		case <-w.stop:
+			return 0
+		case <-w.room:
+		}
+	}
+}
+
+// unreserve returns n backlog slots.
+func (w *Worker) unreserve(n int) {
+	if n <= 0 {
+		return
+	}
+	w.held.Add(-int64(n))
+	select {
+	case w.room <- struct{}{}:
+	default:
+	}
+}
+
+// pullLoop holds tasks of one type until the worker stops.
+// ctx bounds the holds; netCtx is for the renewals of what they bring.
+func (w *Worker) pullLoop(ctx, netCtx context.Context, taskType string, ts *typeState) {
+	interval := w.cfg.ScheduleInterval
+	var leaseDur time.Duration
+	if ts.cfg != nil {
+		if ts.cfg.ScheduleIntervalMS > 0 {
+			interval = time.Duration(ts.cfg.ScheduleIntervalMS) * time.Millisecond
+		}
+		leaseDur = time.Duration(ts.cfg.MaxProcessingMS) * time.Millisecond
+	}
+	// The long-poll wait: at least a second so an idle worker costs little,
+	// at most 30s so a stop is never held up long.
+	wait := min(max(interval, time.Second), 30*time.Second)
+	backoff := interval
+	for !w.stopping() {
+		n := w.reserve(w.cfg.HoldLimit)
+		if n == 0 {
+			return
+		}
+		start := time.Now()
+		tasks, err := w.c.HoldTasks(ctx, flow.HoldTasksRequest{
+			TaskType: taskType, Limit: n, WorkerID: w.cfg.WorkerID, WaitMS: wait.Milliseconds(),
+		})
+		if len(tasks) > n {
+			// The server gave more than asked; keep them all, since they are
+			// ours now, and let the backlog run over.
+			w.held.Add(int64(len(tasks) - n))
+		}
+		w.unreserve(n - len(tasks))
+		for i := range tasks {
+			w.enqueue(netCtx, newHeld(w, &tasks[i], start, leaseDur))
+		}
+		if err != nil {
+			w.log.Warn("flow worker: hold failed", "task_type", taskType, "err", err)
+			w.sleep(jitter(backoff))
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		backoff = interval
+		if len(tasks) == 0 && time.Since(start) < wait/2 {
+			// The server answered an empty hold early (no long-poll): pull
+			// again after the interval, with jitter so workers spread out.
+			w.sleep(jitter(interval))
+		}
+	}
+}
+
+// sleep waits d or until the worker stops.
+func (w *Worker) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.stop:
+	}
+}
+
+// jitter spreads d over [0.75d, 1.25d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d*3/4 + rand.N(d/2+1)
+}
+
+// enqueue queues a freshly held task for the runners, or gives it back if
+// the worker is stopping.
+func (w *Worker) enqueue(ctx context.Context, h *heldTask) {
+	h.armRenew(ctx)
+	if w.stopping() {
+		w.giveBack(h)
+		return
+	}
+	w.queue <- h // never blocks: the backlog reservation bounds the queue
+}
+
+// runLoop runs queued tasks until the worker stops.
+func (w *Worker) runLoop(hardCtx context.Context) {
+	for {
+		if w.stopping() {
+			return
+		}
+		select {
+		case <-w.stop:
+			return
+		case h := <-w.queue:
+			if w.stopping() {
+				w.giveBack(h)
+				return
+			}
+			w.runOne(hardCtx, h)
+		}
+	}
+}
+
+// runOne runs one stage and queues its outcome.
+func (w *Worker) runOne(hardCtx context.Context, h *heldTask) {
+	ctx, cancel := context.WithCancelCause(hardCtx)
+	defer cancel(nil)
+	if !h.start(cancel) {
+		h.release() // lost while queued
+		return
+	}
+	w.mu.Lock()
+	handler := w.types[h.task.Type].handlers[h.task.Stage]
+	w.mu.Unlock()
+	var res Result
+	var err error
+	if handler == nil {
+		err = fmt.Errorf("no handler for stage %q of task type %q on worker %s", h.task.Stage, h.task.Type, w.cfg.WorkerID)
+	} else {
+		res, err = call(ctx, handler, &h.task)
+	}
+	if h.isLost() {
+		h.release()
+		return
+	}
+	w.out.push(&outcome{h: h, req: h.setRequest(res, err)})
+}
+
+// call runs a handler, turning a panic into an error.
+func call(ctx context.Context, h Handler, t *Task) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, t)
+}
+
+// giveBack hands a task that was held but not started back to the server:
+// pending, same stage and context, no delay, no error (so no retry counts).
+func (w *Worker) giveBack(h *heldTask) {
+	if h.isLost() {
+		h.release()
+		return
+	}
+	w.out.push(&outcome{h: h, req: flow.SetTaskRequest{
+		TaskID: h.task.ID, Lease: h.lease, Status: flow.StatusPending,
+		TaskStage: h.task.Stage, TaskContext: h.task.Context,
+	}})
+}
+
