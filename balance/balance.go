@@ -1,0 +1,593 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors a pick can return. Callers branch on them with errors.Is.
+var (
+	// ErrNoTargets: the balancer has no targets at all.
+	ErrNoTargets = errors.New("balance: no targets")
+	// ErrNoneAvailable: targets exist but none may be picked (all
+	// disabled, of weight 0, unhealthy, ejected or excluded).
+	ErrNoneAvailable = errors.New("balance: no target available")
+	// ErrAtCapacity: usable targets exist but every permit is taken.
+	ErrAtCapacity = errors.New("balance: every target at capacity")
+)
+
+// Balancer picks targets with one strategy. It is safe for concurrent use.
+type Balancer struct {
+	name  string
+	opts  Options
+	strat Strategy
+	epoch time.Time
+	warm  warmup
+
+	mu      sync.Mutex // serialises changes to the set and snapshot builds
+	targets []Target
+	states  map[string]*state
+	snap    atomic.Pointer[snapshot]
+
+	total atomic.Int64 // in-flight over all targets (bounded_hash)
+	wq    waitQueue
+}
+
+// snapshot is an immutable view of the set, rebuilt on every membership or
+// usability change.
+type snapshot struct {
+	b        *Balancer
+	all      []*Endpoint // every target, in configuration order
+	eps      []*Endpoint // the usable ones, given to the strategy
+	picker   Picker
+	observer Observer
+	tracker  Tracker
+	timed    bool  // Done measures latency
+	total    bool  // keep b.total
+	warmEnd  int64 // clock when the last warm-up ends; 0 if none
+	recheck  int64 // clock when an ejection ends; 0 if none
+	warmDone atomic.Bool
+}
+
+// New builds a balancer for the named strategy.
+func New(strategy string, opts Options) (*Balancer, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = defaultRegistry
+	}
+	f, err := reg.factory(strategy)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f(opts)
+	if err != nil {
+		return nil, fmt.Errorf("balance: strategy %q: %w", strategy, err)
+	}
+	b := &Balancer{
+		name:   strategy,
+		opts:   opts,
+		strat:  st,
+		epoch:  opts.Clock(),
+		warm:   warmup{envoy: opts.Warmup == "envoy", aggression: opts.Aggression, minFactor: opts.MinWeightPercent / 100},
+		states: map[string]*state{},
+	}
+	b.mu.Lock()
+	b.rebuild()
+	b.mu.Unlock()
+	return b, nil
+}
+
+// Strategy returns the strategy name the balancer was built with.
+func (b *Balancer) Strategy() string { return b.name }
+
+// now is the balancer's clock in nanoseconds; never 0, so 0 can mean unset.
+func (b *Balancer) now() int64 { return int64(b.opts.Clock().Sub(b.epoch)) + 1 }
+
+// Update replaces the set of targets. Targets that stay (same Addr) keep
+// their runtime state; new ones start their warm-up; removed ones are never
+// picked again, and picks already handed out on them finish safely. An
+// invalid set is refused whole.
+func (b *Balancer) Update(targets []Target) error {
+	seen := make(map[string]bool, len(targets))
+	for i, t := range targets {
+		switch {
+		case t.Addr == "":
+			return fmt.Errorf("balance: targets[%d].addr: empty", i)
+		case seen[t.Addr]:
+			return fmt.Errorf("balance: targets[%d].addr: %q appears twice", i, t.Addr)
+		case t.Weight < 0:
+			return fmt.Errorf("balance: targets[%d].weight: %d is negative", i, t.Weight)
+		case t.Warmup < 0:
+			return fmt.Errorf("balance: targets[%d].warmup: %v is negative", i, t.Warmup)
+		case t.MaxConcurrency < 0:
+			return fmt.Errorf("balance: targets[%d].max_concurrency: %d is negative", i, t.MaxConcurrency)
+		}
+		seen[t.Addr] = true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	old := b.targets
+	oldCfg := make(map[string]Target, len(old))
+	for _, t := range old {
+		oldCfg[t.Addr] = t
+	}
+	states := make(map[string]*state, len(targets))
+	for _, t := range targets {
+		st := b.states[t.Addr]
+		if st == nil {
+			st = &state{addr: t.Addr}
+			st.healthy.Store(true)
+			st.upSince.Store(now)
+		}
+		switch {
+		case t.MaxConcurrency > 0:
+			st.limit.Store(int64(t.MaxConcurrency))
+		case oldCfg[t.Addr].MaxConcurrency > 0:
+			st.limit.Store(0) // was configured, now unlimited (or learned afresh)
+		}
+		states[t.Addr] = st
+	}
+	b.targets = append([]Target(nil), targets...)
+	b.states = states
+	b.rebuild()
+	return nil
+}
+
+// Targets returns the current configuration.
+func (b *Balancer) Targets() []Target {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Target(nil), b.targets...)
+}
+
+// SetHealthy records an active health check's verdict. A target that turns
+// healthy starts its warm-up again (a restarted server is cold). Unknown
+// addresses are an error.
+func (b *Balancer) SetHealthy(addr string, healthy bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.states[addr]
+	if st == nil {
+		return fmt.Errorf("balance: no target %q", addr)
+	}
+	if st.healthy.Load() == healthy {
+		return nil
+	}
+	st.healthy.Store(healthy)
+	if healthy {
+		st.upSince.Store(b.now())
+	}
+	b.rebuild()
+	return nil
+}
+
+// rebuild makes and publishes a new snapshot; b.mu must be held.
+func (b *Balancer) rebuild() {
+	now := b.now()
+	s := &snapshot{b: b, all: make([]*Endpoint, len(b.targets))}
+	for i, t := range b.targets {
+		st := b.states[t.Addr]
+		e := &Endpoint{t: t, s: st, index: -1}
+		s.all[i] = e
+		if t.Disabled || t.Weight <= 0 || !st.healthy.Load() {
+			continue
+		}
+		if until := st.ejectedUntil.Load(); until != 0 {
+			if until > now {
+				if s.recheck == 0 || until < s.recheck {
+					s.recheck = until
+				}
+				continue
+			}
+			// Back from ejection: it warms up from the moment it returned.
+			st.ejectedUntil.Store(0)
+			st.upSince.Store(until)
+		}
+		e.index = len(s.eps)
+		s.eps = append(s.eps, e)
+		if t.Warmup > 0 {
+			if end := st.upSince.Load() + int64(t.Warmup); end > now && end > s.warmEnd {
+				s.warmEnd = end
+			}
+		}
+	}
+	s.picker = b.strat.Build(s.eps)
+	s.observer, _ = s.picker.(Observer)
+	s.tracker, _ = s.picker.(Tracker)
+	_, latencyDriven := s.picker.(latencyUser)
+	s.timed = b.opts.TrackLatency || latencyDriven
+	_, s.total = s.picker.(totalUser)
+	b.snap.Store(s)
+	b.wq.wakeAll() // capacity or membership changed: let waiters look again
+}
+
+// latencyUser marks pickers that need Done to measure latency.
+type latencyUser interface{ usesLatency() }
+
+// totalUser marks pickers that read the balancer-wide in-flight count.
+type totalUser interface{ usesTotal() }
+
+// Tracker is implemented by pickers that keep their own order of endpoints
+// by load (least_loaded's heap). Changed is called after a pick on e starts
+// or ends; e may come from an older snapshot (match it by address).
+type Tracker interface {
+	Changed(e *Endpoint)
+}
+
+// Pick picks a target for key without waiting. It returns ErrNoTargets,
+// ErrNoneAvailable or ErrAtCapacity when it cannot.
+func (b *Balancer) Pick(key string) (Pick, error) {
+	return b.PickWith(PickInfo{Key: key})
+}
+
+// PickWith is Pick with every pick option.
+func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
+	s := b.snap.Load()
+	if s.recheck != 0 && b.now() >= s.recheck {
+		s = b.refresh(s)
+	}
+	if len(s.eps) == 0 {
+		if len(s.all) == 0 {
+			return Pick{}, ErrNoTargets
+		}
+		return Pick{}, ErrNoneAvailable
+	}
+	info.snap = s
+	if s.warmEnd != 0 && !s.warmDone.Load() {
+		if now := b.now(); now < s.warmEnd {
+			info.now = now
+		} else {
+			s.warmDone.Store(true)
+		}
+	}
+	// The picker chose without holding a permit; another pick may take
+	// the last one first. Ask again a few times, then take any free one.
+	for range 3 {
+		e := s.picker.Pick(info)
+		if e == nil {
+			break
+		}
+		if e.s.tryAcquire() {
+			return b.started(s, e, &info), nil
+		}
+	}
+	excluded := 0
+	if n := len(s.eps); n > 0 {
+		off := rand.IntN(n)
+		for i := range n {
+			e := s.eps[(off+i)%n]
+			if !info.Usable(e) {
+				if isExcluded(&info, e) {
+					excluded++
+				}
+				continue
+			}
+			if e.s.tryAcquire() {
+				return b.started(s, e, &info), nil
+			}
+		}
+	}
+	if excluded == len(s.eps) {
+		return Pick{}, ErrNoneAvailable
+	}
+	return Pick{}, ErrAtCapacity
+}
+
+func isExcluded(in *PickInfo, e *Endpoint) bool {
+	for _, x := range in.Exclude {
+		if x.s == e.s {
+			return true
+		}
+	}
+	return false
+}
+
+// refresh rebuilds a snapshot whose ejection has ended.
+func (b *Balancer) refresh(s *snapshot) *snapshot {
+	b.mu.Lock()
+	if cur := b.snap.Load(); cur == s {
+		b.rebuild()
+	}
+	b.mu.Unlock()
+	return b.snap.Load()
+}
+
+func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
+	p := Pick{e: e, s: s, load: info.Load}
+	if p.load <= 0 {
+		p.load = 1
+	}
+	e.s.load.Add(p.load)
+	if s.total {
+		b.total.Add(1)
+	}
+	if s.tracker != nil {
+		s.tracker.Changed(e)
+	}
+	if s.timed {
+		p.start = b.now()
+	}
+	return p
+}
+
+// Wait is PickWith that waits, instead of failing with ErrAtCapacity, until
+// a permit is free or ctx ends. Waiters are served first come, first served.
+// When ctx ends the error wraps both ErrAtCapacity and ctx.Err().
+func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
+	for {
+		p, err := b.PickWith(info)
+		if err != ErrAtCapacity {
+			return p, err
+		}
+		w := b.wq.enqueue()
+		// A permit may have come back between the pick and enqueue.
+		if p, err = b.PickWith(info); err != ErrAtCapacity {
+			b.wq.leave(w)
+			return p, err
+		}
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			b.wq.leave(w)
+			return Pick{}, fmt.Errorf("%w: %w", ErrAtCapacity, ctx.Err())
+		}
+	}
+}
+
+// Endpoints returns a view of every target, in configuration order.
+func (b *Balancer) Endpoints() []EndpointStats {
+	s := b.snap.Load()
+	now := b.now()
+	out := make([]EndpointStats, len(s.all))
+	for i, e := range s.all {
+		until := e.s.ejectedUntil.Load()
+		ew := e.t.Weight
+		usable := e.index >= 0
+		warming := false
+		if usable && e.t.Warmup > 0 && now-e.s.upSince.Load() < int64(e.t.Warmup) {
+			warming = true
+			ew = int(b.warm.weight(e, now) + 0.5)
+		}
+		if !usable || e.t.Disabled {
+			ew = 0
+		}
+		st := EndpointStats{
+			Target:          e.t,
+			EffectiveWeight: ew,
+			Healthy:         e.s.healthy.Load(),
+			Ejected:         until > now,
+			Warming:         warming,
+			InFlight:        e.s.inflight.Load(),
+			Limit:           e.s.limit.Load(),
+			AvgLatency:      time.Duration(e.s.ewma.Load()),
+			Requests:        e.s.requests.Load(),
+			Failures:        e.s.failures.Load(),
+		}
+		if st.Ejected {
+			st.EjectedUntil = b.epoch.Add(time.Duration(until))
+			st.EffectiveWeight = 0
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// Pick is one picked target. Call Done or Report exactly once when the work
+// ends; until then the pick holds one of the target's permits.
+type Pick struct {
+	e     *Endpoint
+	s     *snapshot
+	start int64
+	load  int64
+}
+
+// Endpoint returns the picked endpoint (nil for the zero Pick).
+func (p Pick) Endpoint() *Endpoint { return p.e }
+
+// Addr returns the picked target's address.
+func (p Pick) Addr() string { return p.e.t.Addr }
+
+// Target returns the picked target's configuration.
+func (p Pick) Target() Target { return p.e.t }
+
+// Done ends the pick. err non-nil marks a failure: it counts in the
+// statistics and towards passive ejection. Latency is measured since the
+// pick when the strategy or Options.TrackLatency needs it.
+func (p Pick) Done(err error) {
+	var lat int64
+	if p.start != 0 {
+		lat = p.s.b.now() - p.start
+	}
+	p.finish(lat, err)
+}
+
+// Report ends the pick with a latency the caller measured.
+func (p Pick) Report(latency time.Duration, err error) { p.finish(int64(latency), err) }
+
+func (p Pick) finish(lat int64, err error) {
+	if p.e == nil {
+		return
+	}
+	b, st := p.s.b, p.e.s
+	inflight := st.inflight.Add(-1) + 1
+	st.load.Add(-p.load)
+	if p.s.total {
+		b.total.Add(-1)
+	}
+	st.requests.Add(1)
+	if err != nil {
+		st.failures.Add(1)
+	}
+	var now int64
+	if lat > 0 {
+		// EWMA with alpha 1/8; concurrent updates may lose one sample.
+		old := st.ewma.Load()
+		if old == 0 {
+			st.ewma.Store(lat)
+		} else {
+			st.ewma.Store(old + (lat-old)/8)
+		}
+		if err == nil {
+			now = b.now()
+			st.win.add(now, int64(b.opts.Window)/2, lat)
+		}
+	}
+	cur := b.snap.Load()
+	if cur.tracker != nil {
+		cur.tracker.Changed(p.e)
+	}
+	if cur.observer != nil {
+		if now == 0 {
+			now = b.now()
+		}
+		cur.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now})
+	}
+	if b.opts.Passive.MaxFailures > 0 {
+		b.passive(st, err, now)
+	}
+	if b.wq.n.Load() > 0 {
+		b.wq.wakeOne()
+	}
+}
+
+// passive counts consecutive failures and ejects a target that reaches
+// MaxFailures within the window.
+func (b *Balancer) passive(st *state, err error, now int64) {
+	if err == nil {
+		if st.consecFails.Load() != 0 {
+			st.consecFails.Store(0)
+		}
+		return
+	}
+	if now == 0 {
+		now = b.now()
+	}
+	n := st.consecFails.Add(1)
+	if n == 1 {
+		st.firstFailAt.Store(now)
+	}
+	if int(n) < b.opts.Passive.MaxFailures {
+		return
+	}
+	if now-st.firstFailAt.Load() > int64(b.opts.Passive.Window) {
+		// Too spread out: start counting again from this failure.
+		st.consecFails.Store(1)
+		st.firstFailAt.Store(now)
+		return
+	}
+	b.eject(st, now)
+}
+
+func (b *Balancer) eject(st *state, now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st.ejectedUntil.Load() > now || b.states[st.addr] != st {
+		return // already ejected, or removed meanwhile
+	}
+	ejected := 0
+	for _, o := range b.states {
+		if o.ejectedUntil.Load() > now {
+			ejected++
+		}
+	}
+	if ejected > 0 && (ejected+1)*100 > b.opts.Passive.MaxEjectedPercent*len(b.states) {
+		return
+	}
+	p := b.opts.Passive
+	// Repeat offenders stay out longer; a long clean spell forgives.
+	if last := st.lastEnd.Load(); last != 0 && now-last > int64(p.MaxEjectFor) {
+		st.ejections.Store(0)
+	}
+	k := st.ejections.Add(1)
+	d := p.EjectFor << min(k-1, 30)
+	if d > p.MaxEjectFor || d <= 0 {
+		d = p.MaxEjectFor
+	}
+	st.ejectedUntil.Store(now + int64(d))
+	st.lastEnd.Store(now + int64(d))
+	st.consecFails.Store(0)
+	b.rebuild()
+}
+
+// Ejected reports whether addr is ejected now.
+func (b *Balancer) Ejected(addr string) bool {
+	b.mu.Lock()
+	st := b.states[addr]
+	b.mu.Unlock()
+	return st != nil && st.ejectedUntil.Load() > b.now()
+}
+
+// waitQueue is a FIFO of goroutines waiting for a permit. Each returned
+// permit wakes one waiter, so a burst of waiters costs no thundering herd.
+type waitQueue struct {
+	mu sync.Mutex
+	q  []*waiter
+	n  atomic.Int32
+}
+
+type waiter struct {
+	ch       chan struct{}
+	signaled bool
+}
+
+func (w *waitQueue) enqueue() *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1)}
+	w.mu.Lock()
+	w.q = append(w.q, wt)
+	w.n.Store(int32(len(w.q)))
+	w.mu.Unlock()
+	return wt
+}
+
+// leave removes wt; if it was already signalled, the wake-up passes on to
+// the next waiter so no returned permit goes unnoticed.
+func (w *waitQueue) leave(wt *waiter) {
+	w.mu.Lock()
+	signaled := wt.signaled
+	if !signaled {
+		for i, x := range w.q {
+			if x == wt {
+				w.q = append(w.q[:i], w.q[i+1:]...)
+				break
+			}
+		}
+		w.n.Store(int32(len(w.q)))
+	}
+	w.mu.Unlock()
+	if signaled {
+		w.wakeOne()
+	}
+}
+
+func (w *waitQueue) wakeOne() {
+	w.mu.Lock()
+	if len(w.q) > 0 {
+		wt := w.q[0]
+		w.q[0] = nil
+		w.q = w.q[1:]
+		w.n.Store(int32(len(w.q)))
+		wt.signaled = true
+		wt.ch <- struct{}{}
+	}
+	w.mu.Unlock()
+}
+
+func (w *waitQueue) wakeAll() {
+	w.mu.Lock()
+	for _, wt := range w.q {
+		wt.signaled = true
+		wt.ch <- struct{}{}
+	}
+	w.q = nil
+	w.n.Store(0)
+	w.mu.Unlock()
+}

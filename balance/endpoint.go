@@ -1,0 +1,206 @@
+package balance
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Target is the configuration of one endpoint.
+type Target struct {
+	// Addr identifies the target (host:port or URL). Targets are matched by
+	// Addr across updates.
+	Addr string
+	// Weight is the relative share of picks. A weight of 0 is never picked.
+	Weight int
+	// Warmup is the window over which a new or recovered target's weight
+	// ramps up to Weight. Zero means no warm-up.
+	Warmup time.Duration
+	// MaxConcurrency is the number of permits: picks outstanding at once.
+	// Zero means unlimited (the capacity strategy then learns a limit).
+	MaxConcurrency int
+	// Disabled targets are never picked but keep their state.
+	Disabled bool
+}
+
+// state is an endpoint's runtime state. It outlives snapshots: Update hands
+// the same state to the new Endpoint of a target that stays.
+type state struct {
+	addr     string
+	inflight atomic.Int64
+	load     atomic.Int64 // explicit load units outstanding (least_loaded)
+	limit    atomic.Int64 // permits; 0 = unlimited
+
+	requests atomic.Uint64
+	failures atomic.Uint64
+
+	// Latency statistics, in nanoseconds.
+	ewma     atomic.Int64 // mean latency of every outcome, EWMA
+	peak     atomic.Int64 // peak EWMA (p2c)
+	peakAt   atomic.Int64 // clock of the last peak update
+	win      window       // successes only, sliding (shortest_response)
+	lastPick atomic.Int64 // clock of the last pick (p2c forced picks)
+
+	// Health.
+	healthy      atomic.Bool  // from active checks; starts true
+	upSince      atomic.Int64 // clock when it came up; warm-up counts from here
+	consecFails  atomic.Int32 // passive: consecutive failures
+	firstFailAt  atomic.Int64 // passive: clock of the first of them
+	ejectedUntil atomic.Int64 // passive: 0 = not ejected
+	ejections    atomic.Int32 // passive: times ejected recently (backoff)
+	lastEnd      atomic.Int64 // passive: clock when the last ejection ended
+
+	// Strategy-owned scratch (capacity learner, for instance).
+	ext atomic.Pointer[any]
+}
+
+// Endpoint is a target as a snapshot sees it: its configuration at the time
+// of the snapshot and its live state. Strategies receive Endpoints.
+type Endpoint struct {
+	t     Target
+	s     *state
+	index int // position in the snapshot's usable list
+}
+
+// Target returns the configuration the endpoint was built with.
+func (e *Endpoint) Target() Target { return e.t }
+
+// Addr returns the target's address.
+func (e *Endpoint) Addr() string { return e.t.Addr }
+
+// Weight returns the configured weight.
+func (e *Endpoint) Weight() int { return e.t.Weight }
+
+// Index is the endpoint's position in the slice given to Strategy.Build.
+func (e *Endpoint) Index() int { return e.index }
+
+// InFlight returns the picks outstanding on the endpoint.
+func (e *Endpoint) InFlight() int64 { return e.s.inflight.Load() }
+
+// Load returns the explicit load units outstanding (see PickInfo.Load).
+func (e *Endpoint) Load() int64 { return e.s.load.Load() }
+
+// Limit returns the number of permits (0 = unlimited).
+func (e *Endpoint) Limit() int64 { return e.s.limit.Load() }
+
+// SetLimit sets the permits. It is for strategies that learn a limit; a
+// configured MaxConcurrency is restored by the next Update.
+func (e *Endpoint) SetLimit(n int64) { e.s.limit.Store(n) }
+
+// Remaining returns the free permits, or math.MaxInt64 when unlimited.
+func (e *Endpoint) Remaining() int64 {
+	l := e.s.limit.Load()
+	if l <= 0 {
+		return math.MaxInt64
+	}
+	return l - e.s.inflight.Load()
+}
+
+// AvgLatency returns the exponentially weighted mean latency of outcomes.
+func (e *Endpoint) AvgLatency() time.Duration { return time.Duration(e.s.ewma.Load()) }
+
+// Requests returns the outcomes reported.
+func (e *Endpoint) Requests() uint64 { return e.s.requests.Load() }
+
+// Failures returns the failed outcomes reported.
+func (e *Endpoint) Failures() uint64 { return e.s.failures.Load() }
+
+// Ext returns the strategy-owned value stored with SetExt, or nil.
+func (e *Endpoint) Ext() any {
+	if p := e.s.ext.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetExt stores a strategy-owned value that survives updates of the target
+// (a learned capacity, for instance).
+func (e *Endpoint) SetExt(v any) { e.s.ext.Store(&v) }
+
+// InitExt returns the strategy-owned value, making it with mk the first
+// time; concurrent callers agree on one value.
+func (e *Endpoint) InitExt(mk func() any) any {
+	for {
+		if p := e.s.ext.Load(); p != nil {
+			return *p
+		}
+		v := mk()
+		if e.s.ext.CompareAndSwap(nil, &v) {
+			return v
+		}
+	}
+}
+
+// tryAcquire takes a permit. It never lets in-flight exceed the limit.
+func (s *state) tryAcquire() bool {
+	for {
+		l := s.limit.Load()
+		if l <= 0 {
+			s.inflight.Add(1)
+			return true
+		}
+		n := s.inflight.Load()
+		if n >= l {
+			return false
+		}
+		if s.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// EndpointStats is a point-in-time view of a target, for admin APIs.
+type EndpointStats struct {
+	Target          Target
+	EffectiveWeight int
+	Healthy         bool
+	Ejected         bool
+	EjectedUntil    time.Time // zero unless ejected
+	Warming         bool
+	InFlight        int64
+	Limit           int64 // permits; 0 = unlimited
+	AvgLatency      time.Duration
+	Requests        uint64
+	Failures        uint64
+}
+
+// window is a two-bucket sliding window of success latencies: the current
+// bucket and the previous one, each half the window long, so an old slow
+// spell is forgotten after at most one window.
+type window struct {
+	epoch [2]atomic.Int64 // bucket number each slot holds
+	sum   [2]atomic.Int64
+	count [2]atomic.Int64
+}
+
+func (w *window) add(now, half, lat int64) {
+	b := now / half
+	i := b & 1
+	if e := w.epoch[i].Load(); e != b {
+		// Slot holds an old bucket: claim and reset it. A racing add may
+		// be lost; the statistic tolerates that.
+		if w.epoch[i].CompareAndSwap(e, b) {
+			w.sum[i].Store(0)
+			w.count[i].Store(0)
+		}
+	}
+	w.sum[i].Add(lat)
+	w.count[i].Add(1)
+}
+
+// avg returns the mean over the current and previous bucket, or -1 when
+// there is no sample.
+func (w *window) avg(now, half int64) int64 {
+	b := now / half
+	var sum, n int64
+	for i := range 2 {
+		if e := w.epoch[i].Load(); e == b || e == b-1 {
+			sum += w.sum[i].Load()
+			n += w.count[i].Load()
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	return sum / n
+}

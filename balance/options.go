@@ -1,0 +1,148 @@
+package balance
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options configure a Balancer. The zero value is usable: every field has a
+// default, given in its comment.
+type Options struct {
+	// Registry resolves the strategy name; nil means the default registry.
+	Registry *Registry
+
+	// Warmup selects the warm-up formula: "seed" (default; Dubbo's
+	// weight*uptime/window clamped to [1, weight]) or "envoy"
+	// (weight*max(min_weight_percent, time_factor^(1/aggression))).
+	Warmup string
+	// Aggression is Envoy's warm-up curve exponent (default 1: linear).
+	Aggression float64
+	// MinWeightPercent is Envoy's floor of the ramp (default 10).
+	MinWeightPercent float64
+
+	// Hash is the hash strategies' function: "xxhash" (default, 64-bit)
+	// or "md5" (the seed's: 32 bits of MD5, ring points hashed from
+	// "API-<addr>-HASH-<i>").
+	Hash string
+	// VirtualNodes is the ring points per unit of weight (default 256,
+	// which keeps the busiest target under 1.15x the mean; the seed used 5).
+	VirtualNodes int
+	// BoundFactor is bounded_hash's c: no target above c x the mean
+	// in-flight (default 1.25, must be above 1).
+	BoundFactor float64
+
+	// Window is shortest_response's sliding window (default 30s).
+	Window time.Duration
+	// Decay is p2c's peak-EWMA time constant (default 10s).
+	Decay time.Duration
+
+	// Passive configures ejection on consecutive failures (off by default).
+	Passive Passive
+
+	// TrackLatency makes Done measure latency for every strategy (the
+	// latency-driven ones always do). Report takes a latency regardless.
+	TrackLatency bool
+
+	// Clock replaces time.Now (tests use a fake clock).
+	Clock func() time.Time
+
+	// Params carries options for strategies registered by users.
+	Params map[string]string
+}
+
+// Passive is outlier ejection from reported outcomes.
+type Passive struct {
+	// MaxFailures consecutive failures (within Window) eject a target;
+	// 0 turns passive ejection off.
+	MaxFailures int
+	// Window bounds the time over which the failures must fall (default
+	// 10s).
+	Window time.Duration
+	// EjectFor is the first ejection's length (default 30s); each repeat
+	// doubles it up to MaxEjectFor (default 10 x EjectFor). A target that
+	// stays clean for MaxEjectFor starts again from EjectFor.
+	EjectFor    time.Duration
+	MaxEjectFor time.Duration
+	// MaxEjectedPercent caps the share of targets ejected at once (default
+	// 50); one target may always be ejected.
+	MaxEjectedPercent int
+}
+
+func (o *Options) normalize() error {
+	switch o.Warmup {
+	case "":
+		o.Warmup = "seed"
+	case "seed", "envoy":
+	default:
+		return fmt.Errorf("balance: warmup: unknown formula %q (seed or envoy)", o.Warmup)
+	}
+	if o.Aggression == 0 {
+		o.Aggression = 1
+	}
+	if o.Aggression < 0 {
+		return fmt.Errorf("balance: aggression: %v is negative", o.Aggression)
+	}
+	if o.MinWeightPercent == 0 {
+		o.MinWeightPercent = 10
+	}
+	if o.MinWeightPercent < 0 || o.MinWeightPercent > 100 {
+		return fmt.Errorf("balance: min_weight_percent: %v is outside 0..100", o.MinWeightPercent)
+	}
+	switch o.Hash {
+	case "":
+		o.Hash = "xxhash"
+	case "xxhash", "md5":
+	default:
+		return fmt.Errorf("balance: hash: unknown function %q (xxhash or md5)", o.Hash)
+	}
+	if o.VirtualNodes == 0 {
+		o.VirtualNodes = 256
+	}
+	if o.VirtualNodes < 0 {
+		return fmt.Errorf("balance: virtual_nodes: %d is negative", o.VirtualNodes)
+	}
+	if o.BoundFactor == 0 {
+		o.BoundFactor = 1.25
+	}
+	if o.BoundFactor <= 1 {
+		return fmt.Errorf("balance: bound_factor: %v must be above 1", o.BoundFactor)
+	}
+	if o.Window == 0 {
+		o.Window = 30 * time.Second
+	}
+	if o.Window < 0 {
+		return fmt.Errorf("balance: window: %v is negative", o.Window)
+	}
+	if o.Decay == 0 {
+		o.Decay = 10 * time.Second
+	}
+	if o.Decay < 0 {
+		return fmt.Errorf("balance: decay: %v is negative", o.Decay)
+	}
+	p := &o.Passive
+	if p.MaxFailures < 0 {
+		return fmt.Errorf("balance: passive.max_failures: %d is negative", p.MaxFailures)
+	}
+	if p.Window == 0 {
+		p.Window = 10 * time.Second
+	}
+	if p.EjectFor == 0 {
+		p.EjectFor = 30 * time.Second
+	}
+	if p.MaxEjectFor == 0 {
+		p.MaxEjectFor = 10 * p.EjectFor
+	}
+	if p.Window < 0 || p.EjectFor < 0 || p.MaxEjectFor < p.EjectFor {
+		return fmt.Errorf("balance: passive: window, eject_for must be positive and max_eject_for at least eject_for")
+	}
+	if p.MaxEjectedPercent == 0 {
+		p.MaxEjectedPercent = 50
+	}
+	if p.MaxEjectedPercent < 0 || p.MaxEjectedPercent > 100 {
+		return fmt.Errorf("balance: passive.max_ejected_percent: %d is outside 0..100", p.MaxEjectedPercent)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return nil
+}

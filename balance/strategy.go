@@ -1,0 +1,183 @@
+package balance
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Strategy is the SPI a way of picking implements. Build is called once per
+// snapshot (membership or usability change), never per pick, with the
+// usable endpoints: enabled, weight above zero, healthy and not ejected.
+type Strategy interface {
+	Build(eps []*Endpoint) Picker
+}
+
+// Picker picks among the endpoints of one snapshot. Pick must be safe for
+// concurrent use and should not allocate. It returns nil when no endpoint
+// suits; it should skip endpoints for which info.Usable is false (excluded
+// or without a free permit). The balancer takes the permit after Pick
+// returns and asks again if another pick took it first.
+type Picker interface {
+	Pick(info PickInfo) *Endpoint
+}
+
+// Observer is implemented by pickers that learn from outcomes. Observe is
+// called from Done for every outcome on an endpoint of the picker's
+// snapshot, after the endpoint's own statistics were updated.
+type Observer interface {
+	Observe(e *Endpoint, o Outcome)
+}
+
+// Outcome is what Done reports about one pick.
+type Outcome struct {
+	Latency  time.Duration // zero when unknown
+	Err      error
+	InFlight int64 // in-flight on the endpoint just before this pick ended (this pick included)
+	Now      int64 // the balancer's clock (ns) when the pick ended
+}
+
+// PickInfo is what a Picker knows about one pick.
+type PickInfo struct {
+	// Key is the request's key for the hash strategies ("" is a key too).
+	Key string
+	// Load is the load units the pick adds (least_loaded); 0 means 1.
+	Load int64
+	// Exclude lists endpoints not to pick (those a retry already tried).
+	Exclude []*Endpoint
+
+	now  int64 // clock, set only while the snapshot is warming
+	snap *snapshot
+}
+
+// Usable reports whether e may be picked now: not excluded and with a free
+// permit.
+func (in *PickInfo) Usable(e *Endpoint) bool {
+	for _, x := range in.Exclude {
+		if x == e || x.s == e.s {
+			return false
+		}
+	}
+	l := e.s.limit.Load()
+	return l <= 0 || e.s.inflight.Load() < l
+}
+
+// Weight returns e's weight with warm-up applied.
+func (in *PickInfo) Weight(e *Endpoint) float64 {
+	if in.now == 0 {
+		return float64(e.t.Weight)
+	}
+	return in.snap.b.warm.weight(e, in.now)
+}
+
+// Warming reports whether some endpoint of the snapshot is still warming
+// up, in which case Weight may differ from the configured weight.
+func (in *PickInfo) Warming() bool { return in.now != 0 }
+
+// Now returns the balancer's clock in nanoseconds (monotonic, from the
+// balancer's creation).
+func (in *PickInfo) Now() int64 {
+	if in.now != 0 {
+		return in.now
+	}
+	return in.snap.b.now()
+}
+
+// Factory makes a Strategy from options.
+type Factory func(opts Options) (Strategy, error)
+
+// Registry maps strategy names to factories. The zero value is empty;
+// NewRegistry returns one holding the built-in strategies.
+type Registry struct {
+	mu sync.RWMutex
+	m  map[string]Factory
+}
+
+// ErrUnknownStrategy is returned (wrapped) for a name no one registered.
+var ErrUnknownStrategy = errors.New("balance: unknown strategy")
+
+// NewRegistry returns a registry holding the built-in strategies.
+func NewRegistry() *Registry {
+	r := &Registry{}
+	for name, f := range builtins() {
+		_ = r.Register(name, f)
+	}
+	return r
+}
+
+// Register adds a strategy under name. Registering a name twice is an
+// error, so a plug-in cannot silently replace a built-in.
+func (r *Registry) Register(name string, f Factory) error {
+	if name == "" || f == nil {
+		return errors.New("balance: register needs a name and a factory")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]Factory{}
+	}
+	if _, ok := r.m[name]; ok {
+		return fmt.Errorf("balance: strategy %q already registered", name)
+	}
+	r.m[name] = f
+	return nil
+}
+
+// Names lists the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.m))
+	for n := range r.m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Has reports whether name is registered.
+func (r *Registry) Has(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.m[name]
+	return ok
+}
+
+func (r *Registry) factory(name string) (Factory, error) {
+	r.mu.RLock()
+	f, ok := r.m[name]
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, name, r.Names())
+	}
+	return f, nil
+}
+
+// defaultRegistry backs the package-level Register, Names and New: like
+// database/sql drivers, strategies plug in by name process-wide.
+var defaultRegistry = NewRegistry()
+
+// Register adds a strategy to the default registry.
+func Register(name string, f Factory) error { return defaultRegistry.Register(name, f) }
+
+// Names lists the strategies of the default registry.
+func Names() []string { return defaultRegistry.Names() }
+
+// Known reports whether the default registry has a strategy by that name.
+func Known(name string) bool { return defaultRegistry.Has(name) }
+
+func builtins() map[string]Factory {
+	return map[string]Factory{
+		"random":            newRandom,
+		"round_robin":       newRoundRobin,
+		"hash":              newHash,
+		"bounded_hash":      newBoundedHash,
+		"least_active":      newLeastActive,
+		"shortest_response": newShortestResponse,
+		"p2c":               newP2C,
+		"least_loaded":      newLeastLoaded,
+		"capacity":          newCapacity,
+	}
+}
