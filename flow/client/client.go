@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
@@ -28,8 +29,8 @@ type Options struct {
 	// Timeout bounds one attempt of a call, on top of the wait of a
 	// long-polling hold. Default 30s; negative means none.
 	Timeout time.Duration
-	// Strategy is the balance strategy that picks a server per call when
-	// there are several. Default "round_robin".
+	// Strategy is the balance strategy (package balance) that picks a
+	// server per call when there are several. Default "round_robin".
 	Strategy string
 	// ProbeInterval is how often an unhealthy server is probed to let it
 	// back in. Default 2s.
@@ -43,7 +44,7 @@ type Client struct {
 	servers []string // base URLs, no trailing slash
 	hc      *http.Client
 	timeout time.Duration
-	sel     selector
+	bal     *balance.Balancer
 	probe   time.Duration
 	log     *slog.Logger
 
@@ -103,11 +104,18 @@ func New(servers []string, opts Options) (*Client, error) {
 	if strategy == "" {
 		strategy = "round_robin"
 	}
-	sel, err := newSelector(strategy, c.servers)
+	bal, err := balance.New(strategy, balance.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("flow client: strategy %q: %w", strategy, err)
 	}
-	c.sel = sel
+	targets := make([]balance.Target, len(c.servers))
+	for i, s := range c.servers {
+		targets[i] = balance.Target{Addr: s, Weight: 1}
+	}
+	if err := bal.Update(targets); err != nil {
+		return nil, fmt.Errorf("flow client: servers: %w", err)
+	}
+	c.bal = bal
 	return c, nil
 }
 
@@ -134,6 +142,20 @@ func normalize(s string) (string, error) {
 
 // Servers returns the base URLs the client calls.
 func (c *Client) Servers() []string { return append([]string(nil), c.servers...) }
+
+// Unhealthy returns the servers taken out of rotation because they could
+// not be reached; the prober lets each back in once it answers.
+func (c *Client) Unhealthy() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, s := range c.servers {
+		if c.unhealthy[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // Close stops the background prober and closes idle connections.
 func (c *Client) Close() error {
@@ -310,34 +332,39 @@ func (c *Client) do(ctx context.Context, cl call) error {
 			return fmt.Errorf("flow %s: encode request: %w", cl.path, err)
 		}
 	}
-	var last error
-	for attempt := 0; attempt < len(c.servers); attempt++ {
-		server, done, err := c.sel.pick(cl.path)
+	var (
+		last  error
+		tried []*balance.Endpoint
+	)
+	for range c.servers {
+		p, err := c.bal.PickWith(balance.PickInfo{Key: cl.path, Exclude: tried})
 		if err != nil {
 			if last == nil {
 				last = err
 			}
 			break
 		}
+		server := p.Addr()
+		tried = append(tried, p.Endpoint())
 		err = c.send(ctx, server, cl, payload)
 		var apiErr *APIError
 		switch {
 		case err == nil:
-			done(nil)
+			p.Done(nil)
 			return nil
 		case errors.As(err, &apiErr):
 			// The server answered: it is up, whatever it said.
-			done(nil)
+			p.Done(nil)
 			if apiErr.Status == http.StatusServiceUnavailable && cl.idempotent {
 				last = err
 				continue
 			}
 			return err
 		case ctx.Err() != nil:
-			done(nil) // our own cancellation says nothing about the server
+			p.Done(nil) // our own cancellation says nothing about the server
 			return fmt.Errorf("flow %s: %w", cl.path, ctx.Err())
 		default:
-			done(err)
+			p.Done(err)
 			c.markUnhealthy(server, err)
 			last = err
 			if !cl.idempotent && !neverSent(err) {
@@ -413,7 +440,7 @@ func (c *Client) markUnhealthy(server string, cause error) {
 		return
 	}
 	c.unhealthy[server] = true
-	c.sel.setHealthy(server, false)
+	_ = c.bal.SetHealthy(server, false) // a known address: cannot fail
 	c.log.Warn("flow server unreachable; skipping it", "server", server, "err", cause)
 	if !c.probing {
 		c.probing = true
@@ -444,7 +471,7 @@ func (c *Client) probeLoop() {
 			if c.alive(s) {
 				c.mu.Lock()
 				delete(c.unhealthy, s)
-				c.sel.setHealthy(s, true)
+				_ = c.bal.SetHealthy(s, true)
 				c.mu.Unlock()
 				c.log.Info("flow server answers again", "server", s)
 			}

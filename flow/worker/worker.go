@@ -493,4 +493,3 @@ func (w *Worker) giveBack(h *heldTask) {
 		TaskStage: h.task.Stage, TaskContext: h.task.Context,
 	}})
 }
-
