@@ -1,0 +1,268 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func msg(i int) Message {
+	return Message{TaskID: fmt.Sprintf("room-%d", i%7), MessageID: fmt.Sprintf("m-%d", i), Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}
+}
+
+// sentinel is published last: FIFO per publisher means that once the
+// consumer has it, every earlier message (and any repeat of one) has arrived.
+var sentinel = Message{TaskID: "end", MessageID: "sentinel", Data: []byte(`"end"`)}
+
+func TestStdout(t *testing.T) {
+	var buf bytes.Buffer
+	c := Config{}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := open(context.Background(), c, testLog(t), stdoutDialer(&buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := []Message{
+		{TaskID: "r1", MessageID: "a", Data: []byte(`{"x":1}`)},
+		{TaskID: "r1", Data: []byte("not json\n")},
+	}
+	for _, m := range in {
+		if err := s.Publish(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{`{"task_id":"r1","message_id":"a","data":{"x":1}}`, `{"task_id":"r1","data":"not json\n"}`}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines %q, want %d", len(lines), lines, len(want))
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d = %s, want %s", i, lines[i], want[i])
+		}
+	}
+	if s.Published() != 2 || s.Dropped() != 0 {
+		t.Fatalf("published %d dropped %d, want 2 and 0", s.Published(), s.Dropped())
+	}
+	if err := s.Publish(context.Background(), in[0]); !errors.Is(err, ErrClosed) || s.Dropped() != 1 {
+		t.Fatalf("Publish after Close = %v (dropped %d), want ErrClosed counted", err, s.Dropped())
+	}
+}
+
+// Each message published once arrives once, with its id, task and body.
+func TestBrokerExactlyOnce(t *testing.T) {
+	const n = 3000
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c, got := setup(t, k.name)
+			s, err := Open(context.Background(), c, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				if err := s.Publish(context.Background(), msg(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = s.Publish(context.Background(), sentinel)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if s.Published() != n+1 || s.Dropped() != 0 {
+				t.Fatalf("published %d dropped %d, want %d and 0", s.Published(), s.Dropped(), n+1)
+			}
+			waitFor(t, "the sentinel", 30*time.Second, func() bool { return got.has(sentinel.MessageID) })
+			got.mu.Lock()
+			defer got.mu.Unlock()
+			for i := 0; i < n; i++ {
+				m := msg(i)
+				if c := got.count[m.MessageID]; c != 1 {
+					t.Fatalf("message %s received %d times, want 1", m.MessageID, c)
+				}
+				if got.tasks[m.MessageID] != m.TaskID || got.bodies[m.MessageID] != string(m.Data) {
+					t.Fatalf("message %s: task %q body %q, want %q %q", m.MessageID, got.tasks[m.MessageID], got.bodies[m.MessageID], m.TaskID, m.Data)
+				}
+			}
+			if got.total != n+1 {
+				t.Fatalf("consumer got %d messages, want %d", got.total, n+1)
+			}
+		})
+	}
+}
+
+// The connection to the broker is cut while messages are in flight and
+// buffered: after the sink reconnects, every message arrives.
+func TestBrokerReconnect(t *testing.T) {
+	const n = 4000
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c, got := setup(t, k.name)
+			p := newProxy(t, k.addr)
+			c.URL = viaProxy(t, c.URL, p)
+			s, err := Open(context.Background(), c, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n/2; i++ {
+				_ = s.Publish(context.Background(), msg(i))
+			}
+			waitFor(t, "some messages confirmed", 30*time.Second, func() bool { return s.Published() > 0 })
+			p.setRefuse(true)
+			p.sever()
+			for i := n / 2; i < n; i++ { // these wait in the buffer while the broker is unreachable
+				if err := s.Publish(context.Background(), msg(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = s.Publish(context.Background(), sentinel)
+			if s.Published() >= n {
+				t.Fatalf("published %d of %d before the broker came back: the cut did not hold anything back", s.Published(), n)
+			}
+			p.setRefuse(false)
+			waitFor(t, "the sentinel after reconnect", 60*time.Second, func() bool { return got.has(sentinel.MessageID) })
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if s.Dropped() != 0 {
+				t.Fatalf("dropped %d, want 0", s.Dropped())
+			}
+			got.mu.Lock()
+			defer got.mu.Unlock()
+			dups := got.total - len(got.count)
+			for i := 0; i < n; i++ {
+				if got.count[msg(i).MessageID] == 0 {
+					t.Fatalf("message %d lost across the reconnect", i)
+				}
+			}
+			// Repeats can only be messages whose confirm was lost with the
+			// connection: at most the batches in flight at the cut.
+			if dups > 2*maxBatch {
+				t.Fatalf("%d repeated deliveries, want at most %d", dups, 2*maxBatch)
+			}
+			if k.name == "jetstream" && dups != 0 {
+				t.Fatalf("JetStream delivered %d repeats despite Nats-Msg-Id", dups)
+			}
+			t.Logf("%d messages, %d repeats after the reconnect", n, dups)
+		})
+	}
+}
+
+// With the broker unreachable the buffer fills; what does not fit is counted
+// as dropped, and everything is accounted for: published + dropped = offered.
+func TestBrokerBufferFull(t *testing.T) {
+	const n, buffer = 1000, 50
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			c, got := setup(t, k.name)
+			p := newProxy(t, k.addr)
+			c.URL = viaProxy(t, c.URL, p)
+			c.Buffer = buffer
+			s, err := Open(context.Background(), c, testLog(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.setRefuse(true)
+			p.sever()
+			full := 0
+			for i := 0; i < n; i++ {
+				if err := s.Publish(context.Background(), msg(i)); errors.Is(err, ErrBufferFull) {
+					full++
+				}
+			}
+			if full == 0 || s.Dropped() != uint64(full) {
+				t.Fatalf("%d ErrBufferFull, Dropped %d: want both equal and > 0", full, s.Dropped())
+			}
+			p.setRefuse(false)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if s.Published()+s.Dropped() != n {
+				t.Fatalf("published %d + dropped %d != offered %d", s.Published(), s.Dropped(), n)
+			}
+			waitFor(t, "every published message at the consumer", 30*time.Second, func() bool { return uint64(got.distinct()) == s.Published() })
+		})
+	}
+}
+
+// A routing key that reaches no queue: the broker confirms but cannot route,
+// and the sink counts those messages as dropped instead of published.
+func TestRabbitUnroutableCounted(t *testing.T) {
+	c, _ := setup(t, "rabbitmq")
+	c.RoutingKey = name(t, "nowhere")
+	s, err := Open(context.Background(), c, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		_ = s.Publish(context.Background(), msg(i))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Dropped() != 10 || s.Published() != 0 {
+		t.Fatalf("published %d dropped %d, want 0 and 10", s.Published(), s.Dropped())
+	}
+}
+
+func TestOpenFailsOnBadDestination(t *testing.T) {
+	c, _ := setup(t, "rabbitmq")
+	jc, _ := setup(t, "jetstream")
+	ln := newProxy(t, "127.0.0.1:1")
+	ln.setRefuse(true)
+	tests := []struct {
+		name, wantErr string
+		c             Config
+	}{
+		{"missing exchange", "sink.exchange", Config{Type: TypeRabbitMQ, URL: c.URL, Exchange: name(t, "nope")}},
+		{"rabbitmq unreachable", "sink.url", Config{Type: TypeRabbitMQ, URL: "amqp://guest:guest@" + ln.addr() + "/", RoutingKey: "q"}},
+		{"nats unreachable", "sink.url", Config{Type: TypeNATS, URL: "nats://" + ln.addr(), Subject: "a"}},
+		{"no stream for subject", "sink.subject", Config{Type: TypeNATS, URL: jc.URL, Subject: name(t, "nostream"), JetStream: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Open(context.Background(), tt.c, testLog(t))
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded")
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Open = %v, want an error naming %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The stdout line format is JSON a downstream tool can parse.
+func TestStdoutLineIsJSON(t *testing.T) {
+	var buf bytes.Buffer
+	p, _ := stdoutDialer(&buf)(context.Background())
+	if _, _, err := p.publish(context.Background(), []Message{{TaskID: "t", Data: []byte{0xff, 0xfe}}}); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &v); err != nil {
+		t.Fatalf("line %q is not JSON: %v", buf.String(), err)
+	}
+}
