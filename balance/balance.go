@@ -302,11 +302,13 @@ func (b *Balancer) refresh(s *snapshot) *snapshot {
 }
 
 func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
-	p := Pick{e: e, s: s, load: info.Load}
-	if p.load <= 0 {
-		p.load = 1
+	p := Pick{e: e, s: s}
+	// Load units matter to least_loaded (a tracker) and to callers that
+	// give them; plain picks skip the extra atomic.
+	if info.Load > 0 || s.tracker != nil {
+		p.load = max(info.Load, 1)
+		e.s.load.Add(p.load)
 	}
-	e.s.load.Add(p.load)
 	if s.total {
 		b.total.Add(1)
 	}
@@ -403,23 +405,28 @@ func (p Pick) Target() Target { return p.e.t }
 // statistics and towards passive ejection. Latency is measured since the
 // pick when the strategy or Options.TrackLatency needs it.
 func (p Pick) Done(err error) {
-	var lat int64
+	var lat, now int64
 	if p.start != 0 {
-		lat = p.s.b.now() - p.start
+		now = p.s.b.now()
+		lat = now - p.start
 	}
-	p.finish(lat, err)
+	p.finish(lat, now, err)
 }
 
 // Report ends the pick with a latency the caller measured.
-func (p Pick) Report(latency time.Duration, err error) { p.finish(int64(latency), err) }
+func (p Pick) Report(latency time.Duration, err error) { p.finish(int64(latency), 0, err) }
 
-func (p Pick) finish(lat int64, err error) {
+// finish returns the permit and feeds the statistics; now is the clock if
+// the caller already read it, else 0 (the clock is read at most once).
+func (p Pick) finish(lat, now int64, err error) {
 	if p.e == nil {
 		return
 	}
 	b, st := p.s.b, p.e.s
 	inflight := st.inflight.Add(-1) + 1
-	st.load.Add(-p.load)
+	if p.load != 0 {
+		st.load.Add(-p.load)
+	}
 	if p.s.total {
 		b.total.Add(-1)
 	}
@@ -427,7 +434,6 @@ func (p Pick) finish(lat int64, err error) {
 	if err != nil {
 		st.failures.Add(1)
 	}
-	var now int64
 	if lat > 0 {
 		// EWMA with alpha 1/8; concurrent updates may lose one sample.
 		old := st.ewma.Load()
@@ -437,7 +443,9 @@ func (p Pick) finish(lat int64, err error) {
 			st.ewma.Store(old + (lat-old)/8)
 		}
 		if err == nil {
-			now = b.now()
+			if now == 0 {
+				now = b.now()
+			}
 			st.win.add(now, int64(b.opts.Window)/2, lat)
 		}
 	}
@@ -445,16 +453,21 @@ func (p Pick) finish(lat int64, err error) {
 	if cur.tracker != nil {
 		cur.tracker.Changed(p.e)
 	}
+	raised := int64(0)
 	if cur.observer != nil {
 		if now == 0 {
 			now = b.now()
 		}
+		before := st.limit.Load()
 		cur.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now})
+		if after := st.limit.Load(); before > 0 && after > before {
+			raised = after - before // a learner grew the limit: more waiters may go
+		}
 	}
 	if b.opts.Passive.MaxFailures > 0 {
 		b.passive(st, err, now)
 	}
-	if b.wq.n.Load() > 0 {
+	for i := int64(0); i <= raised && b.wq.n.Load() > 0; i++ {
 		b.wq.wakeOne()
 	}
 }

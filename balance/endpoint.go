@@ -39,7 +39,7 @@ type state struct {
 	peak     atomic.Int64 // peak EWMA (p2c)
 	peakAt   atomic.Int64 // clock of the last peak update
 	win      window       // successes only, sliding (shortest_response)
-	lastPick atomic.Int64 // clock of the last pick (p2c forced picks)
+	lastPick atomic.Int64 // p2c: its pick counter at this endpoint's last pick
 
 	// Health.
 	healthy      atomic.Bool  // from active checks; starts true

@@ -45,10 +45,19 @@ func (h hashStrategy) Build(eps []*Endpoint) Picker {
 	for _, e := range eps {
 		minW = min(minW, e.t.Weight)
 	}
+	vnodes := h.vnodes
+	if vnodes == 0 {
+		// Imbalance shrinks as 1/sqrt(points per target) and the busiest
+		// of n targets drifts up with n: these keep it under 1.15x.
+		vnodes = 512
+		if len(eps) > 16 {
+			vnodes = 1024
+		}
+	}
 	per := make([]int, len(eps))
 	total := 0
 	for i, e := range eps {
-		per[i] = h.vnodes * e.t.Weight / minW
+		per[i] = vnodes * e.t.Weight / minW
 		total += per[i]
 	}
 	if total > maxRingPoints {

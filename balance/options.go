@@ -24,8 +24,10 @@ type Options struct {
 	// or "md5" (the seed's: 32 bits of MD5, ring points hashed from
 	// "API-<addr>-HASH-<i>").
 	Hash string
-	// VirtualNodes is the ring points per unit of weight (default 256,
-	// which keeps the busiest target under 1.15x the mean; the seed used 5).
+	// VirtualNodes is the ring points per unit of weight. The default
+	// depends on the number of targets (512 up to 16, 1024 above), which
+	// keeps the busiest target under 1.15x the mean over uniform keys; the
+	// seed used 5.
 	VirtualNodes int
 	// BoundFactor is bounded_hash's c: no target above c x the mean
 	// in-flight (default 1.25, must be above 1).
@@ -94,9 +96,6 @@ func (o *Options) normalize() error {
 	case "xxhash", "md5":
 	default:
 		return fmt.Errorf("balance: hash: unknown function %q (xxhash or md5)", o.Hash)
-	}
-	if o.VirtualNodes == 0 {
-		o.VirtualNodes = 256
 	}
 	if o.VirtualNodes < 0 {
 		return fmt.Errorf("balance: virtual_nodes: %d is negative", o.VirtualNodes)

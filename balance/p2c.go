@@ -3,22 +3,49 @@ package balance
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 )
 
 // p2c: power of two choices on a peak-EWMA cost (Finagle, Linkerd): two
 // distinct targets drawn at random, the lower latency x (in-flight+1) wins.
 // The EWMA jumps up to any slower sample at once (peak) and decays towards
 // faster ones with time constant Decay. A target not picked for a whole
-// Decay is picked once, so a target that was slow gets re-measured.
+// 64 x n picks is picked once, so a target that was slow gets re-measured.
 type p2cStrategy struct{ tau int64 }
 
 func newP2C(o Options) (Strategy, error) { return p2cStrategy{tau: int64(o.Decay)}, nil }
 
-func (s p2cStrategy) Build(eps []*Endpoint) Picker { return &p2cPicker{eps: eps, tau: s.tau} }
+func (s p2cStrategy) Build(eps []*Endpoint) Picker {
+	p := &p2cPicker{eps: eps, tau: s.tau, forceAfter: int64(64 * max(len(eps), 1))}
+	for _, e := range eps {
+		if e.t.Weight != eps[0].t.Weight {
+			p.alias = newAlias(eps)
+			break
+		}
+	}
+	return p
+}
 
+// The two candidates are drawn by weight (an alias table when weights
+// differ), so weight and warm-up shape the choice while cost decides it.
 type p2cPicker struct {
-	eps []*Endpoint
-	tau int64
+	eps        []*Endpoint
+	tau        int64
+	alias      alias
+	picks      atomic.Int64
+	forceAfter int64
+}
+
+func (p *p2cPicker) draw(info *PickInfo) int {
+	switch {
+	case info.Warming():
+		if e := weightedAmong(info, p.eps); e != nil {
+			return e.index
+		}
+	case p.alias.prob != nil:
+		return p.alias.pick()
+	}
+	return rand.IntN(len(p.eps))
 }
 
 func (*p2cPicker) usesLatency() {}
@@ -38,29 +65,36 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 		}
 		return nil
 	}
-	i := rand.IntN(n)
-	j := rand.IntN(n - 1)
-	if j >= i {
-		j++
+	i := p.draw(&info)
+	j := p.draw(&info)
+	for k := 0; j == i && k < 3; k++ {
+		j = p.draw(&info)
+	}
+	if j == i {
+		if j = rand.IntN(n - 1); j >= i {
+			j++
+		}
 	}
 	a, b := p.eps[i], p.eps[j]
 	ua, ub := info.Usable(a), info.Usable(b)
 	var pick *Endpoint
 	switch {
 	case ua && ub:
-		// Cost per unit of (warm-up) weight: a heavier target is
-		// proportionally cheaper, a cold one dearer.
-		if p.cost(a)/info.Weight(a) <= p.cost(b)/info.Weight(b) {
+		if p.cost(a) <= p.cost(b) {
 			pick = a
 		} else {
 			pick, b = b, a
 		}
-		// Re-measure the loser if it has not been picked for a while.
-		now := info.Now()
-		if now-b.s.lastPick.Load() > p.tau {
+		// Re-measure the loser if it has not been picked in the last
+		// forceAfter picks (a count, not the clock: reading the clock
+		// costs as much as the rest of the pick).
+		n := p.picks.Add(1)
+		if n-b.s.lastPick.Load() > p.forceAfter {
 			pick = b
 		}
-		pick.s.lastPick.Store(now)
+		if pick.s.lastPick.Load() != n {
+			pick.s.lastPick.Store(n)
+		}
 		return pick
 	case ua:
 		return a

@@ -1,0 +1,418 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestNamesListsEveryBuiltin(t *testing.T) {
+	want := []string{"bounded_hash", "capacity", "hash", "least_active", "least_loaded", "p2c", "random", "round_robin", "shortest_response"}
+	got := NewRegistry().Names()
+	if !slices.Equal(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	for _, n := range want {
+		if !Known(n) {
+			t.Errorf("Known(%q) = false", n)
+		}
+	}
+}
+
+func TestUnknownStrategyAndBadOptions(t *testing.T) {
+	if _, err := New("fastest", Options{}); !errors.Is(err, ErrUnknownStrategy) || !strings.Contains(err.Error(), "fastest") {
+		t.Fatalf("New(fastest) = %v, want ErrUnknownStrategy naming it", err)
+	}
+	for _, tc := range []struct {
+		o     Options
+		field string
+	}{
+		{Options{Warmup: "linear"}, "warmup"},
+		{Options{Hash: "crc"}, "hash"},
+		{Options{BoundFactor: 0.9}, "bound_factor"},
+		{Options{Passive: Passive{MaxFailures: -1}}, "passive.max_failures"},
+		{Options{Passive: Passive{MaxEjectedPercent: 101}}, "passive.max_ejected_percent"},
+		{Options{VirtualNodes: -3}, "virtual_nodes"},
+	} {
+		if _, err := New("random", tc.o); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("options %+v: err = %v, want one naming %q", tc.o, err, tc.field)
+		}
+	}
+}
+
+type firstStrategy struct{}
+
+func (firstStrategy) Build(eps []*Endpoint) Picker { return firstPicker(eps) }
+
+type firstPicker []*Endpoint
+
+func (p firstPicker) Pick(info PickInfo) *Endpoint {
+	for _, e := range p {
+		if info.Usable(e) {
+			return e
+		}
+	}
+	return nil
+}
+
+func TestRegisterCustomStrategy(t *testing.T) {
+	r := NewRegistry()
+	if err := r.Register("first", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register("first", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
+		t.Fatal("registering a name twice succeeded")
+	}
+	if err := r.Register("round_robin", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
+		t.Fatal("a plug-in replaced a built-in")
+	}
+	if !slices.Contains(r.Names(), "first") {
+		t.Fatalf("Names() = %v lacks first", r.Names())
+	}
+	b := mustNew(t, "first", Options{Registry: r}, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	for range 5 {
+		p := mustPick(t, b, "")
+		if p.Addr() != "a" {
+			t.Fatalf("custom strategy picked %s", p.Addr())
+		}
+		p.Done(nil)
+	}
+	if _, err := New("first", Options{}); !errors.Is(err, ErrUnknownStrategy) {
+		t.Fatal("a registry's strategy leaked into the default registry")
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			b := mustNew(t, name, Options{})
+			if _, err := b.Pick("k"); !errors.Is(err, ErrNoTargets) {
+				t.Fatalf("no targets: %v", err)
+			}
+			_ = b.Update([]Target{{Addr: "zero", Weight: 0}, {Addr: "off", Weight: 3, Disabled: true}})
+			if _, err := b.Pick("k"); !errors.Is(err, ErrNoneAvailable) {
+				t.Fatalf("only weight 0 and disabled: %v", err)
+			}
+			_ = b.Update([]Target{{Addr: "a", Weight: 1, MaxConcurrency: 1}})
+			p := mustPick(t, b, "k")
+			if _, err := b.Pick("k"); !errors.Is(err, ErrAtCapacity) {
+				t.Fatalf("full: %v", err)
+			}
+			p.Done(nil)
+			if _, err := b.PickWith(PickInfo{Key: "k", Exclude: []*Endpoint{p.Endpoint()}}); !errors.Is(err, ErrNoneAvailable) {
+				t.Fatalf("all excluded: %v", err)
+			}
+			if err := b.SetHealthy("a", false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Pick("k"); !errors.Is(err, ErrNoneAvailable) {
+				t.Fatalf("all unhealthy: %v", err)
+			}
+		})
+	}
+}
+
+func TestUpdateRejectsBadSetsWhole(t *testing.T) {
+	b := mustNew(t, "round_robin", Options{}, Target{Addr: "a", Weight: 1})
+	for _, tc := range []struct {
+		ts   []Target
+		want string
+	}{
+		{[]Target{{Addr: "x", Weight: 1}, {Addr: "", Weight: 1}}, "targets[1].addr"},
+		{[]Target{{Addr: "x", Weight: 1}, {Addr: "x", Weight: 1}}, "twice"},
+		{[]Target{{Addr: "x", Weight: -1}}, "targets[0].weight"},
+		{[]Target{{Addr: "x", Weight: 1, Warmup: -time.Second}}, "targets[0].warmup"},
+		{[]Target{{Addr: "x", Weight: 1, MaxConcurrency: -2}}, "targets[0].max_concurrency"},
+	} {
+		if err := b.Update(tc.ts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Update(%v) = %v, want error naming %q", tc.ts, err, tc.want)
+		}
+	}
+	if got := b.Targets(); len(got) != 1 || got[0].Addr != "a" {
+		t.Fatalf("a refused update changed the set: %v", got)
+	}
+}
+
+// Zero weight and disabled targets are never picked, by any strategy (the
+// ShenYu bug the seed mentions).
+func TestZeroWeightAndDisabledNeverPicked(t *testing.T) {
+	for _, name := range Names() {
+		b := mustNew(t, name, Options{},
+			Target{Addr: "zero", Weight: 0}, Target{Addr: "a", Weight: 2},
+			Target{Addr: "off", Weight: 9, Disabled: true}, Target{Addr: "b", Weight: 1})
+		for i := range 2000 {
+			p := mustPick(t, b, fmt.Sprint(i))
+			if a := p.Addr(); a == "zero" || a == "off" {
+				t.Fatalf("%s picked %s", name, a)
+			}
+			p.Done(nil)
+		}
+	}
+}
+
+func TestUpdateKeepsStateOfTargetsThatStay(t *testing.T) {
+	clk := newFakeClock()
+	b := mustNew(t, "least_active", Options{Clock: clk.Now},
+		Target{Addr: "a", Weight: 1, Warmup: time.Minute}, Target{Addr: "b", Weight: 1})
+	var held []Pick
+	for range 4 {
+		held = append(held, mustPick(t, b, ""))
+	}
+	wantFailures := map[string]uint64{held[0].Addr(): 1}
+	held[0].Report(10*time.Millisecond, errors.New("boom"))
+	held = held[1:]
+	clk.Advance(30 * time.Second)
+	if err := b.Update([]Target{{Addr: "a", Weight: 1, Warmup: time.Minute}, {Addr: "c", Weight: 1, Warmup: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	stats := map[string]EndpointStats{}
+	for _, s := range b.Endpoints() {
+		stats[s.Target.Addr] = s
+	}
+	a, c := stats["a"], stats["c"]
+	if a.Failures != wantFailures["a"] || a.Requests != wantFailures["a"] {
+		t.Fatalf("a lost its counters: %+v, want %d failures", a, wantFailures["a"])
+	}
+	var aInflight int64
+	for _, p := range held {
+		if p.Addr() == "a" {
+			aInflight++
+		}
+	}
+	if a.InFlight != aInflight {
+		t.Fatalf("a in-flight = %d after update, want %d", a.InFlight, aInflight)
+	}
+	if !a.Warming || !c.Warming {
+		t.Fatalf("warming: a=%v c=%v", a.Warming, c.Warming)
+	}
+	if _, ok := stats["b"]; ok {
+		t.Fatal("b still listed after removal")
+	}
+	// a has been up 30s of 60s; c just arrived: a's effective weight is
+	// clamped to 1 here (weight 1), so check the clock instead: in 30s a
+	// is warm and c is not.
+	clk.Advance(30 * time.Second)
+	for _, s := range b.Endpoints() {
+		if s.Target.Addr == "a" && s.Warming {
+			t.Fatal("a still warming 60s after it came up: warm-up restarted on update")
+		}
+		if s.Target.Addr == "c" && !s.Warming {
+			t.Fatal("c warm 30s into its 60s window")
+		}
+	}
+	// Removed targets are never picked; their outstanding picks finish.
+	for range 100 {
+		p := mustPick(t, b, "")
+		if p.Addr() == "b" {
+			t.Fatal("removed target picked")
+		}
+		p.Done(nil)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+	for _, s := range b.Endpoints() {
+		if s.InFlight != 0 {
+			t.Fatalf("%s in-flight %d after every pick ended", s.Target.Addr, s.InFlight)
+		}
+	}
+}
+
+func TestWaitBlocksUntilAPermitReturns(t *testing.T) {
+	b := mustNew(t, "round_robin", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 2})
+	p1, p2 := mustPick(t, b, ""), mustPick(t, b, "")
+	got := make(chan Pick)
+	go func() {
+		p, err := b.Wait(context.Background(), PickInfo{})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	// The waiter cannot finish while both permits are out.
+	select {
+	case <-got:
+		t.Fatal("Wait returned while every permit was taken")
+	default:
+	}
+	p1.Done(nil)
+	p3 := <-got
+	if p3.Addr() != "a" {
+		t.Fatalf("waited pick = %q", p3.Addr())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Wait(ctx, PickInfo{}); !errors.Is(err, ErrAtCapacity) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait with cancelled ctx on a full target = %v", err)
+	}
+	p2.Done(nil)
+	p3.Done(nil)
+}
+
+// Many waiters, few permits: every waiter is served, in-flight never passes
+// the permits, and nobody is left behind (no lost wake-up).
+func TestWaitStressNeverExceedsPermits(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			b := mustNew(t, name, Options{},
+				Target{Addr: "a", Weight: 3, MaxConcurrency: 3},
+				Target{Addr: "b", Weight: 1, MaxConcurrency: 2})
+			limits := map[string]int64{"a": 3, "b": 2}
+			var cur [2]atomic.Int64
+			var served atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 200 {
+						p, err := b.Wait(context.Background(), PickInfo{Key: fmt.Sprint(g, i)})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						idx := 0
+						if p.Addr() == "b" {
+							idx = 1
+						}
+						if n := cur[idx].Add(1); n > limits[p.Addr()] {
+							t.Errorf("%s: %d concurrent picks on %s, permits %d", name, n, p.Addr(), limits[p.Addr()])
+						}
+						cur[idx].Add(-1)
+						served.Add(1)
+						p.Done(nil)
+					}
+				}()
+			}
+			wg.Wait()
+			if served.Load() != 16*200 {
+				t.Fatalf("served %d of %d", served.Load(), 16*200)
+			}
+		})
+	}
+}
+
+func TestPassiveEjectionBacksOffAndCaps(t *testing.T) {
+	clk := newFakeClock()
+	b := mustNew(t, "round_robin", Options{Clock: clk.Now, Passive: Passive{MaxFailures: 3, Window: 10 * time.Second, EjectFor: 10 * time.Second, MaxEjectFor: 40 * time.Second, MaxEjectedPercent: 50}},
+		Target{Addr: "bad", Weight: 1}, Target{Addr: "ok1", Weight: 1}, Target{Addr: "ok2", Weight: 1}, Target{Addr: "ok3", Weight: 1})
+	fail := errors.New("502")
+	failUntilEjected := func() {
+		t.Helper()
+		for i := 0; !b.Ejected("bad"); i++ {
+			if i > 1000 {
+				t.Fatal("bad never ejected")
+			}
+			p := mustPick(t, b, "")
+			if p.Addr() == "bad" {
+				p.Done(fail)
+			} else {
+				p.Done(nil)
+			}
+		}
+	}
+	noPickOfBad := func() {
+		t.Helper()
+		for range 50 {
+			p := mustPick(t, b, "")
+			if p.Addr() == "bad" {
+				t.Fatal("ejected target picked")
+			}
+			p.Done(nil)
+		}
+	}
+	// Ejection lengths double: 10s, 20s, 40s, then stay at the 40s cap.
+	for _, d := range []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 40 * time.Second} {
+		failUntilEjected()
+		noPickOfBad()
+		clk.Advance(d - time.Second)
+		if !b.Ejected("bad") {
+			t.Fatalf("back before its %v ejection ended", d)
+		}
+		clk.Advance(time.Second)
+		if b.Ejected("bad") {
+			t.Fatalf("still ejected after %v", d)
+		}
+	}
+	// Failures spread wider than the window do not eject.
+	for range 10 {
+		for {
+			p := mustPick(t, b, "")
+			if p.Addr() == "bad" {
+				p.Done(fail)
+				break
+			}
+			p.Done(nil)
+		}
+		clk.Advance(6 * time.Second)
+	}
+	if b.Ejected("bad") {
+		t.Fatal("ejected for failures spread past the window")
+	}
+	// At most 50%: with two targets ejected, a third failing one stays.
+	all := map[string]bool{}
+	for i := 0; i < 400; i++ {
+		p := mustPick(t, b, "")
+		all[p.Addr()] = true
+		p.Done(fail)
+	}
+	ejected := 0
+	for _, s := range b.Endpoints() {
+		if s.Ejected {
+			ejected++
+		}
+	}
+	if ejected != 2 {
+		t.Fatalf("%d of 4 ejected, want the 50%% cap of 2", ejected)
+	}
+}
+
+func TestHealthyAgainRestartsWarmup(t *testing.T) {
+	clk := newFakeClock()
+	b := mustNew(t, "random", Options{Clock: clk.Now}, Target{Addr: "a", Weight: 10, Warmup: 10 * time.Second}, Target{Addr: "b", Weight: 10})
+	clk.Advance(time.Minute)
+	if err := b.SetHealthy("a", false); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		p := mustPick(t, b, "")
+		if p.Addr() == "a" {
+			t.Fatal("unhealthy target picked")
+		}
+		p.Done(nil)
+	}
+	clk.Advance(time.Minute)
+	_ = b.SetHealthy("a", true)
+	clk.Advance(5 * time.Second)
+	for _, s := range b.Endpoints() {
+		if s.Target.Addr == "a" && (!s.Warming || s.EffectiveWeight != 5) {
+			t.Fatalf("5s after recovery a = %+v, want warming at weight 5", s)
+		}
+	}
+	if err := b.SetHealthy("nope", true); err == nil {
+		t.Fatal("SetHealthy of an unknown target succeeded")
+	}
+}
+
+// Picks allocate nothing on the hot path.
+func TestPickDoesNotAllocate(t *testing.T) {
+	for _, name := range Names() {
+		b := mustNew(t, name, Options{}, Target{Addr: "a", Weight: 5}, Target{Addr: "b", Weight: 1}, Target{Addr: "c", Weight: 1})
+		allocs := testing.AllocsPerRun(1000, func() {
+			p, err := b.Pick("user-42")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(nil)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocs per pick", name, allocs)
+		}
+	}
+}
