@@ -44,12 +44,14 @@ type article struct {
 // context stays within the 4096-byte limit.
 const maxText = 3000
 
-// articleType is the task type's schedule config: pull every 500ms, a stage
-// may run 10s before its lease needs renewing (the SDK renews it), three
-// retries 1s, 2s, 4s apart.
-var articleType = flow.TaskType{
-	TaskType: "article", ScheduleLimit: 16, ScheduleIntervalMS: 500,
-	MaxProcessingMS: 10_000, MaxRetryNum: 3, RetryIntervalMS: 1000, MaxRetryIntervalMS: 10_000,
+// newArticleType is the task type's schedule config: pull every 500ms, a stage
+// may run 10s (-lease) before its lease needs renewing (the SDK renews it),
+// three retries 1s, 2s, 4s apart.
+func newArticleType(lease time.Duration) flow.TaskType {
+	return flow.TaskType{
+		TaskType: "article", ScheduleLimit: 16, ScheduleIntervalMS: 500,
+		MaxProcessingMS: lease.Milliseconds(), MaxRetryNum: 3, RetryIntervalMS: 1000, MaxRetryIntervalMS: 10_000,
+	}
 }
 
 func main() {
@@ -61,16 +63,17 @@ func main() {
 		stageDelay  = flag.Duration("stage-delay", 0, "sleep this long in every stage (to watch, or to test crashes)")
 		workerID    = flag.String("id", "", "worker id (default: host-pid-random)")
 		exitIdle    = flag.Bool("exit-when-done", false, "exit once every article task has ended")
+		lease       = flag.Duration("lease", 10*time.Second, "max_processing_time of the article type (the SDK renews it at a third)")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, strings.Split(*servers, ","), *out, *submit, *concurrency, *stageDelay, *workerID, *exitIdle); err != nil {
+	if err := run(log, newArticleType(*lease), strings.Split(*servers, ","), *out, *submit, *concurrency, *stageDelay, *workerID, *exitIdle); err != nil {
 		log.Error("flow-worker", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger, servers []string, out string, submit, concurrency int, stageDelay time.Duration, id string, exitIdle bool) error {
+func run(log *slog.Logger, articleType flow.TaskType, servers []string, out string, submit, concurrency int, stageDelay time.Duration, id string, exitIdle bool) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}

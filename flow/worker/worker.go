@@ -15,6 +15,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/client"
+	"github.com/fulcrum-lb/fulcrum/pool"
 )
 
 // Config sets up a Worker. Only one of Servers and Client is needed.
@@ -246,15 +247,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	reporters.Add(1)
 	go func() { defer reporters.Done(); w.reportLoop(netCtx) }()
 
-	var pullers, runners sync.WaitGroup
+	var pullers, dispatcher sync.WaitGroup
 	for name, ts := range types {
 		pullers.Add(1)
 		go func() { defer pullers.Done(); w.pullLoop(holdCtx, netCtx, name, ts) }()
 	}
-	for range w.cfg.Concurrency {
-		runners.Add(1)
-		go func() { defer runners.Done(); w.runLoop(hardCtx) }()
-	}
+	runners := pool.New(w.cfg.Concurrency, pool.WithQueueSize(1))
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	dispatcher.Add(1)
+	go func() { defer dispatcher.Done(); w.dispatchLoop(hardCtx, runners, slots) }()
 
 	<-w.stop
 	w.log.Info("flow worker stopping", "held", w.held.Load())
@@ -268,8 +269,13 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// A hold in flight returns within its wait; what it brings is given back.
 	pullers.Wait()
-	// Runners finish the stage they run, then leave.
-	runners.Wait()
+	// The dispatcher starts nothing more; the running stages finish (taking
+	// every slot means none is running).
+	dispatcher.Wait()
+	for range w.cfg.Concurrency {
+		slots <- struct{}{}
+	}
+	runners.Close(context.Background()) // nothing runs now: returns at once
 	// What is still queued was never started: give it back.
 	for drained := false; !drained; {
 		select {
@@ -427,21 +433,45 @@ func (w *Worker) enqueue(ctx context.Context, h *heldTask) {
 	w.queue <- h // never blocks: the backlog reservation bounds the queue
 }
 
-// runLoop runs queued tasks until the worker stops.
-func (w *Worker) runLoop(hardCtx context.Context) {
+// dispatchLoop hands queued tasks to the pool, at most Concurrency at a
+// time (a slot each), so a task never waits in the pool behind another:
+// it waits in the worker's queue, from where a stop can still give it back.
+func (w *Worker) dispatchLoop(hardCtx context.Context, runners *pool.Pool, slots chan struct{}) {
 	for {
-		if w.stopping() {
-			return
-		}
 		select {
 		case <-w.stop:
 			return
-		case h := <-w.queue:
-			if w.stopping() {
-				w.giveBack(h)
-				return
+		case slots <- struct{}{}:
+		}
+		var h *heldTask
+		select {
+		case <-w.stop:
+			<-slots
+			return
+		case h = <-w.queue:
+		}
+		if w.stopping() {
+			<-slots
+			w.giveBack(h)
+			return
+		}
+		var state atomic.Int32 // 0 queued, 1 started, 2 abandoned
+		err := runners.Go(hardCtx, pool.DefaultLoad, func(ctx context.Context) error {
+			if !state.CompareAndSwap(0, 1) {
+				return nil
 			}
-			w.runOne(hardCtx, h)
+			w.runOne(ctx, h)
+			return nil
+		}, func(error) {
+			if state.CompareAndSwap(0, 2) {
+				w.giveBack(h) // skipped by the pool: never started
+			}
+			<-slots
+		})
+		if err != nil {
+			// Not accepted (the pool is shutting down): never started.
+			<-slots
+			w.giveBack(h)
 		}
 	}
 }
