@@ -1,0 +1,79 @@
+package flow
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// crockford is the ULID alphabet: ids sort as strings in creation order.
+const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// TaskIDLen is the length of a task id.
+const TaskIDLen = 26
+
+// NewTaskIDs makes n task ids: 48 bits of milliseconds then 80 random bits,
+// in Crockford base32 (the ULID layout). They are unique without a counter
+// shared between servers, and sort by creation time, which cursor
+// pagination relies on.
+func NewTaskIDs(now time.Time, n int) []string {
+	ids := make([]string, n)
+	rnd := make([]byte, 10*n)
+	rand.Read(rnd) // never fails (crypto/rand panics on a broken source)
+	ms := uint64(now.UnixMilli())
+	for i := range ids {
+		var b [16]byte
+		for k := 0; k < 6; k++ {
+			b[k] = byte(ms >> (40 - 8*k))
+		}
+		copy(b[6:], rnd[10*i:10*i+10])
+		ids[i] = encode128(b)
+	}
+	return ids
+}
+
+func encode128(b [16]byte) string {
+	// 128 bits as 26 base32 digits, most significant first (the first digit
+	// holds the top 3 bits).
+	var out [TaskIDLen]byte
+	hi := uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 | uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+	lo := uint64(b[8])<<56 | uint64(b[9])<<48 | uint64(b[10])<<40 | uint64(b[11])<<32 | uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15])
+	for i := TaskIDLen - 1; i >= 0; i-- {
+		out[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out[:])
+}
+
+// ValidateTaskID checks the shape of a task id (or a list cursor).
+func ValidateTaskID(field, id string) error {
+	if id == "" {
+		return fieldErr(field, "required")
+	}
+	if len(id) != TaskIDLen {
+		return fieldErr(field, "%q is not a task id (%d characters of 0-9A-Z)", clip(id), TaskIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z') {
+			return fieldErr(field, "%q is not a task id (%d characters of 0-9A-Z)", clip(id), TaskIDLen)
+		}
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return truncUTF8(s, 40) + "…"
+	}
+	return s
+}
+
+// NewLease makes a lease token: 128 random bits in hex. One token fences a
+// task for one hold; the next hold of the task gets a new one.
+func NewLease() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,156 @@
+package flow
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Record is a task as a store keeps it: the API view plus the retry policy,
+// which is copied from the task type when the task is created so that a
+// later register_task does not change the backoff of tasks in flight.
+type Record struct {
+	Task
+	RetryIntervalMS    int64
+	MaxRetryIntervalMS int64
+}
+
+// Schedule log events.
+const (
+	EventCreated   = "created"
+	EventHeld      = "held"
+	EventPending   = "pending"
+	EventSuccess   = "success"
+	EventFailed    = "failed"
+	EventRetry     = "retry"
+	EventExpired   = "expired"
+	EventCancelled = "cancelled"
+)
+
+// Backoff is the delay before retry number n (1 for the first retry):
+// retry_interval * 2^(n-1), capped at max_retry_interval.
+func Backoff(retryInterval, maxRetryInterval time.Duration, n int) time.Duration {
+	d := retryInterval
+	for i := 1; i < n && d < maxRetryInterval; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryInterval)
+}
+
+// AppendLog adds e to the log and keeps the last ScheduleLogSize entries.
+func AppendLog(log []LogEntry, e LogEntry) []LogEntry {
+	log = append(log, e)
+	if len(log) > ScheduleLogSize {
+		log = append([]LogEntry(nil), log[len(log)-ScheduleLogSize:]...)
+	}
+	return log
+}
+
+// release clears the hold of a task leaving processing.
+func (r *Record) release() {
+	r.Owner, r.Lease, r.LeaseExpiry = "", "", nil
+}
+
+// retryOrFail counts a retry when one is left (pending after backoff, at
+// least delay from now) or ends the task failed.
+func (r *Record) retryOrFail(now time.Time, delay time.Duration, event, worker, errText string) {
+	if r.CrtRetryNum < r.MaxRetryNum {
+		r.CrtRetryNum++
+		r.Status = StatusPending
+		b := Backoff(time.Duration(r.RetryIntervalMS)*time.Millisecond, time.Duration(r.MaxRetryIntervalMS)*time.Millisecond, r.CrtRetryNum)
+		r.OrderTime = now.Add(max(b, delay))
+	} else {
+		r.Status = StatusFailed
+		if event != EventExpired {
+			event = EventFailed
+		}
+	}
+	r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: event, Error: errText})
+}
+
+// ApplySet applies a validated set_task to r (which must be the current
+// stored state). It returns ErrStaleLease, leaving r as it was, unless r is
+// processing under req.Lease. A lease that expired but was not yet rescued
+// is still accepted: nobody else holds the task.
+//
+// Outcomes:
+//   - pending, no error: hand to req.TaskStage (or run the same stage again),
+//     due after delay_ms; crt_retry_num restarts at 0 when the stage changes,
+//     because retries are counted per stage.
+//   - pending with error, or failed with error while retries are left: a
+//     retry of the current stage after backoff; with none left, failed.
+//   - success, or failed without error: the task ends.
+func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
+	if r.Status != StatusProcessing || r.Lease == "" || r.Lease != req.Lease {
+		return fmt.Errorf("task %s is %s, lease %q is not its current lease: %w", r.TaskID, r.Status, clip(req.Lease), ErrStaleLease)
+	}
+	worker := r.Owner
+	if req.TaskContext != nil {
+		r.TaskContext = req.TaskContext
+	}
+	r.release()
+	r.ModifyTime = now
+	delay := time.Duration(req.DelayMS) * time.Millisecond
+	switch {
+	case req.Error != "" && (req.Status == StatusPending || req.Status == StatusFailed):
+		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
+			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
+		}
+		r.retryOrFail(now, delay, EventRetry, worker, req.Error)
+	case req.Status == StatusPending:
+		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
+			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
+		}
+		r.Status = StatusPending
+		r.OrderTime = now.Add(delay)
+		r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: EventPending})
+	default: // success, failed
+		r.Status = req.Status
+		ev := EventSuccess
+		if req.Status == StatusFailed {
+			ev = EventFailed
+		}
+		r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: ev, Error: req.Error})
+	}
+	return nil
+}
+
+// ApplyExpire rescues a processing task whose lease expired: it counts a
+// retry and returns to pending after backoff, or fails when none are left.
+func ApplyExpire(r *Record, now time.Time) {
+	worker := r.Owner
+	r.release()
+	r.ModifyTime = now
+	r.retryOrFail(now, 0, EventExpired, worker, "lease expired")
+}
+
+// NewRecord builds the stored form of a validated NewTask of type tt.
+func NewRecord(id string, nt NewTask, tt TaskType, now time.Time) Record {
+	order := now.Add(time.Duration(nt.DelayMS)*time.Millisecond - time.Duration(nt.Priority)*time.Second)
+	return Record{
+		Task: Task{
+			TaskID:      id,
+			TaskType:    nt.TaskType,
+			TaskStage:   nt.TaskStage,
+			Status:      StatusPending,
+			TaskContext: nt.TaskContext,
+			Priority:    nt.Priority,
+			OrderTime:   order,
+			MaxRetryNum: tt.MaxRetryNum,
+			ScheduleLog: []LogEntry{{At: now, Stage: nt.TaskStage, Event: EventCreated}},
+			CreateTime:  now,
+			ModifyTime:  now,
+		},
+		RetryIntervalMS:    tt.RetryIntervalMS,
+		MaxRetryIntervalMS: tt.MaxRetryIntervalMS,
+	}
+}
+
+// MarshalLog encodes a schedule log for storage ("[]" when empty).
+func MarshalLog(l []LogEntry) []byte {
+	if len(l) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(l) // LogEntry always marshals
+	return b
+}

@@ -1,0 +1,274 @@
+package flow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Errors callers branch on. Stores and the service wrap them with the task
+// id or type name; test with errors.Is.
+var (
+	// ErrNotFound: no such task.
+	ErrNotFound = errors.New("not found")
+	// ErrUnknownType: the task type was never registered.
+	ErrUnknownType = errors.New("unknown task type")
+	// ErrStaleLease: the lease does not match the task's current one (it
+	// expired and the task was held again, or the task ended). Nothing changed.
+	ErrStaleLease = errors.New("stale lease")
+)
+
+// FieldError is a request field with a bad value. The HTTP API answers 400.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Limits on what clients may send.
+const (
+	MaxNameLen       = 64    // task_type and task_stage
+	MaxWorkerIDLen   = 128   // worker_id
+	MaxErrorLen      = 1024  // error text kept in the schedule log (longer is cut)
+	MaxScheduleLimit = 10000 // schedule_limit
+	MaxBatch         = 1000  // tasks in one create_task or set_tasks
+	// MaxPriority bounds |priority|; one unit moves order_time one second.
+	MaxPriority = 365 * 24 * 3600
+	// MaxDelay bounds delay_ms (one year).
+	MaxDelay = 365 * 24 * time.Hour
+	// ScheduleLogSize is how many schedule log entries a task keeps.
+	ScheduleLogSize = 10
+)
+
+// Defaults register_task applies to fields left zero.
+const (
+	DefaultScheduleLimit    = 100
+	DefaultScheduleInterval = time.Second
+	DefaultMaxProcessing    = 60 * time.Second
+	DefaultRetryInterval    = time.Second
+	DefaultMaxRetryInterval = 5 * time.Minute
+)
+
+var statusNames = map[Status]string{
+	StatusPending:    "pending",
+	StatusProcessing: "processing",
+	StatusSuccess:    "success",
+	StatusFailed:     "failed",
+	StatusCancelled:  "cancelled",
+}
+
+// String is the status's name (pending, processing, success, failed,
+// cancelled), or its number when unknown.
+func (s Status) String() string {
+	if n, ok := statusNames[s]; ok {
+		return n
+	}
+	return strconv.Itoa(int(s))
+}
+
+// Valid reports whether s is one of the five statuses.
+func (s Status) Valid() bool { _, ok := statusNames[s]; return ok }
+
+// Ended reports whether s is final (success, failed, cancelled).
+func (s Status) Ended() bool { return s == StatusSuccess || s == StatusFailed || s == StatusCancelled }
+
+// ParseStatus accepts a status name or number.
+func ParseStatus(v string) (Status, error) {
+	for s, n := range statusNames {
+		if n == v {
+			return s, nil
+		}
+	}
+	if i, err := strconv.Atoi(v); err == nil && Status(i).Valid() {
+		return Status(i), nil
+	}
+	return 0, fmt.Errorf("unknown status %q (want pending, processing, success, failed, cancelled or 1-5)", v)
+}
+
+// AllStatuses lists the statuses in numeric order.
+func AllStatuses() []Status {
+	return []Status{StatusPending, StatusProcessing, StatusSuccess, StatusFailed, StatusCancelled}
+}
+
+func validName(field, v string, required bool) error {
+	if v == "" {
+		if required {
+			return fieldErr(field, "required")
+		}
+		return nil
+	}
+	if len(v) > MaxNameLen {
+		return fieldErr(field, "%d bytes, at most %d", len(v), MaxNameLen)
+	}
+	for _, r := range v {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == ':' || r == '/'
+		if !ok {
+			return fieldErr(field, "%q has %q; use letters, digits and _ - . : /", v, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTaskTypeName checks a task type name.
+func ValidateTaskTypeName(v string) error { return validName("task_type", v, true) }
+
+// ValidateWorkerID checks a worker id: required, printable UTF-8, bounded.
+func ValidateWorkerID(v string) error {
+	switch {
+	case v == "":
+		return fieldErr("worker_id", "required")
+	case len(v) > MaxWorkerIDLen:
+		return fieldErr("worker_id", "%d bytes, at most %d", len(v), MaxWorkerIDLen)
+	case !utf8.ValidString(v):
+		return fieldErr("worker_id", "not valid UTF-8")
+	}
+	return nil
+}
+
+// NormalizeTaskType validates a register_task body and fills zero fields
+// with the defaults. max_retry_num 0 means no retries.
+func NormalizeTaskType(t TaskType) (TaskType, error) {
+	if err := ValidateTaskTypeName(t.TaskType); err != nil {
+		return t, err
+	}
+	neg := []struct {
+		field string
+		v     int64
+	}{
+		{"schedule_limit", int64(t.ScheduleLimit)},
+		{"schedule_interval_ms", t.ScheduleIntervalMS},
+		{"max_processing_time_ms", t.MaxProcessingMS},
+		{"max_retry_num", int64(t.MaxRetryNum)},
+		{"retry_interval_ms", t.RetryIntervalMS},
+		{"max_retry_interval_ms", t.MaxRetryIntervalMS},
+	}
+	for _, f := range neg {
+		if f.v < 0 {
+			return t, fieldErr(f.field, "%d is negative", f.v)
+		}
+	}
+	if t.ScheduleLimit == 0 {
+		t.ScheduleLimit = DefaultScheduleLimit
+	}
+	if t.ScheduleLimit > MaxScheduleLimit {
+		return t, fieldErr("schedule_limit", "%d is over %d", t.ScheduleLimit, MaxScheduleLimit)
+	}
+	if t.ScheduleIntervalMS == 0 {
+		t.ScheduleIntervalMS = DefaultScheduleInterval.Milliseconds()
+	}
+	if t.MaxProcessingMS == 0 {
+		t.MaxProcessingMS = DefaultMaxProcessing.Milliseconds()
+	}
+	if t.RetryIntervalMS == 0 {
+		t.RetryIntervalMS = DefaultRetryInterval.Milliseconds()
+	}
+	if t.MaxRetryIntervalMS == 0 {
+		t.MaxRetryIntervalMS = max(DefaultMaxRetryInterval.Milliseconds(), t.RetryIntervalMS)
+	}
+	if t.MaxRetryIntervalMS < t.RetryIntervalMS {
+		return t, fieldErr("max_retry_interval_ms", "%d is below retry_interval_ms %d", t.MaxRetryIntervalMS, t.RetryIntervalMS)
+	}
+	if t.MaxRetryNum > 1000 {
+		return t, fieldErr("max_retry_num", "%d is over 1000", t.MaxRetryNum)
+	}
+	day := (24 * time.Hour).Milliseconds()
+	for _, f := range []struct {
+		field string
+		v     int64
+	}{{"schedule_interval_ms", t.ScheduleIntervalMS}, {"max_processing_time_ms", t.MaxProcessingMS}, {"retry_interval_ms", t.RetryIntervalMS}, {"max_retry_interval_ms", t.MaxRetryIntervalMS}} {
+		if f.v > 7*day {
+			return t, fieldErr(f.field, "%d is over 7 days", f.v)
+		}
+	}
+	return t, nil
+}
+
+// ValidateContext checks a task_context: at most MaxContextBytes and valid
+// JSON. It returns nil for an absent or null context.
+func ValidateContext(field string, c json.RawMessage) (json.RawMessage, error) {
+	if len(c) == 0 || bytes.Equal(bytes.TrimSpace(c), []byte("null")) {
+		return nil, nil
+	}
+	if len(c) > MaxContextBytes {
+		return nil, fieldErr(field, "%d bytes, at most %d", len(c), MaxContextBytes)
+	}
+	if !utf8.Valid(c) || !json.Valid(c) {
+		return nil, fieldErr(field, "not valid JSON")
+	}
+	return c, nil
+}
+
+// ValidateNewTask checks one task to create; field names are prefixed with
+// prefix (e.g. "tasks[3].") so a batch error says which element.
+func ValidateNewTask(prefix string, t *NewTask) error {
+	if err := validName(prefix+"task_type", t.TaskType, true); err != nil {
+		return err
+	}
+	if err := validName(prefix+"task_stage", t.TaskStage, false); err != nil {
+		return err
+	}
+	c, err := ValidateContext(prefix+"task_context", t.TaskContext)
+	if err != nil {
+		return err
+	}
+	t.TaskContext = c
+	if t.Priority > MaxPriority || t.Priority < -MaxPriority {
+		return fieldErr(prefix+"priority", "%d is outside ±%d", t.Priority, MaxPriority)
+	}
+	if t.DelayMS < 0 {
+		return fieldErr(prefix+"delay_ms", "%d is negative", t.DelayMS)
+	}
+	if t.DelayMS > MaxDelay.Milliseconds() {
+		return fieldErr(prefix+"delay_ms", "%d is over one year", t.DelayMS)
+	}
+	return nil
+}
+
+// ValidateSet checks a set_task body (not its effect, which needs the task).
+func ValidateSet(prefix string, r *SetTaskRequest) error {
+	if err := ValidateTaskID(prefix+"task_id", r.TaskID); err != nil {
+		return err
+	}
+	if r.Lease == "" {
+		return fieldErr(prefix+"lease", "required")
+	}
+	switch r.Status {
+	case StatusPending, StatusSuccess, StatusFailed:
+	default:
+		return fieldErr(prefix+"status", "%d; a worker sets pending (1), success (3) or failed (4)", int(r.Status))
+	}
+	if err := validName(prefix+"task_stage", r.TaskStage, false); err != nil {
+		return err
+	}
+	c, err := ValidateContext(prefix+"task_context", r.TaskContext)
+	if err != nil {
+		return err
+	}
+	r.TaskContext = c
+	if r.DelayMS < 0 {
+		return fieldErr(prefix+"delay_ms", "%d is negative", r.DelayMS)
+	}
+	if r.DelayMS > MaxDelay.Milliseconds() {
+		return fieldErr(prefix+"delay_ms", "%d is over one year", r.DelayMS)
+	}
+	if len(r.Error) > MaxErrorLen {
+		r.Error = truncUTF8(r.Error, MaxErrorLen)
+	}
+	return nil
+}
+
+func truncUTF8(s string, n int) string {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+)
+
+// PostgreSQL goes through database/sql with the pgx driver, so all three
+// dialects share one code path. pgx caches a prepared statement per
+// connection for every query text (QueryExecModeCacheStatement), which is
+// why the batch queries take arrays (one text for any batch size) instead of
+// growing VALUES lists.
+var pgMigrations = [][]string{{
+	`CREATE TABLE IF NOT EXISTS {p}task_types (task_type VARCHAR(64) PRIMARY KEY, schedule_limit INT NOT NULL,
+		schedule_interval_ms BIGINT NOT NULL, max_processing_ms BIGINT NOT NULL, max_retry_num INT NOT NULL,
+		retry_interval_ms BIGINT NOT NULL, max_retry_interval_ms BIGINT NOT NULL, create_time BIGINT NOT NULL, modify_time BIGINT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS {p}tasks (task_id VARCHAR(26) COLLATE "C" PRIMARY KEY, task_type VARCHAR(64) NOT NULL,
+		task_stage VARCHAR(64) NOT NULL, status SMALLINT NOT NULL, task_context TEXT, priority INT NOT NULL, order_time BIGINT NOT NULL,
+		crt_retry_num INT NOT NULL, max_retry_num INT NOT NULL, retry_interval_ms BIGINT NOT NULL, max_retry_interval_ms BIGINT NOT NULL,
+		owner VARCHAR(128) NOT NULL DEFAULT '', lease VARCHAR(64) NOT NULL DEFAULT '', lease_expiry BIGINT NOT NULL DEFAULT 0,
+		schedule_log JSONB NOT NULL, create_time BIGINT NOT NULL, modify_time BIGINT NOT NULL)`,
+	// The claim reads only pending rows of one type in order_time order.
+	`CREATE INDEX IF NOT EXISTS {p}tasks_claim ON {p}tasks (task_type, order_time) WHERE status = 1`,
+	`CREATE INDEX IF NOT EXISTS {p}tasks_lease ON {p}tasks (lease_expiry) WHERE status = 2`,
+	`CREATE INDEX IF NOT EXISTS {p}tasks_ended ON {p}tasks (modify_time) WHERE status IN (3, 4, 5)`,
+	`CREATE INDEX IF NOT EXISTS {p}tasks_list ON {p}tasks (task_type, status, task_id)`,
+}}
+
+func pgLog(event string) string {
+	return "(CASE WHEN jsonb_array_length(schedule_log) >= 10 THEN schedule_log - 0 ELSE schedule_log END) || " +
+		"jsonb_build_array(jsonb_build_object('at', ?::text, 'worker', ?::text, 'stage', task_stage, 'event', '" + event + "'::text))"
+}
+
+// channel is the LISTEN/NOTIFY channel of a table prefix.
+func (d *dialect) channel(prefix string) string { return "fulcrum_flow_" + prefix }
+
+func openPostgres(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, errors.New("store: postgres dsn: " + err.Error())
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, errors.New("store: connect to postgres " + redact(dsn) + ": " + err.Error())
+	}
+	var id [6]byte
+	rand.Read(id[:])
+	d := &dialect{
+		name: "postgres", dollar: true, migrations: pgMigrations, logExpr: pgLog, notify: true,
+		instance: hex.EncodeToString(id[:]),
+		lockMig: func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
+			if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+				return nil, err
+			}
+			return func() { c.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }, nil
+		},
+		retryable: func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+		},
+		start: startListen,
+	}
+	return &SQLStore{d: d, w: db, r: db}, nil
+}
+
+// startListen keeps one connection LISTENing so that tasks made due by
+// other servers wake this server's long polls. Our own notifications are
+// recognised by the instance id and skipped: OnDue already ran for them.
+func startListen(s *SQLStore, dsn string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	ready := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		first := true
+		backoff := 100 * time.Millisecond
+		for ctx.Err() == nil {
+			err := s.listen(ctx, dsn, func() {
+				if first {
+					ready <- nil
+					first = false
+				} else {
+					s.onDue("") // we may have missed notifications while away
+				}
+				backoff = 100 * time.Millisecond
+			})
+			if ctx.Err() != nil {
+				break
+			}
+			if first {
+				ready <- err
+				return
+			}
+			s.log.Warn("flow store: LISTEN connection lost; reconnecting", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}()
+	if err := <-ready; err != nil {
+		cancel()
+		wg.Wait()
+		return errors.New("store: postgres LISTEN: " + err.Error())
+	}
+	s.closer = func() error { cancel(); wg.Wait(); return nil }
+	return nil
+}
+
+func (s *SQLStore) listen(ctx context.Context, dsn string, up func()) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.d.channel(s.p)}.Sanitize()); err != nil {
+		return err
+	}
+	up()
+	mine := s.d.instance + ":"
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(n.Payload, mine) {
+			continue
+		}
+		if _, typ, ok := strings.Cut(n.Payload, ":"); ok {
+			s.onDue(typ)
+		}
+	}
+}
+
+// insertPG creates a batch with one statement of arrays, and NOTIFYs.
+func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
+	n := len(recs)
+	ids, types, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	statuses, prios, crts, maxr := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	ctxs := make([]*string, n)
+	ots, ris, mris, les, cts, mts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, r := range recs {
+		ids[i], types[i], stages[i], owners[i], leases[i] = r.TaskID, r.TaskType, r.TaskStage, r.Owner, r.Lease
+		logs[i] = string(marshalLog(r.ScheduleLog))
+		statuses[i], prios[i], crts[i], maxr[i] = int32(r.Status), int32(r.Priority), int32(r.CrtRetryNum), int32(r.MaxRetryNum)
+		if r.TaskContext != nil {
+			c := string(r.TaskContext)
+			ctxs[i] = &c
+		}
+		ots[i], ris[i], mris[i], cts[i], mts[i] = us(r.OrderTime), r.RetryIntervalMS, r.MaxRetryIntervalMS, us(r.CreateTime), us(r.ModifyTime)
+	}
+	_, err := s.w.ExecContext(ctx, s.q.insert, ids, types, stages, statuses, ctxs, prios, ots, crts, maxr, ris, mris, owners, leases, les, logs, cts, mts,
+		s.d.channel(s.p), s.d.instance+":")
+	return err
+}

@@ -1,0 +1,922 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// SQLStore is the Store for all three databases; a dialect supplies what
+// differs.
+type SQLStore struct {
+	d      *dialect
+	w      *sql.DB // writes (SQLite: one connection)
+	r      *sql.DB // reads (the same pool except on SQLite)
+	p      string  // table prefix
+	lock   Locker
+	onDue  func(string)
+	log    *slog.Logger
+	q      queries
+	closer func() error
+}
+
+// Dialect names the database: "sqlite", "postgres" or "mysql".
+func (s *SQLStore) Dialect() string { return s.d.name }
+
+// DB is the write pool, for tests and tools.
+func (s *SQLStore) DB() *sql.DB { return s.w }
+
+// TablePrefix is the prefix of the store's tables.
+func (s *SQLStore) TablePrefix() string { return s.p }
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_]{0,40}$`)
+
+// Open connects to the database named by dsn, creates or migrates the
+// schema (safely when several servers start at once) and returns the store.
+//
+//	sqlite://PATH                     (file created if missing; ?synchronous=normal to relax fsync)
+//	postgres://user@host:port/db?...  (or postgresql://)
+//	mysql://user:pass@tcp(host:port)/db?...
+func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
+	if opts.TablePrefix == "" {
+		opts.TablePrefix = "flow_"
+	}
+	if !prefixRE.MatchString(opts.TablePrefix) {
+		return nil, fmt.Errorf("store: table prefix %q: use at most 40 letters, digits and _", opts.TablePrefix)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.OnDue == nil {
+		opts.OnDue = func(string) {}
+	}
+	var s *SQLStore
+	var err error
+	switch {
+	case strings.HasPrefix(dsn, "sqlite://"):
+		s, err = openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite://"))
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		s, err = openPostgres(ctx, dsn, opts)
+	case strings.HasPrefix(dsn, "mysql://"):
+		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"))
+	default:
+		return nil, fmt.Errorf("store: db %q: want sqlite://PATH, postgres://... or mysql://...", redact(dsn))
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.p, s.lock, s.onDue, s.log = opts.TablePrefix, opts.HoldLock, opts.OnDue, opts.Logger
+	s.q = buildQueries(s.d, s.p, s.lock != nil)
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.d.start != nil {
+		if err := s.d.start(s, dsn); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// redact hides a password in a DSN for error messages.
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		rest := dsn[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if c := strings.Index(rest[:at], ":"); c >= 0 {
+				return dsn[:i+3] + rest[:c] + ":***" + rest[at:]
+			}
+		}
+	}
+	return dsn
+}
+
+// Close stops background work and closes the pools.
+func (s *SQLStore) Close() error {
+	var errs []error
+	if s.closer != nil {
+		errs = append(errs, s.closer())
+	}
+	errs = append(errs, s.w.Close())
+	if s.r != s.w {
+		errs = append(errs, s.r.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// dialect is what differs between databases.
+type dialect struct {
+	name       string
+	dollar     bool                                             // $n placeholders
+	migrations [][]string                                       // DDL per version, {p} = table prefix
+	lockMig    func(ctx context.Context, c *sql.Conn, key string) (func(), error) // nil: run migrations in one write tx
+	logExpr    func(event string) string                        // append a log entry (args: at, worker)
+	retryable  func(error) bool
+	start      func(s *SQLStore, dsn string) error // background work after migrate (PG: LISTEN)
+	notify     bool                                // PG: NOTIFY in writes
+	instance   string                              // PG: this store's id in NOTIFY payloads
+}
+
+// rebind turns ? into $1, $2, ... for PostgreSQL.
+func (d *dialect) rebind(q string) string {
+	if !d.dollar {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time"
+
+func colsWith(alias, logCast string) string {
+	parts := strings.Split(cols, ", ")
+	for i, c := range parts {
+		if alias != "" {
+			parts[i] = alias + "." + c
+		}
+		if c == "schedule_log" {
+			parts[i] += logCast
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// queries are built once per store.
+type queries struct {
+	cols, holdSel, holdUpd, hold, lockSel, writeRow, writeBatch string
+	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
+	getType, listTypes, stats, insert                           string
+}
+
+func buildQueries(d *dialect, p string, redisLock bool) queries {
+	t := p + "tasks"
+	logCast := ""
+	if d.name == "postgres" {
+		logCast = "::text"
+	}
+	q := queries{cols: colsWith("", logCast)}
+	set := "status = 2, owner = ?, lease = ?, lease_expiry = ?, modify_time = ?, schedule_log = " + d.logExpr(flow.EventHeld)
+	skip := " FOR UPDATE SKIP LOCKED"
+	guard := ""
+	if redisLock {
+		// The lock serialises holds; the status guard is the owner CAS that
+		// keeps a hold correct even if the lock expired mid-claim.
+		skip, guard = "", " AND status = 1"
+	}
+	due := "task_type = ? AND status = 1 AND order_time <= ? ORDER BY order_time LIMIT ?"
+	switch d.name {
+	case "postgres":
+		tg := ""
+		if redisLock {
+			tg = " AND t.status = 1"
+		}
+		q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + skip + ") UPDATE " + t + " t SET " + set +
+			" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", logCast)
+	case "sqlite":
+		q.hold = "UPDATE " + t + " SET " + set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + due + ")" + guard + " RETURNING " + q.cols
+	case "mysql":
+		q.holdSel = "SELECT " + q.cols + " FROM " + t + " WHERE " + due + skip
+		q.holdUpd = "UPDATE " + t + " SET " + set + " WHERE task_id IN (%s)" + guard
+	}
+	forUpdate := ""
+	if d.name != "sqlite" {
+		forUpdate = " FOR UPDATE"
+	}
+	if d.name == "postgres" {
+		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id" + forUpdate
+		q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
+			" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log::jsonb, modify_time = v.mt" +
+			" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::bigint[], ?::int[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::bigint[])" +
+			" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
+			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = 1) d"
+		q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
+			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[]) RETURNING task_type)" +
+			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
+	} else {
+		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id" + forUpdate
+	}
+	q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
+	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = 2"
+	q.cancel = "UPDATE " + t + " SET status = 5, owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " + d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (1, 2)"
+	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
+	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = 1"
+	rescueLock := " FOR UPDATE SKIP LOCKED"
+	if d.name == "sqlite" {
+		rescueLock = ""
+	}
+	q.rescueSel = "SELECT " + q.cols + " FROM " + t + " WHERE status = 2 AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?" + rescueLock
+	switch d.name {
+	case "mysql":
+		q.prune = "DELETE FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?"
+		q.upsertType = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, create_time, modify_time)" +
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE schedule_limit = VALUES(schedule_limit), schedule_interval_ms = VALUES(schedule_interval_ms)," +
+			" max_processing_ms = VALUES(max_processing_ms), max_retry_num = VALUES(max_retry_num), retry_interval_ms = VALUES(retry_interval_ms)," +
+			" max_retry_interval_ms = VALUES(max_retry_interval_ms), modify_time = VALUES(modify_time)"
+	default:
+		q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?)"
+		q.upsertType = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, create_time, modify_time)" +
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_type) DO UPDATE SET schedule_limit = excluded.schedule_limit, schedule_interval_ms = excluded.schedule_interval_ms," +
+			" max_processing_ms = excluded.max_processing_ms, max_retry_num = excluded.max_retry_num, retry_interval_ms = excluded.retry_interval_ms," +
+			" max_retry_interval_ms = excluded.max_retry_interval_ms, modify_time = excluded.modify_time"
+	}
+	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms"
+	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
+	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
+	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
+	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.renew, &q.cancel, &q.get,
+		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert} {
+		*s = d.rebind(*s)
+	}
+	return q
+}
+
+// in makes "?, ?, ?" for n values.
+func in(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func logAt(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+type scanner interface{ Scan(...any) error }
+
+func scanRecord(sc scanner) (flow.Record, error) {
+	var r flow.Record
+	var ctxb, logb []byte
+	var status int
+	var order, le, ct, mt int64
+	err := sc.Scan(&r.TaskID, &r.TaskType, &r.TaskStage, &status, &ctxb, &r.Priority, &order, &r.CrtRetryNum, &r.MaxRetryNum,
+		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &le, &logb, &ct, &mt)
+	if err != nil {
+		return r, err
+	}
+	r.Status = flow.Status(status)
+	if ctxb != nil {
+		r.TaskContext = json.RawMessage(append([]byte(nil), ctxb...))
+	}
+	r.OrderTime, r.CreateTime, r.ModifyTime = fromUS(order), fromUS(ct), fromUS(mt)
+	if le != 0 {
+		t := fromUS(le)
+		r.LeaseExpiry = &t
+	}
+	if len(logb) > 0 {
+		if err := json.Unmarshal(logb, &r.ScheduleLog); err != nil {
+			return r, fmt.Errorf("task %s: schedule_log: %w", r.TaskID, err)
+		}
+	}
+	return r, nil
+}
+
+func scanRecords(rows *sql.Rows) ([]flow.Record, error) {
+	defer rows.Close()
+	var out []flow.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func ctxArg(c json.RawMessage) any {
+	if c == nil {
+		return nil
+	}
+	return string(c)
+}
+
+// tx runs fn in a write transaction, retrying deadlocks and serialisation
+// failures a few times (nothing of a failed attempt was committed).
+func (s *SQLStore) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = s.tryTx(ctx, fn)
+		if err == nil || !s.d.retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond) // brief, to let the other transaction finish
+	}
+	return err
+}
+
+func (s *SQLStore) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// RegisterType implements Store.
+func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.q.upsertType, t.TaskType, t.ScheduleLimit, t.ScheduleIntervalMS, t.MaxProcessingMS,
+		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, us(now), us(now))
+	if err != nil {
+		return fmt.Errorf("register task type %s: %w", t.TaskType, err)
+	}
+	return nil
+}
+
+func scanType(sc scanner) (flow.TaskType, error) {
+	var t flow.TaskType
+	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS)
+	return t, err
+}
+
+// GetType implements Store.
+func (s *SQLStore) GetType(ctx context.Context, name string) (flow.TaskType, error) {
+	t, err := scanType(s.r.QueryRowContext(ctx, s.q.getType, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("task type %q: %w", name, flow.ErrUnknownType)
+	}
+	if err != nil {
+		return t, fmt.Errorf("get task type %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// ListTypes implements Store.
+func (s *SQLStore) ListTypes(ctx context.Context) ([]flow.TaskType, error) {
+	rows, err := s.r.QueryContext(ctx, s.q.listTypes)
+	if err != nil {
+		return nil, fmt.Errorf("list task types: %w", err)
+	}
+	defer rows.Close()
+	var out []flow.TaskType
+	for rows.Next() {
+		t, err := scanType(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// CreateTasks implements Store.
+func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var err error
+	if s.d.name == "postgres" {
+		err = s.insertPG(ctx, recs)
+	} else {
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			const chunk = 500
+			for i := 0; i < len(recs); i += chunk {
+				part := recs[i:min(i+chunk, len(recs))]
+				var b strings.Builder
+				b.WriteString("INSERT INTO " + s.p + "tasks (" + cols + ") VALUES ")
+				args := make([]any, 0, len(part)*17)
+				for k, r := range part {
+					if k > 0 {
+						b.WriteString(", ")
+					}
+					b.WriteString("(" + in(17) + ")")
+					args = append(args, r.TaskID, r.TaskType, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), r.Priority, us(r.OrderTime),
+						r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS, r.Owner, r.Lease, int64(0),
+						string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime))
+				}
+				if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("create %d tasks: %w", len(recs), err)
+	}
+	s.due(recs)
+	return nil
+}
+
+// due tells OnDue which types got pending tasks.
+func (s *SQLStore) due(recs []flow.Record) {
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r.Status == flow.StatusPending && !seen[r.TaskType] {
+			seen[r.TaskType] = true
+			s.onDue(r.TaskType)
+		}
+	}
+}
+
+// Hold implements Store.
+func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if s.lock != nil {
+		unlock, err := s.lock.Lock(ctx, s.p+"hold:"+p.TaskType)
+		if err != nil {
+			return nil, fmt.Errorf("hold %s: lock: %w", p.TaskType, err)
+		}
+		defer unlock()
+	}
+	var recs []flow.Record
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		recs, err = s.hold(ctx, p)
+		if err == nil || !s.d.retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hold %s: %w", p.TaskType, err)
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if !recs[i].OrderTime.Equal(recs[j].OrderTime) {
+			return recs[i].OrderTime.Before(recs[j].OrderTime)
+		}
+		return recs[i].TaskID < recs[j].TaskID
+	})
+	return recs, nil
+}
+
+func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	at := logAt(p.Now)
+	if s.q.hold != "" {
+		var args []any
+		setArgs := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
+		dueArgs := []any{p.TaskType, us(p.Now), p.Limit}
+		if s.d.name == "postgres" {
+			args = append(dueArgs, setArgs...)
+		} else {
+			args = append(setArgs, dueArgs...)
+		}
+		rows, err := s.w.QueryContext(ctx, s.q.hold, args...)
+		if err != nil {
+			return nil, err
+		}
+		return scanRecords(rows)
+	}
+	// MySQL: select under SKIP LOCKED, then update, in one transaction.
+	var out []flow.Record
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q.holdSel, p.TaskType, us(p.Now), p.Limit)
+		if err != nil {
+			return err
+		}
+		recs, err := scanRecords(rows)
+		if err != nil || len(recs) == 0 {
+			out = nil
+			return err
+		}
+		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
+		for _, r := range recs {
+			args = append(args, r.TaskID)
+		}
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.holdUpd, in(len(recs))), args...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != int64(len(recs)) {
+			// Only without SKIP LOCKED (Redis lock mode) can rows change
+			// between the select and the update; keep those we got.
+			got, err := s.heldBy(ctx, tx, recs, p.Lease)
+			if err != nil {
+				return err
+			}
+			recs = got
+		}
+		for i := range recs {
+			r := &recs[i]
+			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
+			le := p.LeaseExpiry
+			r.LeaseExpiry = &le
+			r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+		}
+		out = recs
+		return nil
+	})
+	return out, err
+}
+
+func (s *SQLStore) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, lease string) ([]flow.Record, error) {
+	args := []any{lease}
+	for _, r := range recs {
+		args = append(args, r.TaskID)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT task_id FROM "+s.p+"tasks WHERE lease = ? AND task_id IN ("+in(len(recs))+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	mine := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		mine[id] = true
+	}
+	var out []flow.Record
+	for _, r := range recs {
+		if mine[r.TaskID] {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
+// lockRows loads the rows of ids under a row lock (SQLite: under the one
+// writer) in task_id order, which keeps concurrent batches from deadlocking.
+func (s *SQLStore) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*flow.Record, error) {
+	var rows *sql.Rows
+	var err error
+	if s.d.name == "postgres" {
+		rows, err = tx.QueryContext(ctx, s.q.lockSel, ids)
+	} else {
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		rows, err = tx.QueryContext(ctx, fmt.Sprintf(s.q.lockSel, in(len(ids))), args...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	recs, err := scanRecords(rows)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]*flow.Record, len(recs))
+	for i := range recs {
+		m[recs[i].TaskID] = &recs[i]
+	}
+	return m, nil
+}
+
+// writeRecords stores the mutable columns of recs.
+func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if s.d.name == "postgres" {
+		n := len(recs)
+		ids, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		statuses, crts := make([]int32, n), make([]int32, n)
+		ctxs := make([]*string, n)
+		ots, les, mts := make([]int64, n), make([]int64, n), make([]int64, n)
+		for i, r := range recs {
+			ids[i], stages[i], owners[i], leases[i], logs[i] = r.TaskID, r.TaskStage, r.Owner, r.Lease, string(flow.MarshalLog(r.ScheduleLog))
+			statuses[i], crts[i] = int32(r.Status), int32(r.CrtRetryNum)
+			if r.TaskContext != nil {
+				c := string(r.TaskContext)
+				ctxs[i] = &c
+			}
+			ots[i], mts[i] = us(r.OrderTime), us(r.ModifyTime)
+			if r.LeaseExpiry != nil {
+				les[i] = us(*r.LeaseExpiry)
+			}
+		}
+		_, err := tx.ExecContext(ctx, s.q.writeBatch, ids, stages, statuses, ctxs, ots, crts, owners, leases, les, logs, mts, s.d.channel(s.p), s.d.instance+":")
+		return err
+	}
+	stmt, err := tx.PrepareContext(ctx, s.q.writeRow)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, r := range recs {
+		var le int64
+		if r.LeaseExpiry != nil {
+			le = us(*r.LeaseExpiry)
+		}
+		if _, err := stmt.ExecContext(ctx, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
+			r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime), r.TaskID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetTasks implements Store.
+func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	var errs []error
+	var changed []*flow.Record
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		errs, changed = make([]error, len(reqs)), nil
+		ids := make([]string, 0, len(reqs))
+		seen := map[string]bool{}
+		for _, r := range reqs {
+			if !seen[r.TaskID] {
+				seen[r.TaskID] = true
+				ids = append(ids, r.TaskID)
+			}
+		}
+		sort.Strings(ids)
+		recs, err := s.lockRows(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		dirty := map[string]bool{}
+		for i, req := range reqs {
+			r, ok := recs[req.TaskID]
+			if !ok {
+				errs[i] = fmt.Errorf("task %s: %w", req.TaskID, flow.ErrNotFound)
+				continue
+			}
+			// Apply to a copy so a refused request leaves the row as it was.
+			c := *r
+			if err := flow.ApplySet(&c, req, now); err != nil {
+				errs[i] = err
+				continue
+			}
+			*r = c
+			if !dirty[r.TaskID] {
+				dirty[r.TaskID] = true
+				changed = append(changed, r)
+			}
+		}
+		return s.writeRecords(ctx, tx, changed)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set %d tasks: %w", len(reqs), err)
+	}
+	s.dueP(changed)
+	return errs, nil
+}
+
+func (s *SQLStore) dueP(recs []*flow.Record) {
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r.Status == flow.StatusPending && !seen[r.TaskType] {
+			seen[r.TaskType] = true
+			s.onDue(r.TaskType)
+		}
+	}
+}
+
+// stale tells apart a missing task and a lease that does not match.
+func (s *SQLStore) stale(ctx context.Context, taskID, what string) error {
+	r, err := s.GetTask(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("task %s is %s, %s: %w", taskID, r.Status, what, flow.ErrStaleLease)
+}
+
+// RenewLease implements Store.
+func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease)
+	if err != nil {
+		return fmt.Errorf("renew lease of %s: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return s.stale(ctx, taskID, "lease is not its current one")
+	}
+	return nil
+}
+
+// CancelTask implements Store.
+func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
+	r, err := s.GetTask(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	if r.Status == flow.StatusCancelled {
+		return nil
+	}
+	return fmt.Errorf("task %s already ended %s: %w", taskID, r.Status, flow.ErrStaleLease)
+}
+
+// GetTask implements Store.
+func (s *SQLStore) GetTask(ctx context.Context, taskID string) (flow.Record, error) {
+	r, err := scanRecord(s.r.QueryRowContext(ctx, s.q.get, taskID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("task %s: %w", taskID, flow.ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	return r, nil
+}
+
+// ListTasks implements Store.
+func (s *SQLStore) ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error) {
+	var where []string
+	var args []any
+	if f.TaskType != "" {
+		where, args = append(where, "task_type = ?"), append(args, f.TaskType)
+	}
+	if f.Status != 0 {
+		where, args = append(where, "status = ?"), append(args, int(f.Status))
+	}
+	if f.TaskStage != "" {
+		where, args = append(where, "task_stage = ?"), append(args, f.TaskStage)
+	}
+	if f.After != "" {
+		where, args = append(where, "task_id > ?"), append(args, f.After)
+	}
+	q := "SELECT " + s.q.cols + " FROM " + s.p + "tasks"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY task_id LIMIT ?"
+	args = append(args, f.Limit)
+	rows, err := s.r.QueryContext(ctx, s.d.rebind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return scanRecords(rows)
+}
+
+// Stats implements Store.
+func (s *SQLStore) Stats(ctx context.Context) ([]flow.TypeStats, error) {
+	types, err := s.ListTypes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]map[string]int64{}
+	var order []string
+	newCounts := func(name string) map[string]int64 {
+		m := map[string]int64{}
+		for _, st := range flow.AllStatuses() {
+			m[st.String()] = 0
+		}
+		by[name] = m
+		order = append(order, name)
+		return m
+	}
+	for _, t := range types {
+		newCounts(t.TaskType)
+	}
+	rows, err := s.r.QueryContext(ctx, s.q.stats)
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var st int
+		var n int64
+		if err := rows.Scan(&name, &st, &n); err != nil {
+			return nil, err
+		}
+		m, ok := by[name]
+		if !ok {
+			m = newCounts(name)
+		}
+		m[flow.Status(st).String()] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sort.Strings(order)
+	out := make([]flow.TypeStats, 0, len(order))
+	for _, name := range order {
+		out = append(out, flow.TypeStats{TaskType: name, Counts: by[name]})
+	}
+	return out, nil
+}
+
+// NextDue implements Store.
+func (s *SQLStore) NextDue(ctx context.Context, taskType string) (time.Time, bool, error) {
+	var v sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, s.q.nextDue, taskType).Scan(&v); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due of %s: %w", taskType, err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromUS(v.Int64), true, nil
+}
+
+// RescueExpired implements Store.
+func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	var changed []*flow.Record
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q.rescueSel, us(now), limit)
+		if err != nil {
+			return err
+		}
+		recs, err := scanRecords(rows)
+		if err != nil {
+			return err
+		}
+		changed = changed[:0]
+		for i := range recs {
+			flow.ApplyExpire(&recs[i], now)
+			changed = append(changed, &recs[i])
+		}
+		return s.writeRecords(ctx, tx, changed)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue expired leases: %w", err)
+	}
+	s.dueP(changed)
+	return len(changed), nil
+}
+
+// PruneEnded implements Store.
+func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	res, err := s.w.ExecContext(ctx, s.q.prune, us(before), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune ended tasks: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// migrate brings the schema to the newest version. Each dialect serialises
+// concurrent starts: an advisory lock (PostgreSQL), GET_LOCK (MySQL) or the
+// write transaction (SQLite).
+func (s *SQLStore) migrate(ctx context.Context) error {
+	meta := s.p + "meta"
+	run := func(ex interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) error {
+		if _, err := ex.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+meta+" (name VARCHAR(64) PRIMARY KEY, value BIGINT NOT NULL)"); err != nil {
+			return err
+		}
+		var v int
+		err := ex.QueryRowContext(ctx, s.d.rebind("SELECT value FROM "+meta+" WHERE name = ?"), "schema_version").Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			if _, err := ex.ExecContext(ctx, s.d.rebind("INSERT INTO "+meta+" (name, value) VALUES (?, 0)"), "schema_version"); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		if v > len(s.d.migrations) {
+			return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(s.d.migrations))
+		}
+		for i := v; i < len(s.d.migrations); i++ {
+			for _, stmt := range s.d.migrations[i] {
+				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil {
+					return fmt.Errorf("migration %d: %w", i+1, err)
+				}
+			}
+			if _, err := ex.ExecContext(ctx, s.d.rebind("UPDATE "+meta+" SET value = ? WHERE name = ?"), i+1, "schema_version"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if s.d.lockMig == nil {
+		err = s.tryTx(ctx, func(tx *sql.Tx) error { return run(tx) })
+	} else {
+		var c *sql.Conn
+		c, err = s.w.Conn(ctx)
+		if err == nil {
+			var unlock func()
+			unlock, err = s.d.lockMig(ctx, c, "fulcrum_flow_migrate_"+s.p)
+			if err == nil {
+				err = run(c)
+				unlock()
+			}
+			c.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("store: migrate %s schema (prefix %s): %w", s.d.name, s.p, err)
+	}
+	return nil
+}
+
+type recordT = flow.Record
+
+var marshalLog = flow.MarshalLog

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// Store keeps task types and tasks. Errors callers branch on wrap
+// flow.ErrNotFound, flow.ErrUnknownType and flow.ErrStaleLease. Times are
+// passed in by the caller (the server's clock) and kept to the microsecond.
+type Store interface {
+	// RegisterType creates or replaces a task type's config.
+	RegisterType(ctx context.Context, t flow.TaskType, now time.Time) error
+	// GetType returns a type's config or an error wrapping ErrUnknownType.
+	GetType(ctx context.Context, name string) (flow.TaskType, error)
+	// ListTypes returns every registered type, by name.
+	ListTypes(ctx context.Context) ([]flow.TaskType, error)
+
+	// CreateTasks stores new pending records, all or none.
+	CreateTasks(ctx context.Context, recs []flow.Record) error
+	// Hold claims up to p.Limit due tasks of p.TaskType, oldest order_time
+	// first, marking them processing under p.Lease until p.LeaseExpiry. No
+	// task is returned to two holds unless released in between.
+	Hold(ctx context.Context, p HoldParams) ([]flow.Record, error)
+	// SetTasks applies a batch of validated set_task requests in one
+	// transaction. errs has one entry per request (nil, or wrapping
+	// ErrNotFound / ErrStaleLease); a failed entry changes nothing. err is
+	// for the batch as a whole, when nothing was applied.
+	SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) (errs []error, err error)
+	// RenewLease moves a held task's lease expiry to expiry.
+	RenewLease(ctx context.Context, taskID, lease string, expiry time.Time) error
+	// CancelTask ends a pending or processing task as cancelled. Cancelling
+	// a cancelled task succeeds; one that ended otherwise gets ErrStaleLease.
+	CancelTask(ctx context.Context, taskID string, now time.Time) error
+	// GetTask returns one task.
+	GetTask(ctx context.Context, taskID string) (flow.Record, error)
+	// ListTasks returns tasks matching f in task_id order.
+	ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error)
+	// Stats counts tasks by type and status (registered types with none
+	// included).
+	Stats(ctx context.Context) ([]flow.TypeStats, error)
+	// NextDue is the earliest order_time of a pending task of the type.
+	NextDue(ctx context.Context, taskType string) (t time.Time, ok bool, err error)
+
+	// RescueExpired returns up to limit processing tasks whose lease expired
+	// before now to pending (or failed), counting a retry.
+	RescueExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	// PruneEnded deletes up to limit ended tasks last modified before before.
+	PruneEnded(ctx context.Context, before time.Time, limit int) (int, error)
+
+	Close() error
+}
+
+// HoldParams is one claim.
+type HoldParams struct {
+	TaskType    string
+	WorkerID    string
+	Limit       int
+	Lease       string
+	Now         time.Time
+	LeaseExpiry time.Time
+}
+
+// ListFilter selects tasks; zero fields match everything. After is the last
+// task id of the previous page.
+type ListFilter struct {
+	TaskType  string
+	Status    flow.Status
+	TaskStage string
+	After     string
+	Limit     int
+}
+
+// Locker serialises holds of one task type across servers (the seed's
+// Redis lock); see package redislock. Without one, a store relies on the
+// database's row locks (SKIP LOCKED).
+type Locker interface {
+	Lock(ctx context.Context, key string) (unlock func(), err error)
+}
+
+// Options tune a store; the zero value is usable.
+type Options struct {
+	// TablePrefix starts every table and index name; default "flow_".
+	// Letters, digits and _ only. Tests use a unique one per run.
+	TablePrefix string
+	// HoldLock, when set, is taken around each hold, and the claim uses no
+	// SKIP LOCKED (the seed's design, for comparison and for databases
+	// without it).
+	HoldLock Locker
+	// OnDue is called after a commit that made tasks of a type pending
+	// (created, handed to a stage, retried, rescued), and on PostgreSQL
+	// when another server did. "" means any type (after a reconnect).
+	OnDue func(taskType string)
+	// Logger receives background errors; default slog.Default().
+	Logger *slog.Logger
+}

@@ -1,0 +1,84 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+	"github.com/fulcrum-lb/fulcrum/flow/store/storetest"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+// factory opens SQLStores on dsn and drops each prefix's tables when the
+// test that first used it ends.
+func factory(dsn func(t testing.TB) string) storetest.Factory {
+	var mu sync.Mutex
+	dropped := map[string]bool{}
+	return storetest.Factory{Open: func(t testing.TB, prefix string, opts store.Options) store.Store {
+		t.Helper()
+		s, err := store.Open(context.Background(), dsn(t), withPrefix(opts, prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		first := !dropped[prefix]
+		dropped[prefix] = true
+		mu.Unlock()
+		t.Cleanup(func() {
+			if first {
+				for _, tbl := range []string{"tasks", "task_types", "meta"} {
+					s.DB().Exec("DROP TABLE IF EXISTS " + prefix + tbl)
+				}
+			}
+			s.Close()
+		})
+		return s
+	}}
+}
+
+func withPrefix(o store.Options, p string) store.Options { o.TablePrefix = p; return o }
+
+func TestSQLite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	storetest.Run(t, factory(func(t testing.TB) string {
+		// One file per prefix would also do; one per test keeps them apart.
+		return "sqlite://" + filepath.Join(dir, "flow.db")
+	}))
+}
+
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, factory(func(t testing.TB) string { return testenv.Postgres(t) }))
+}
+
+func TestMySQL(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, factory(func(t testing.TB) string { return "mysql://" + testenv.MySQL(t) }))
+}
+
+// The claim relies on READ COMMITTED (no gap locks); the DSN alone says
+// REPEATABLE READ on a default server.
+func TestMySQLSessionIsReadCommitted(t *testing.T) {
+	s, err := store.Open(context.Background(), "mysql://"+testenv.MySQL(t), store.Options{TablePrefix: storetest.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, tbl := range []string{"tasks", "task_types", "meta"} {
+			s.DB().Exec("DROP TABLE IF EXISTS " + s.TablePrefix() + tbl)
+		}
+		s.Close()
+	}()
+	var iso string
+	if err := s.DB().QueryRow("SELECT @@SESSION.tx_isolation").Scan(&iso); err != nil {
+		if err := s.DB().QueryRow("SELECT @@SESSION.transaction_isolation").Scan(&iso); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if iso != "READ-COMMITTED" {
+		t.Fatalf("session isolation = %s, want READ-COMMITTED", iso)
+	}
+}

@@ -1,0 +1,753 @@
+// Package storetest is the conformance suite every flow store passes: the
+// same tests, run against SQLite, PostgreSQL and MariaDB/MySQL by the
+// store package's tests (River's driver-test pattern).
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+)
+
+// Factory opens stores of one database for the suite.
+type Factory struct {
+	// Open opens a store on the tables named by prefix, creating them if
+	// needed, and arranges for them to be dropped when t ends. Calling it
+	// twice with one prefix gives two stores (two "servers") on one set of
+	// tables.
+	Open func(t testing.TB, prefix string, opts store.Options) store.Store
+}
+
+// Prefix returns a table prefix unique to this run.
+func Prefix() string {
+	var b [5]byte
+	rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:]) + "_"
+}
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
+
+var defType = flow.TaskType{TaskType: "video", ScheduleLimit: 10, ScheduleIntervalMS: 1000, MaxProcessingMS: 30000,
+	MaxRetryNum: 2, RetryIntervalMS: 1000, MaxRetryIntervalMS: 3000}
+
+type env struct {
+	t  *testing.T
+	s  store.Store
+	tt flow.TaskType
+}
+
+func newEnv(t *testing.T, f Factory, opts store.Options) *env {
+	t.Helper()
+	s := f.Open(t, Prefix(), opts)
+	e := &env{t: t, s: s, tt: defType}
+	if err := s.RegisterType(context.Background(), defType, t0); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) create(nts ...flow.NewTask) []string {
+	e.t.Helper()
+	ids := flow.NewTaskIDs(t0, len(nts))
+	recs := make([]flow.Record, len(nts))
+	for i, nt := range nts {
+		if nt.TaskType == "" {
+			nt.TaskType = e.tt.TaskType
+		}
+		recs[i] = flow.NewRecord(ids[i], nt, e.tt, t0)
+	}
+	if err := e.s.CreateTasks(context.Background(), recs); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+func (e *env) hold(now time.Time, limit int, worker string) []flow.Record {
+	e.t.Helper()
+	recs, err := e.s.Hold(context.Background(), store.HoldParams{TaskType: e.tt.TaskType, WorkerID: worker, Limit: limit,
+		Lease: flow.NewLease(), Now: now, LeaseExpiry: now.Add(time.Duration(e.tt.MaxProcessingMS) * time.Millisecond)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+func (e *env) get(id string) flow.Record {
+	e.t.Helper()
+	r, err := e.s.GetTask(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) set(req flow.SetTaskRequest, now time.Time) error {
+	e.t.Helper()
+	errs, err := e.s.SetTasks(context.Background(), []flow.SetTaskRequest{req}, now)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return errs[0]
+}
+
+func ids(recs []flow.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.TaskID
+	}
+	return out
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, f Factory) {
+	ctx := context.Background()
+
+	t.Run("TaskTypes", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		got, err := e.s.GetType(ctx, "video")
+		if err != nil || got != defType {
+			t.Fatalf("GetType = %+v, %v; want %+v", got, err, defType)
+		}
+		upd := defType
+		upd.ScheduleLimit = 3
+		if err := e.s.RegisterType(ctx, upd, t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.s.GetType(ctx, "video"); got.ScheduleLimit != 3 {
+			t.Fatalf("after update schedule_limit = %d, want 3", got.ScheduleLimit)
+		}
+		other := defType
+		other.TaskType = "audio"
+		if err := e.s.RegisterType(ctx, other, t0); err != nil {
+			t.Fatal(err)
+		}
+		list, err := e.s.ListTypes(ctx)
+		if err != nil || len(list) != 2 || list[0].TaskType != "audio" || list[1].TaskType != "video" {
+			t.Fatalf("ListTypes = %+v, %v", list, err)
+		}
+		if _, err := e.s.GetType(ctx, "nope"); !errors.Is(err, flow.ErrUnknownType) {
+			t.Fatalf("GetType(nope) err = %v, want ErrUnknownType", err)
+		}
+	})
+
+	t.Run("CreateGet", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		idv := e.create(
+			flow.NewTask{TaskStage: "download", TaskContext: json.RawMessage(`{"SourceUrl":"http://v/1","n":[1,2]}`), Priority: 5},
+			flow.NewTask{TaskStage: "", DelayMS: 1500},
+		)
+		a := e.get(idv[0])
+		if a.Status != flow.StatusPending || a.TaskStage != "download" || string(a.TaskContext) != `{"SourceUrl":"http://v/1","n":[1,2]}` ||
+			a.Priority != 5 || !a.OrderTime.Equal(t0.Add(-5*time.Second)) || a.MaxRetryNum != 2 || !a.CreateTime.Equal(t0) ||
+			a.RetryIntervalMS != 1000 || a.MaxRetryIntervalMS != 3000 || a.Lease != "" || a.LeaseExpiry != nil {
+			t.Fatalf("task a = %+v", a)
+		}
+		if len(a.ScheduleLog) != 1 || a.ScheduleLog[0].Event != flow.EventCreated || !a.ScheduleLog[0].At.Equal(t0) {
+			t.Fatalf("log = %+v", a.ScheduleLog)
+		}
+		b := e.get(idv[1])
+		if b.TaskContext != nil || !b.OrderTime.Equal(t0.Add(1500*time.Millisecond)) {
+			t.Fatalf("task b = %+v", b)
+		}
+		if _, err := e.s.GetTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("missing task err = %v", err)
+		}
+		// A batch with a duplicate id stores nothing.
+		dup := flow.NewRecord(idv[0], flow.NewTask{TaskType: "video"}, defType, t0)
+		fresh := flow.NewRecord(flow.NewTaskIDs(t0, 1)[0], flow.NewTask{TaskType: "video"}, defType, t0)
+		if err := e.s.CreateTasks(ctx, []flow.Record{fresh, dup}); err == nil {
+			t.Fatal("duplicate id accepted")
+		}
+		if _, err := e.s.GetTask(ctx, fresh.TaskID); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("half a failed batch was stored: %v", err)
+		}
+	})
+
+	t.Run("HoldOrderLimitAndDue", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		idv := e.create(
+			flow.NewTask{TaskStage: "s"},                 // order t0
+			flow.NewTask{TaskStage: "s", Priority: 10},   // t0-10s: first
+			flow.NewTask{TaskStage: "s", DelayMS: 60000}, // not due until t0+60s
+			flow.NewTask{TaskStage: "s", DelayMS: 2000},  // t0+2s
+		)
+		other := defType
+		other.TaskType = "other"
+		if err := e.s.RegisterType(ctx, other, t0); err != nil {
+			t.Fatal(err)
+		}
+		oid := flow.NewTaskIDs(t0, 1)[0]
+		if err := e.s.CreateTasks(ctx, []flow.Record{flow.NewRecord(oid, flow.NewTask{TaskType: "other"}, other, t0)}); err != nil {
+			t.Fatal(err)
+		}
+		now := t0.Add(5 * time.Second)
+		got := e.hold(now, 2, "w1")
+		if fmt.Sprint(ids(got)) != fmt.Sprint([]string{idv[1], idv[0]}) {
+			t.Fatalf("first hold = %v, want [%s %s]", ids(got), idv[1], idv[0])
+		}
+		for _, r := range got {
+			if r.Status != flow.StatusProcessing || r.Owner != "w1" || len(r.Lease) < 16 || r.LeaseExpiry == nil ||
+				!r.LeaseExpiry.Equal(now.Add(30*time.Second)) || !r.ModifyTime.Equal(now) {
+				t.Fatalf("held record = %+v", r)
+			}
+			last := r.ScheduleLog[len(r.ScheduleLog)-1]
+			if last.Event != flow.EventHeld || last.Worker != "w1" || last.Stage != "s" || !last.At.Equal(now) {
+				t.Fatalf("held log = %+v", r.ScheduleLog)
+			}
+			if st := e.get(r.TaskID); st.Status != flow.StatusProcessing || st.Lease != r.Lease || st.Owner != "w1" {
+				t.Fatalf("stored after hold = %+v", st)
+			}
+		}
+		if got := e.hold(now, 10, "w2"); fmt.Sprint(ids(got)) != fmt.Sprint([]string{idv[3]}) {
+			t.Fatalf("second hold = %v, want [%s]", ids(got), idv[3])
+		}
+		if got := e.hold(now, 10, "w2"); len(got) != 0 {
+			t.Fatalf("third hold = %v, want none (one task is delayed)", ids(got))
+		}
+		if got := e.hold(t0.Add(61*time.Second), 10, "w2"); fmt.Sprint(ids(got)) != fmt.Sprint([]string{idv[2]}) {
+			t.Fatalf("hold after the delay = %v, want [%s]", ids(got), idv[2])
+		}
+		if r := e.get(oid); r.Status != flow.StatusPending {
+			t.Fatalf("a hold of video took a task of type other: %+v", r)
+		}
+	})
+
+	t.Run("SetTransitions", func(t *testing.T) {
+		t.Parallel()
+		now := t0.Add(time.Second)
+		later := now.Add(time.Second)
+		cases := []struct {
+			name    string
+			retries int // crt_retry_num before the set
+			req     flow.SetTaskRequest
+			wantErr error
+			check   func(t *testing.T, r flow.Record)
+		}{
+			{"next stage", 1, flow.SetTaskRequest{Status: flow.StatusPending, TaskStage: "encode", TaskContext: json.RawMessage(`{"k":2}`), DelayMS: 500}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusPending || r.TaskStage != "encode" || string(r.TaskContext) != `{"k":2}` || r.CrtRetryNum != 0 ||
+						!r.OrderTime.Equal(later.Add(500*time.Millisecond)) || r.Owner != "" || r.Lease != "" || r.LeaseExpiry != nil {
+						t.Fatalf("%+v", r)
+					}
+				}},
+			{"same stage again keeps retries", 1, flow.SetTaskRequest{Status: flow.StatusPending}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusPending || r.TaskStage != "download" || string(r.TaskContext) != `{"k":1}` || r.CrtRetryNum != 1 || !r.OrderTime.Equal(later) {
+						t.Fatalf("%+v", r)
+					}
+				}},
+			{"success", 0, flow.SetTaskRequest{Status: flow.StatusSuccess, TaskContext: json.RawMessage(`{"done":true}`)}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusSuccess || string(r.TaskContext) != `{"done":true}` || r.Lease != "" {
+						t.Fatalf("%+v", r)
+					}
+				}},
+			{"failed without error ends", 0, flow.SetTaskRequest{Status: flow.StatusFailed}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusFailed || r.CrtRetryNum != 0 {
+						t.Fatalf("%+v", r)
+					}
+				}},
+			{"error retries with backoff", 1, flow.SetTaskRequest{Status: flow.StatusPending, Error: "boom"}, nil,
+				func(t *testing.T, r flow.Record) {
+					// second retry: 1000ms * 2
+					if r.Status != flow.StatusPending || r.CrtRetryNum != 2 || !r.OrderTime.Equal(later.Add(2*time.Second)) {
+						t.Fatalf("%+v", r)
+					}
+					last := r.ScheduleLog[len(r.ScheduleLog)-1]
+					if last.Event != flow.EventRetry || last.Error != "boom" || last.Worker != "w" {
+						t.Fatalf("log %+v", r.ScheduleLog)
+					}
+				}},
+			{"failed with error and retries left retries", 0, flow.SetTaskRequest{Status: flow.StatusFailed, Error: "x"}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusPending || r.CrtRetryNum != 1 || !r.OrderTime.Equal(later.Add(time.Second)) {
+						t.Fatalf("%+v", r)
+					}
+				}},
+			{"error with retries exhausted fails", 2, flow.SetTaskRequest{Status: flow.StatusPending, Error: "again"}, nil,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusFailed || r.CrtRetryNum != 2 {
+						t.Fatalf("%+v", r)
+					}
+					if last := r.ScheduleLog[len(r.ScheduleLog)-1]; last.Event != flow.EventFailed || last.Error != "again" {
+						t.Fatalf("log %+v", r.ScheduleLog)
+					}
+				}},
+			{"wrong lease", 0, flow.SetTaskRequest{Status: flow.StatusSuccess, Lease: "not-the-lease"}, flow.ErrStaleLease,
+				func(t *testing.T, r flow.Record) {
+					if r.Status != flow.StatusProcessing || r.Owner != "w" {
+						t.Fatalf("a refused set changed the task: %+v", r)
+					}
+				}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				e := newEnv(t, f, store.Options{})
+				id := e.create(flow.NewTask{TaskStage: "download", TaskContext: json.RawMessage(`{"k":1}`)})[0]
+				for i := 0; i < c.retries; i++ { // reach crt_retry_num through real retries
+					h := e.hold(t0.Add(time.Hour*time.Duration(i)), 1, "w")
+					if err := e.set(flow.SetTaskRequest{TaskID: id, Lease: h[0].Lease, Status: flow.StatusPending, Error: "warm"}, t0.Add(time.Hour*time.Duration(i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Re-read: hold needs order_time <= now.
+				r := e.get(id)
+				h := e.hold(r.OrderTime.Add(0), 1, "w")
+				if len(h) != 1 {
+					t.Fatalf("hold got %d tasks", len(h))
+				}
+				req := c.req
+				req.TaskID = id
+				if req.Lease == "" {
+					req.Lease = h[0].Lease
+				}
+				_ = now
+				err := e.set(req, later)
+				if !errors.Is(err, c.wantErr) || (c.wantErr == nil && err != nil) {
+					t.Fatalf("set err = %v, want %v", err, c.wantErr)
+				}
+				c.check(t, e.get(id))
+			})
+		}
+	})
+
+	t.Run("SetBatchAndFencing", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		idv := e.create(flow.NewTask{TaskStage: "a"}, flow.NewTask{TaskStage: "a"}, flow.NewTask{TaskStage: "a"})
+		h := e.hold(t0, 3, "w1")
+		if len(h) != 3 {
+			t.Fatalf("held %d", len(h))
+		}
+		lease := map[string]string{}
+		for _, r := range h {
+			lease[r.TaskID] = r.Lease
+		}
+		missing := "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+		reqs := []flow.SetTaskRequest{
+			{TaskID: idv[0], Lease: lease[idv[0]], Status: flow.StatusSuccess},
+			{TaskID: idv[1], Lease: "stale", Status: flow.StatusSuccess},
+			{TaskID: missing, Lease: "x", Status: flow.StatusSuccess},
+			{TaskID: idv[2], Lease: lease[idv[2]], Status: flow.StatusPending, TaskStage: "b"},
+			{TaskID: idv[2], Lease: lease[idv[2]], Status: flow.StatusSuccess}, // the lease was used up by the entry before
+		}
+		errs, err := e.s.SetTasks(ctx, reqs, t0.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []error{nil, flow.ErrStaleLease, flow.ErrNotFound, nil, flow.ErrStaleLease}
+		for i := range want {
+			if !errors.Is(errs[i], want[i]) || (want[i] == nil && errs[i] != nil) {
+				t.Fatalf("errs[%d] = %v, want %v", i, errs[i], want[i])
+			}
+		}
+		if r := e.get(idv[0]); r.Status != flow.StatusSuccess {
+			t.Fatalf("0: %+v", r)
+		}
+		if r := e.get(idv[1]); r.Status != flow.StatusProcessing || r.Lease != lease[idv[1]] {
+			t.Fatalf("1 changed by a stale set: %+v", r)
+		}
+		if r := e.get(idv[2]); r.Status != flow.StatusPending || r.TaskStage != "b" {
+			t.Fatalf("2: %+v", r)
+		}
+
+		// Lease expires, the task is rescued and held again: the first
+		// holder's lease is fenced out, the new one works.
+		exp := t0.Add(time.Minute)
+		if n, err := e.s.RescueExpired(ctx, exp, 100); err != nil || n != 1 {
+			t.Fatalf("rescue = %d, %v; want 1", n, err)
+		}
+		r := e.get(idv[1])
+		if r.Status != flow.StatusPending || r.CrtRetryNum != 1 || !r.OrderTime.Equal(exp.Add(time.Second)) || r.ScheduleLog[len(r.ScheduleLog)-1].Event != flow.EventExpired {
+			t.Fatalf("rescued: %+v", r)
+		}
+		h2 := e.hold(exp.Add(time.Hour), 10, "w2")
+		var again flow.Record
+		for _, x := range h2 {
+			if x.TaskID == idv[1] {
+				again = x
+			}
+		}
+		if again.TaskID == "" || again.Lease == lease[idv[1]] {
+			t.Fatalf("re-hold = %+v", h2)
+		}
+		if err := e.set(flow.SetTaskRequest{TaskID: idv[1], Lease: lease[idv[1]], Status: flow.StatusSuccess}, exp.Add(time.Hour)); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("old holder's set err = %v, want stale", err)
+		}
+		if err := e.set(flow.SetTaskRequest{TaskID: idv[1], Lease: again.Lease, Status: flow.StatusSuccess}, exp.Add(time.Hour)); err != nil {
+			t.Fatalf("new holder's set: %v", err)
+		}
+		if err := e.set(flow.SetTaskRequest{TaskID: idv[1], Lease: again.Lease, Status: flow.StatusFailed}, exp.Add(time.Hour)); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("set after the task ended err = %v, want stale", err)
+		}
+	})
+
+	t.Run("RescueExhaustsRetries", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		id := e.create(flow.NewTask{TaskStage: "a"})[0]
+		now := t0
+		for i := 0; i < 3; i++ {
+			h := e.hold(now, 1, "w")
+			if len(h) != 1 {
+				t.Fatalf("round %d: held %d", i, len(h))
+			}
+			now = h[0].LeaseExpiry.Add(time.Microsecond)
+			if n, err := e.s.RescueExpired(ctx, now, 10); err != nil || n != 1 {
+				t.Fatalf("round %d: rescue = %d, %v", i, n, err)
+			}
+			now = now.Add(time.Hour)
+		}
+		r := e.get(id)
+		if r.Status != flow.StatusFailed || r.CrtRetryNum != 2 {
+			t.Fatalf("after 3 expiries with max_retry_num 2: %+v", r)
+		}
+		if n, err := e.s.RescueExpired(ctx, now, 10); err != nil || n != 0 {
+			t.Fatalf("rescue of nothing = %d, %v", n, err)
+		}
+	})
+
+	t.Run("RenewLease", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		id := e.create(flow.NewTask{})[0]
+		h := e.hold(t0, 1, "w")
+		exp := t0.Add(10 * time.Minute)
+		if err := e.s.RenewLease(ctx, id, h[0].Lease, exp); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.get(id); r.LeaseExpiry == nil || !r.LeaseExpiry.Equal(exp) {
+			t.Fatalf("expiry = %v, want %v", r.LeaseExpiry, exp)
+		}
+		if n, _ := e.s.RescueExpired(ctx, t0.Add(time.Minute), 10); n != 0 {
+			t.Fatal("a renewed lease was rescued before its new expiry")
+		}
+		if err := e.s.RenewLease(ctx, id, "wrong", exp); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("wrong lease err = %v", err)
+		}
+		if err := e.s.RenewLease(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV", "x", exp); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("missing task err = %v", err)
+		}
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		idv := e.create(flow.NewTask{}, flow.NewTask{}, flow.NewTask{})
+		h := e.hold(t0, 2, "w")
+		if err := e.s.CancelTask(ctx, h[0].TaskID, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.set(flow.SetTaskRequest{TaskID: h[0].TaskID, Lease: h[0].Lease, Status: flow.StatusSuccess}, t0); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("set of a cancelled task err = %v", err)
+		}
+		if err := e.s.CancelTask(ctx, h[0].TaskID, t0); err != nil {
+			t.Fatalf("cancelling twice: %v", err)
+		}
+		if err := e.set(flow.SetTaskRequest{TaskID: h[1].TaskID, Lease: h[1].Lease, Status: flow.StatusSuccess}, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.CancelTask(ctx, h[1].TaskID, t0); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("cancel of a finished task err = %v", err)
+		}
+		var pendingID string
+		for _, id := range idv {
+			if id != h[0].TaskID && id != h[1].TaskID {
+				pendingID = id
+			}
+		}
+		if err := e.s.CancelTask(ctx, pendingID, t0); err != nil {
+			t.Fatal(err)
+		}
+		r := e.get(pendingID)
+		if r.Status != flow.StatusCancelled || r.ScheduleLog[len(r.ScheduleLog)-1].Event != flow.EventCancelled {
+			t.Fatalf("%+v", r)
+		}
+		if got := e.hold(t0.Add(time.Hour), 10, "w"); len(got) != 0 {
+			t.Fatalf("held a cancelled task: %v", ids(got))
+		}
+		if err := e.s.CancelTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV", t0); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("missing err = %v", err)
+		}
+	})
+
+	t.Run("ListStatsNextDue", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		if _, ok, err := e.s.NextDue(ctx, "video"); ok || err != nil {
+			t.Fatalf("NextDue of empty = %v, %v", ok, err)
+		}
+		var all []string
+		for i := 0; i < 7; i++ {
+			all = append(all, e.create(flow.NewTask{TaskStage: []string{"a", "b"}[i%2], DelayMS: int64(1000 * (i + 1))})...)
+		}
+		if due, ok, err := e.s.NextDue(ctx, "video"); !ok || err != nil || !due.Equal(t0.Add(time.Second)) {
+			t.Fatalf("NextDue = %v %v %v", due, ok, err)
+		}
+		e.hold(t0.Add(2*time.Second), 10, "w") // the first two become processing
+		var got []string
+		after := ""
+		for pages := 0; ; pages++ {
+			page, err := e.s.ListTasks(ctx, store.ListFilter{TaskType: "video", After: after, Limit: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ids(page)...)
+			if len(page) < 3 {
+				break
+			}
+			after = page[len(page)-1].TaskID
+			if pages > 5 {
+				t.Fatal("pagination does not end")
+			}
+		}
+		if len(got) != 7 {
+			t.Fatalf("pages gave %d tasks: %v", len(got), got)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1] >= got[i] {
+				t.Fatalf("pages out of order: %v", got)
+			}
+		}
+		byStatus, _ := e.s.ListTasks(ctx, store.ListFilter{Status: flow.StatusProcessing, Limit: 100})
+		if len(byStatus) != 2 {
+			t.Fatalf("processing = %v", ids(byStatus))
+		}
+		byStage, _ := e.s.ListTasks(ctx, store.ListFilter{TaskStage: "a", Status: flow.StatusPending, Limit: 100})
+		if len(byStage) != 3 { // a at i=0,2,4,6; i=0 is processing
+			t.Fatalf("stage a pending = %v", ids(byStage))
+		}
+		if none, _ := e.s.ListTasks(ctx, store.ListFilter{TaskType: "nope", Limit: 100}); len(none) != 0 {
+			t.Fatal("filter by type ignored")
+		}
+		other := defType
+		other.TaskType = "empty"
+		e.s.RegisterType(ctx, other, t0)
+		st, err := e.s.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0]} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0]}]`
+		if fmt.Sprint(st) != want {
+			t.Fatalf("stats = %v\nwant    %s", st, want)
+		}
+	})
+
+	t.Run("Prune", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		idv := e.create(flow.NewTask{}, flow.NewTask{}, flow.NewTask{})
+		h := e.hold(t0, 2, "w")
+		e.set(flow.SetTaskRequest{TaskID: h[0].TaskID, Lease: h[0].Lease, Status: flow.StatusSuccess}, t0.Add(time.Second))
+		e.set(flow.SetTaskRequest{TaskID: h[1].TaskID, Lease: h[1].Lease, Status: flow.StatusFailed}, t0.Add(time.Hour))
+		n, err := e.s.PruneEnded(ctx, t0.Add(time.Minute), 100)
+		if err != nil || n != 1 {
+			t.Fatalf("prune = %d, %v; want 1", n, err)
+		}
+		if _, err := e.s.GetTask(ctx, h[0].TaskID); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatal("an old finished task survived the prune")
+		}
+		if n, _ := e.s.PruneEnded(ctx, t0.Add(2*time.Hour), 100); n != 1 {
+			t.Fatalf("second prune = %d, want 1", n)
+		}
+		for _, id := range idv {
+			if id != h[0].TaskID && id != h[1].TaskID {
+				e.get(id) // the pending one stays
+			}
+		}
+	})
+
+	t.Run("ScheduleLogKeepsLastEntries", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		id := e.create(flow.NewTask{TaskStage: "s0"})[0]
+		now := t0
+		for i := 0; i < 8; i++ { // 1 created + 8 x (held, pending) = 17 entries
+			h := e.hold(now, 1, fmt.Sprintf("w%d", i))
+			if len(h) != 1 {
+				t.Fatalf("round %d: held %d", i, len(h))
+			}
+			if err := e.set(flow.SetTaskRequest{TaskID: id, Lease: h[0].Lease, Status: flow.StatusPending, TaskStage: fmt.Sprintf("s%d", i+1)}, now); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Second)
+		}
+		r := e.get(id)
+		if len(r.ScheduleLog) != flow.ScheduleLogSize {
+			t.Fatalf("log has %d entries, want %d", len(r.ScheduleLog), flow.ScheduleLogSize)
+		}
+		first, last := r.ScheduleLog[0], r.ScheduleLog[len(r.ScheduleLog)-1]
+		if first.Event != flow.EventHeld || first.Worker != "w3" || last.Event != flow.EventPending || last.Stage != "s8" || last.Worker != "w7" {
+			t.Fatalf("log = %+v", r.ScheduleLog)
+		}
+	})
+
+	t.Run("OnDue", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		var got []string
+		e := newEnv(t, f, store.Options{OnDue: func(tt string) { mu.Lock(); got = append(got, tt); mu.Unlock() }})
+		reset := func() []string { mu.Lock(); defer mu.Unlock(); g := got; got = nil; return g }
+		e.create(flow.NewTask{}, flow.NewTask{})
+		if g := reset(); fmt.Sprint(g) != "[video]" {
+			t.Fatalf("after create OnDue got %v", g)
+		}
+		h := e.hold(t0, 2, "w")
+		reset()
+		e.set(flow.SetTaskRequest{TaskID: h[0].TaskID, Lease: h[0].Lease, Status: flow.StatusSuccess}, t0)
+		if g := reset(); len(g) != 0 {
+			t.Fatalf("success made something due: %v", g)
+		}
+		e.set(flow.SetTaskRequest{TaskID: h[1].TaskID, Lease: h[1].Lease, Status: flow.StatusPending, TaskStage: "next"}, t0)
+		if g := reset(); fmt.Sprint(g) != "[video]" {
+			t.Fatalf("after handing to a stage OnDue got %v", g)
+		}
+	})
+
+	t.Run("ConcurrentStartMigrates", func(t *testing.T) {
+		t.Parallel()
+		p := Prefix()
+		var wg sync.WaitGroup
+		stores := make([]store.Store, 4)
+		for i := range stores {
+			wg.Add(1)
+			go func() { defer wg.Done(); stores[i] = f.Open(t, p, store.Options{}) }()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if err := stores[0].RegisterType(ctx, defType, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stores[3].GetType(ctx, "video"); err != nil {
+			t.Fatalf("stores do not share tables: %v", err)
+		}
+	})
+
+	t.Run("ConcurrentHoldNoDoubleClaim", func(t *testing.T) {
+		t.Parallel()
+		StressHold(t, f, store.Options{}, 3, 8, 600)
+	})
+}
+
+// StressHold runs `servers` stores on one set of tables and `workers`
+// goroutines per store that hold small batches and finish every task in two
+// stages. It fails if a task is held while another holder has it, if a
+// stage runs twice, or if a task is lost.
+func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, tasks int) {
+	ctx := context.Background()
+	p := Prefix()
+	stores := make([]store.Store, servers)
+	for i := range stores {
+		stores[i] = f.Open(t, p, opts)
+	}
+	tt := defType
+	tt.MaxProcessingMS = int64(time.Hour / time.Millisecond) // no rescue during the test
+	if err := stores[0].RegisterType(ctx, tt, t0); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var recs []flow.Record
+	for _, id := range flow.NewTaskIDs(now, tasks) {
+		recs = append(recs, flow.NewRecord(id, flow.NewTask{TaskType: "video", TaskStage: "one"}, tt, now))
+	}
+	if err := stores[0].CreateTasks(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		holding  = map[string]string{} // task -> worker holding it now
+		ran      = map[string]int{}    // "task/stage" -> runs
+		finished atomic.Int64
+	)
+	deadline := time.Now().Add(90 * time.Second)
+	var wg sync.WaitGroup
+	for si, s := range stores {
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				me := fmt.Sprintf("s%dw%d", si, w)
+				for finished.Load() < int64(tasks) && time.Now().Before(deadline) {
+					now := time.Now().UTC()
+					got, err := s.Hold(ctx, store.HoldParams{TaskType: "video", WorkerID: me, Limit: 5, Lease: flow.NewLease(), Now: now, LeaseExpiry: now.Add(time.Hour)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(got) == 0 {
+						time.Sleep(time.Millisecond) // others hold the rest; poll again
+						continue
+					}
+					var reqs []flow.SetTaskRequest
+					mu.Lock()
+					for _, r := range got {
+						if other, busy := holding[r.TaskID]; busy {
+							t.Errorf("task %s held by %s while %s holds it", r.TaskID, me, other)
+						}
+						holding[r.TaskID] = me
+						ran[r.TaskID+"/"+r.TaskStage]++
+						req := flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess}
+						if r.TaskStage == "one" {
+							req.Status, req.TaskStage = flow.StatusPending, "two"
+						}
+						reqs = append(reqs, req)
+					}
+					mu.Unlock()
+					// Release our claim in the book before the store does, so
+					// a legitimate re-hold of the next stage is not flagged.
+					mu.Lock()
+					for _, r := range got {
+						delete(holding, r.TaskID)
+					}
+					mu.Unlock()
+					errs, err := s.SetTasks(ctx, reqs, time.Now().UTC())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for i, e := range errs {
+						if e != nil {
+							t.Errorf("set %s: %v", reqs[i].TaskID, e)
+						} else if reqs[i].Status == flow.StatusSuccess {
+							finished.Add(1)
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if finished.Load() != int64(tasks) {
+		t.Fatalf("finished %d of %d tasks", finished.Load(), tasks)
+	}
+	for _, r := range recs {
+		for _, st := range []string{"one", "two"} {
+			if n := ran[r.TaskID+"/"+st]; n != 1 {
+				t.Errorf("task %s stage %s ran %d times", r.TaskID, st, n)
+			}
+		}
+	}
+	st, err := stores[0].Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].Counts["success"] != int64(tasks) {
+		t.Fatalf("stats after the run: %v", st)
+	}
+}
