@@ -2,46 +2,53 @@ module github.com/fulcrum-lb/fulcrum/bench
 
 go 1.26.0
 
-require github.com/fulcrum-lb/fulcrum v0.0.0
+require (
+	github.com/Jeffail/tunny v0.1.4
+	github.com/alitto/pond/v2 v2.7.1
+	github.com/buraksezer/consistent v0.10.0
+	github.com/dgryski/go-maglev v0.0.0-20200611225407-8961b9b1b8e6
+	github.com/fulcrum-lb/fulcrum v0.0.0
+	github.com/gammazero/workerpool v1.3.0
+	github.com/go-kratos/kratos/v2 v2.8.3
+	github.com/panjf2000/ants/v2 v2.12.1
+	github.com/serialx/hashring v0.0.0-20200727003509-22c0c7ab6b1b
+	github.com/smallnest/weighted v0.0.0-20230419055410-36b780e40a7a
+	github.com/zeromicro/go-zero v1.10.3
+	stathat.com/c/consistent v1.0.0
+)
 
 require (
-	github.com/Jeffail/tunny v0.1.4 // indirect
-	github.com/alitto/pond/v2 v2.7.1 // indirect
-	github.com/buraksezer/consistent v0.10.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/dchest/siphash v1.2.3 // indirect
-	github.com/dgryski/go-maglev v0.0.0-20200611225407-8961b9b1b8e6 // indirect
 	github.com/gammazero/deque v1.2.2 // indirect
-	github.com/gammazero/workerpool v1.3.0 // indirect
-	github.com/go-kratos/kratos/v2 v2.8.3 // indirect
 	github.com/go-playground/form/v4 v4.2.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/panjf2000/ants/v2 v2.12.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/riverqueue/river v0.51.1 // indirect
 	github.com/riverqueue/river/riverdriver v0.51.1 // indirect
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1 // indirect
 	github.com/riverqueue/river/rivershared v0.51.1 // indirect
 	github.com/riverqueue/river/rivertype v0.51.1 // indirect
-	github.com/serialx/hashring v0.0.0-20200727003509-22c0c7ab6b1b // indirect
-	github.com/smallnest/weighted v0.0.0-20230419055410-36b780e40a7a // indirect
+	github.com/spaolacci/murmur3 v1.1.0 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.2.0 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	github.com/zeromicro/go-zero v1.10.3 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/exp v0.0.0-20200119233911-0405dc783f0a // indirect
 	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260128011058-8636f8732409 // indirect
+	google.golang.org/grpc v1.80.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	stathat.com/c/consistent v1.0.0 // indirect
 )
 
 replace github.com/fulcrum-lb/fulcrum => ../
