@@ -1,0 +1,442 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+)
+
+const token = "s3cret"
+
+// testSupervisor speaks the supervisor's side of the protocol over a real
+// WebSocket: it checks the token, records reports and payloads, and sends
+// instruction sets.
+type testSupervisor struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	conn     *websocket.Conn
+	cancel   context.CancelFunc
+	conns    int
+	reports  []protocol.Report
+	payloads []protocol.Payload
+	refused  int
+	down     atomic.Bool // answer 503, as a supervisor being restarted
+}
+
+func newTestSupervisor(t *testing.T) *testSupervisor {
+	s := &testSupervisor{t: t}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *testSupervisor) url() string { return "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/ws" }
+
+func (s *testSupervisor) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/ws" {
+		http.NotFound(w, r)
+		return
+	}
+	if s.down.Load() {
+		http.Error(w, "restarting", http.StatusServiceUnavailable)
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+token {
+		s.mu.Lock()
+		s.refused++
+		s.mu.Unlock()
+		http.Error(w, "bad token", http.StatusUnauthorized)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	s.mu.Lock()
+	s.conn, s.cancel = c, cancel
+	s.conns++
+	s.mu.Unlock()
+	defer c.CloseNow()
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		var env protocol.Envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			s.t.Errorf("worker sent non-JSON %q", data)
+			return
+		}
+		s.mu.Lock()
+		switch env.Type {
+		case protocol.TypeReport:
+			var rep protocol.Report
+			if err := json.Unmarshal(data, &rep); err != nil {
+				s.t.Errorf("bad report %s: %v", data, err)
+			}
+			s.reports = append(s.reports, rep)
+		case protocol.TypePayload:
+			var p protocol.Payload
+			if err := json.Unmarshal(data, &p); err != nil {
+				s.t.Errorf("bad payload %s: %v", data, err)
+			}
+			s.payloads = append(s.payloads, p)
+		default:
+			s.t.Errorf("worker sent type %q", env.Type)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *testSupervisor) send(v any) {
+	s.t.Helper()
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	b, _ := json.Marshal(v)
+	if err := c.Write(context.Background(), websocket.MessageText, b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// drop cuts the current connection as a supervisor crash would.
+func (s *testSupervisor) drop() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	c.CloseNow()
+}
+
+func (s *testSupervisor) lastReport() (protocol.Report, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reports) == 0 {
+		return protocol.Report{}, 0
+	}
+	return s.reports[len(s.reports)-1], len(s.reports)
+}
+
+func reportTasks(r protocol.Report) []string {
+	ids := []string{}
+	for _, t := range r.Tasks {
+		ids = append(ids, t.TaskID)
+	}
+	return ids
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fakeRoom is a Session that records starts and stops and emits on demand.
+type fakeRoom struct {
+	mu      sync.Mutex
+	running map[string]*Output
+	starts  map[string]int
+	stops   map[string]int
+	overlap atomic.Bool // two sessions of one task at once
+}
+
+func newFakeRoom() *fakeRoom {
+	return &fakeRoom{running: map[string]*Output{}, starts: map[string]int{}, stops: map[string]int{}}
+}
+
+func (f *fakeRoom) Run(ctx context.Context, task protocol.Task, out *Output) error {
+	f.mu.Lock()
+	if _, ok := f.running[task.TaskID]; ok {
+		f.overlap.Store(true)
+	}
+	f.running[task.TaskID] = out
+	f.starts[task.TaskID]++
+	f.mu.Unlock()
+	<-ctx.Done()
+	time.Sleep(time.Millisecond) // a session takes a moment to shut down
+	f.mu.Lock()
+	delete(f.running, task.TaskID)
+	f.stops[task.TaskID]++
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRoom) out(id string) *Output {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running[id]
+}
+
+func (f *fakeRoom) count(m map[string]int, id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return m[id]
+}
+
+func (f *fakeRoom) runningIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := []string{}
+	for id := range f.running {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func startWorker(t *testing.T, c Config) (*Worker, func()) {
+	t.Helper()
+	w, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	}
+	t.Cleanup(func() {
+		select {
+		case <-ctx.Done():
+		default:
+			stop()
+		}
+	})
+	return w, stop
+}
+
+func tasks(ids ...string) []protocol.Task {
+	out := make([]protocol.Task, len(ids))
+	for i, id := range ids {
+		out[i] = protocol.Task{TaskID: id, Spec: json.RawMessage(fmt.Sprintf(`{"room":%q}`, id))}
+	}
+	return out
+}
+
+func TestReportsAndInstructions(t *testing.T) {
+	sup := newTestSupervisor(t)
+	room := newFakeRoom()
+	w, stop := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 3, Session: room, ReportInterval: 50 * time.Millisecond})
+
+	// The first report comes at once, then one per interval.
+	waitFor(t, "three reports", func() bool { _, n := sup.lastReport(); return n >= 3 })
+	r, _ := sup.lastReport()
+	if r.Type != protocol.TypeReport || r.WorkerID != "w1" || r.MaxLoad != 3 || len(r.Tasks) != 0 {
+		t.Fatalf("report = %+v", r)
+	}
+
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1", "r2")})
+	waitFor(t, "r1 and r2 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r1", "r2"}) })
+	waitFor(t, "a report with r1, r2", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r1", "r2"}) })
+
+	// Payloads carry the worker and task; non-JSON data becomes a string.
+	room.out("r1").Emit("m1", []byte(`{"text":"hi"}`))
+	room.out("r2").Emit("", []byte("raw bytes"))
+	waitFor(t, "two payloads", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 2 })
+	sup.mu.Lock()
+	p0, p1 := sup.payloads[0], sup.payloads[1]
+	sup.mu.Unlock()
+	if p0.WorkerID != "w1" || p0.TaskID != "r1" || p0.MessageID != "m1" || string(p0.Data) != `{"text":"hi"}` {
+		t.Fatalf("payload 0 = %+v", p0)
+	}
+	if p1.TaskID != "r2" || p1.MessageID != "" || string(p1.Data) != `"raw bytes"` {
+		t.Fatalf("payload 1 = %+v", p1)
+	}
+	// last_seen follows data.
+	waitFor(t, "r1 last_seen in a report", func() bool {
+		r, _ := sup.lastReport()
+		return len(r.Tasks) == 2 && !r.Tasks[0].LastSeen.IsZero() && r.Tasks[0].TaskID == "r1"
+	})
+
+	// End stops one; adding a running task does not restart it.
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, End: []string{"r1"}, Add: tasks("r2", "r3")})
+	waitFor(t, "r2 and r3 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r2", "r3"}) })
+	if room.count(room.starts, "r2") != 1 {
+		t.Fatalf("r2 started %d times, want 1", room.count(room.starts, "r2"))
+	}
+
+	// Reset keeps what is listed in add and ends the rest.
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Reset: true, Add: tasks("r3", "r4")})
+	waitFor(t, "r3 and r4 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r3", "r4"}) })
+	if room.count(room.starts, "r3") != 1 || room.count(room.stops, "r2") != 1 {
+		t.Fatalf("r3 started %d times (want 1), r2 stopped %d (want 1)", room.count(room.starts, "r3"), room.count(room.stops, "r2"))
+	}
+	waitFor(t, "a report with r3, r4", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r3", "r4"}) })
+
+	// Never past max load (3): of r5, r6 only one starts.
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r5", "r6")})
+	waitFor(t, "three running", func() bool { return len(room.runningIDs()) == 3 })
+	if got := w.Tasks(); len(got) != 3 {
+		t.Fatalf("Tasks = %v, want 3 (max load)", got)
+	}
+
+	// End and add of one task in one set restarts it, never overlapping.
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, End: []string{"r3"}, Add: tasks("r3")})
+	waitFor(t, "r3 restarted", func() bool { return room.count(room.starts, "r3") == 2 && room.out("r3") != nil })
+	if room.overlap.Load() {
+		t.Fatal("two sessions of one task ran at once")
+	}
+
+	// Malformed messages from the supervisor are ignored, not fatal.
+	sup.mu.Lock()
+	c := sup.conn
+	sup.mu.Unlock()
+	_ = c.Write(context.Background(), websocket.MessageText, []byte("{not json"))
+	_ = c.Write(context.Background(), websocket.MessageText, []byte(`{"type":"instruction","add":"nope"}`))
+	sup.send(protocol.Error{Type: protocol.TypeError, Reason: "test"})
+	waitFor(t, "the rejection counted", func() bool { return w.Stats().Rejections == 1 })
+	if w.Stats().Connects != 1 {
+		t.Fatalf("connects = %d, want 1: malformed input must not cost the connection", w.Stats().Connects)
+	}
+
+	stop()
+	if ids := room.runningIDs(); len(ids) != 0 {
+		t.Fatalf("after Run returned, sessions %v still run", ids)
+	}
+}
+
+// A supervisor restart (the connection drops) leaves sessions running; the
+// first report on the new connection lists them.
+func TestReconnectKeepsSessions(t *testing.T) {
+	sup := newTestSupervisor(t)
+	room := newFakeRoom()
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 10, Session: room,
+		ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1", "r2")})
+	waitFor(t, "two running", func() bool { return len(room.runningIDs()) == 2 })
+	_, before := sup.lastReport()
+
+	sup.drop()
+	waitFor(t, "a second connection", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.conns == 2 })
+	// The report interval is an hour: this report is the on-connect one.
+	waitFor(t, "a report on the new connection", func() bool { _, n := sup.lastReport(); return n > before })
+	r, _ := sup.lastReport()
+	if !slices.Equal(reportTasks(r), []string{"r1", "r2"}) {
+		t.Fatalf("report after reconnect lists %v, want [r1 r2]", reportTasks(r))
+	}
+	if room.count(room.stops, "r1") != 0 || room.count(room.starts, "r1") != 1 {
+		t.Fatal("the reconnect restarted or stopped a session")
+	}
+	// Payloads emitted while connected again arrive.
+	room.out("r1").Emit("after", []byte(`1`))
+	waitFor(t, "the payload after reconnect", func() bool {
+		sup.mu.Lock()
+		defer sup.mu.Unlock()
+		return len(sup.payloads) > 0 && sup.payloads[len(sup.payloads)-1].MessageID == "after"
+	})
+}
+
+// With the supervisor down, payloads wait in the send queue and arrive when
+// it is back; past the queue they are dropped and counted.
+func TestSendQueueWhileDisconnected(t *testing.T) {
+	sup := newTestSupervisor(t)
+	room := newFakeRoom()
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 10, Session: room, SendQueue: 5,
+		ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1")})
+	waitFor(t, "r1 running", func() bool { return room.out("r1") != nil })
+
+	// Turn away reconnects so the queue must hold the payloads.
+	sup.down.Store(true)
+	sup.drop()
+	waitFor(t, "disconnected", func() bool { return !w.Stats().Connected })
+	sent := 0
+	for i := 0; i < 8; i++ {
+		if room.out("r1").Emit(fmt.Sprint(i), []byte(`0`)) {
+			sent++
+		}
+	}
+	if sent != 5 || w.Stats().Dropped != 3 {
+		t.Fatalf("queued %d, dropped %d; want 5 and 3", sent, w.Stats().Dropped)
+	}
+	sup.down.Store(false)
+	waitFor(t, "queued payloads delivered", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 5 })
+}
+
+func TestBadTokenRetries(t *testing.T) {
+	sup := newTestSupervisor(t)
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: "wrong", WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	waitFor(t, "two refused attempts", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.refused >= 2 })
+	if w.Stats().Connects != 0 {
+		t.Fatal("connected with a wrong token")
+	}
+}
+
+// A session that fails or panics is restarted while its task is assigned.
+func TestFailingSessionRestarts(t *testing.T) {
+	sup := newTestSupervisor(t)
+	var runs atomic.Int32
+	sess := SessionFunc(func(ctx context.Context, task protocol.Task, out *Output) error {
+		switch runs.Add(1) {
+		case 1:
+			return errors.New("room closed")
+		case 2:
+			panic("bad frame")
+		}
+		<-ctx.Done()
+		return nil
+	})
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 1, Session: sess,
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1")})
+	waitFor(t, "a third run", func() bool { return runs.Load() == 3 })
+	if got := w.Tasks(); !slices.Equal(got, []string{"r1"}) {
+		t.Fatalf("Tasks = %v", got)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	ok := Config{URL: "ws://127.0.0.1:7300/ws", WorkerID: "w", MaxLoad: 1, Session: newFakeRoom()}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no url", func(c *Config) { c.URL = "" }, "URL is required"},
+		{"bad scheme", func(c *Config) { c.URL = "ftp://h/" }, "scheme"},
+		{"no id", func(c *Config) { c.WorkerID = "" }, "WorkerID"},
+		{"zero load", func(c *Config) { c.MaxLoad = 0 }, "MaxLoad"},
+		{"no session", func(c *Config) { c.Session = nil }, "Session"},
+		{"negative", func(c *Config) { c.SendQueue = -1 }, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.mod(&c)
+			if _, err := New(c); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New = %v, want error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(ok); err != nil {
+		t.Fatal(err)
+	}
+}
