@@ -6,40 +6,99 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
 )
 
-// hash: a consistent-hash ring with virtual nodes, built once per snapshot.
-// A key goes to the first ring point at or after its hash; removing one of
-// n targets moves only the keys that were on it. A 64Ki-entry index over the
-// top 16 bits of the ring narrows each lookup to a few points.
+// hash: a consistent-hash ring with virtual nodes. A key goes to the first
+// ring point at or after its hash; removing one of n targets moves only the
+// keys that were on it. A 64Ki-entry index over the top 16 bits of the ring
+// narrows each lookup to a few points.
 //
 // bounded_hash: the same ring with bounded loads (Mirrokni et al.): walking
 // from the key's point, the first target whose in-flight stays within
 // c x the mean (weighted) takes the pick, so no target exceeds the bound.
+//
+// The ring is built once per membership change. A health change only
+// narrows the usable set, and a ring over a subset maps every key exactly as
+// the full ring does when its walk skips the missing targets, so the strategy
+// keeps the last ring and reuses it whenever the usable targets are a subset
+// of it: a health flip costs a slice, not a rebuild.
 type hashStrategy struct {
 	md5     bool
 	vnodes  int
 	bounded bool
 	c       float64
+
+	mu   sync.Mutex
+	last *ringData
 }
 
 func newHash(o Options) (Strategy, error) {
-	return hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes}, nil
+	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes}, nil
 }
 
 func newBoundedHash(o Options) (Strategy, error) {
-	return hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes, bounded: true, c: o.BoundFactor}, nil
+	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes, bounded: true, c: o.BoundFactor}, nil
 }
 
 // maxRingPoints bounds the ring's size; weights beyond it scale down.
 const maxRingPoints = 1 << 22
 
-func (h hashStrategy) Build(eps []*Endpoint) Picker {
-	r := &ring{eps: eps, md5: h.md5}
+// ringData is the immutable ring over a set of targets. Owners are ranks of
+// the targets' addresses in sorted order, so the ring does not depend on the
+// order targets were configured in.
+type ringData struct {
+	addrs   []string       // by rank
+	weights map[string]int // addr -> weight it was built with
+	points  []uint64       // sorted; the low 16 bits are zero
+	owner   []int32        // rank of each point's target
+	index   []uint32       // first point of each top-16-bit bucket
+}
+
+func (h *hashStrategy) Build(eps []*Endpoint) Picker {
+	h.mu.Lock()
+	rd := h.last
+	if rd == nil || !rd.covers(eps) {
+		rd = h.build(eps)
+		h.last = rd
+	}
+	h.mu.Unlock()
+	r := &ring{data: rd, md5: h.md5, byRank: make([]*Endpoint, len(rd.addrs)), usable: len(eps)}
+	for _, e := range eps {
+		i, _ := slices.BinarySearch(rd.addrs, e.t.Addr)
+		r.byRank[i] = e
+	}
+	if h.bounded {
+		var w float64
+		for _, e := range eps {
+			w += float64(e.t.Weight)
+		}
+		return &boundedRing{ring: r, c: h.c, totalWeight: w}
+	}
+	return r
+}
+
+func (rd *ringData) covers(eps []*Endpoint) bool {
+	for _, e := range eps {
+		if w, ok := rd.weights[e.t.Addr]; !ok || w != e.t.Weight {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *hashStrategy) build(eps []*Endpoint) *ringData {
+	rd := &ringData{weights: make(map[string]int, len(eps))}
+	for _, e := range eps {
+		rd.addrs = append(rd.addrs, e.t.Addr)
+		rd.weights[e.t.Addr] = e.t.Weight
+	}
+	slices.Sort(rd.addrs)
 	if len(eps) == 0 {
-		return r
+		rd.index = make([]uint32, 1<<16+1)
+		return rd
 	}
 	minW := math.MaxInt
 	for _, e := range eps {
@@ -54,41 +113,70 @@ func (h hashStrategy) Build(eps []*Endpoint) Picker {
 			vnodes = 1024
 		}
 	}
-	per := make([]int, len(eps))
+	per := make([]int, len(rd.addrs))
 	total := 0
-	for i, e := range eps {
-		per[i] = vnodes * e.t.Weight / minW
+	for i, a := range rd.addrs {
+		per[i] = vnodes * rd.weights[a] / minW
 		total += per[i]
 	}
 	if total > maxRingPoints {
 		scale := float64(maxRingPoints) / float64(total)
+		total = 0
 		for i := range per {
 			per[i] = max(1, int(float64(per[i])*scale))
+			total += per[i]
 		}
 	}
+	// Each point packs its hash (top 48 bits; the seed's 32-bit MD5 in the
+	// top 32) with its owner's rank in the low 16, so one sort of plain
+	// integers orders the ring and breaks ties by address.
+	packed := make([]uint64, 0, total)
+	wide := len(rd.addrs) > 1<<16
+	buf := make([]byte, 0, 64)
+	for rank, a := range rd.addrs {
+		for v := range per[rank] {
+			var ph uint64
+			if h.md5 {
+				// Seed 001 (ShenYu): "API-" + url + "-HASH-" + i.
+				buf = append(append(append(buf[:0], "API-"...), a...), "-HASH-"...)
+				buf = strconv.AppendInt(buf, int64(v), 10)
+				ph = md5Hash32(buf) << 32
+			} else {
+				buf = strconv.AppendInt(append(append(buf[:0], a...), '#'), int64(v), 10)
+				ph = xxhash.Sum64(buf)
+			}
+			if wide {
+				packed = append(packed, ph) // owner kept aside below
+			} else {
+				packed = append(packed, ph&^0xFFFF|uint64(rank))
+			}
+		}
+	}
+	if wide {
+		// More targets than 16 bits can rank: sort pairs the slow way.
+		return h.buildWide(rd, per)
+	}
+	radixSort(packed)
+	rd.points = make([]uint64, len(packed))
+	rd.owner = make([]int32, len(packed))
+	for i, p := range packed {
+		rd.points[i], rd.owner[i] = p&^0xFFFF, int32(p&0xFFFF)
+	}
+	rd.buildIndex()
+	return rd
+}
+
+func (h *hashStrategy) buildWide(rd *ringData, per []int) *ringData {
 	type point struct {
 		h     uint64
 		owner int32
 	}
-	pts := make([]point, 0, total)
-	buf := make([]byte, 0, 64)
-	for i, e := range eps {
-		for v := range per[i] {
-			var ph uint64
-			if h.md5 {
-				// Seed 001 (ShenYu): "API-" + url + "-HASH-" + i.
-				buf = append(append(append(buf[:0], "API-"...), e.t.Addr...), "-HASH-"...)
-				buf = strconv.AppendInt(buf, int64(v), 10)
-				ph = md5Hash32(buf)
-			} else {
-				buf = strconv.AppendInt(append(append(buf[:0], e.t.Addr...), '#'), int64(v), 10)
-				ph = xxhash.Sum64(buf)
-			}
-			pts = append(pts, point{ph, int32(i)})
+	var pts []point
+	for rank, a := range rd.addrs {
+		for v := range per[rank] {
+			pts = append(pts, point{xxhash.Sum64String(a+"#"+strconv.Itoa(v)) &^ 0xFFFF, int32(rank)})
 		}
 	}
-	// Sort by hash; ties (rare) by address so every gateway builds the
-	// same ring from the same set.
 	slices.SortFunc(pts, func(a, b point) int {
 		if a.h != b.h {
 			if a.h < b.h {
@@ -96,44 +184,27 @@ func (h hashStrategy) Build(eps []*Endpoint) Picker {
 			}
 			return 1
 		}
-		return compareStrings(eps[a.owner].t.Addr, eps[b.owner].t.Addr)
+		return int(a.owner - b.owner)
 	})
-	r.points = make([]uint64, len(pts))
-	r.owner = make([]int32, len(pts))
+	rd.points = make([]uint64, len(pts))
+	rd.owner = make([]int32, len(pts))
 	for i, p := range pts {
-		r.points[i], r.owner[i] = p.h, p.owner
+		rd.points[i], rd.owner[i] = p.h, p.owner
 	}
-	r.shift = 48
-	if h.md5 {
-		r.shift = 16 // 32-bit hashes: index on their top 16 bits
-	}
-	r.index = make([]uint32, 1<<16+1)
-	j := 0
-	for b := range 1 << 16 {
-		for j < len(r.points) && r.points[j]>>r.shift < uint64(b) {
-			j++
-		}
-		r.index[b] = uint32(j)
-	}
-	r.index[1<<16] = uint32(len(r.points))
-	if h.bounded {
-		var w float64
-		for _, e := range eps {
-			w += float64(e.t.Weight)
-		}
-		return &boundedRing{ring: r, c: h.c, totalWeight: w}
-	}
-	return r
+	rd.buildIndex()
+	return rd
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+func (rd *ringData) buildIndex() {
+	rd.index = make([]uint32, 1<<16+1)
+	j := 0
+	for b := range 1 << 16 {
+		for j < len(rd.points) && rd.points[j]>>48 < uint64(b) {
+			j++
+		}
+		rd.index[b] = uint32(j)
 	}
-	return 0
+	rd.index[1<<16] = uint32(len(rd.points))
 }
 
 func md5Hash32(b []byte) uint64 {
@@ -141,65 +212,64 @@ func md5Hash32(b []byte) uint64 {
 	return uint64(binary.LittleEndian.Uint32(d[:4]))
 }
 
+// ring is one snapshot's view of a ringData: the usable endpoints by rank.
 type ring struct {
-	eps    []*Endpoint
+	data   *ringData
 	md5    bool
-	points []uint64
-	owner  []int32
-	index  []uint32
-	shift  uint
+	byRank []*Endpoint // nil where the target is not usable in this snapshot
+	usable int
 }
 
 func (r *ring) keyHash(key string) uint64 {
 	if r.md5 {
 		d := md5.Sum([]byte(key))
-		return uint64(binary.LittleEndian.Uint32(d[:4]))
+		return uint64(binary.LittleEndian.Uint32(d[:4])) << 32
 	}
-	return xxhash.Sum64String(key)
+	return xxhash.Sum64String(key) &^ 0xFFFF
 }
 
 // search returns the index of the first point >= h (wrapping to 0).
 func (r *ring) search(h uint64) int {
-	b := h >> r.shift
-	lo, hi := int(r.index[b]), int(r.index[b+1])
+	pts := r.data.points
+	b := h >> 48
+	lo, hi := int(r.data.index[b]), int(r.data.index[b+1])
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if r.points[m] < h {
+		if pts[m] < h {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
-	if lo == len(r.points) {
+	if lo == len(pts) {
 		return 0
 	}
 	return lo
 }
 
 func (r *ring) Pick(info PickInfo) *Endpoint {
-	if len(r.points) == 0 {
+	if r.usable == 0 {
 		return nil
 	}
 	i := r.search(r.keyHash(info.Key))
-	e := r.eps[r.owner[i]]
-	if info.Usable(e) {
+	if e := r.byRank[r.data.owner[i]]; e != nil && info.Usable(e) {
 		return e
 	}
-	return r.walk(&info, i, func(e *Endpoint) bool { return true })
+	return r.walk(&info, i, nil)
 }
 
-// walk returns the first endpoint after point i that is usable and passes
-// ok, visiting each endpoint at most once.
-func (r *ring) walk(info *PickInfo, i int, ok func(*Endpoint) bool) *Endpoint {
-	var seen [8]uint64 // bitmap for small sets, no allocation
+// walk returns the first endpoint after point i that is usable and within
+// the bound (when bound is set), visiting each target at most once.
+func (r *ring) walk(info *PickInfo, i int, bound *boundedRing) *Endpoint {
+	var seen [8]uint64 // bitmap for up to 512 targets, no allocation
 	var seenBig []bool
-	if len(r.eps) > len(seen)*64 {
-		seenBig = make([]bool, len(r.eps))
+	if len(r.byRank) > len(seen)*64 {
+		seenBig = make([]bool, len(r.byRank))
 	}
-	left := len(r.eps)
-	n := len(r.points)
+	left := len(r.byRank)
+	n := len(r.data.points)
 	for k := 0; k < n && left > 0; k++ {
-		o := r.owner[(i+k)%n]
+		o := r.data.owner[(i+k)%n]
 		if seenBig != nil {
 			if seenBig[o] {
 				continue
@@ -212,7 +282,8 @@ func (r *ring) walk(info *PickInfo, i int, ok func(*Endpoint) bool) *Endpoint {
 			seen[o>>6] |= 1 << (o & 63)
 		}
 		left--
-		if e := r.eps[o]; info.Usable(e) && ok(e) {
+		e := r.byRank[o]
+		if e != nil && info.Usable(e) && (bound == nil || bound.within(e, info)) {
 			return e
 		}
 	}
@@ -227,23 +298,57 @@ type boundedRing struct {
 
 func (boundedRing) usesTotal() {}
 
+// within reports whether one more pick keeps e at or under
+// ceil(c x (total+1) x w/W), the bound counting this pick.
+func (r *boundedRing) within(e *Endpoint, info *PickInfo) bool {
+	total := float64(info.snap.b.total.Load() + 1)
+	bound := math.Ceil(r.c * total * float64(e.t.Weight) / r.totalWeight)
+	return float64(e.s.inflight.Load()+1) <= bound
+}
+
 func (r *boundedRing) Pick(info PickInfo) *Endpoint {
-	if len(r.points) == 0 {
+	if r.usable == 0 {
 		return nil
 	}
-	// The bound counts this pick: ceil(c x (total+1) x w/W).
-	total := float64(info.snap.b.total.Load() + 1)
-	within := func(e *Endpoint) bool {
-		bound := math.Ceil(r.c * total * float64(e.t.Weight) / r.totalWeight)
-		return float64(e.s.inflight.Load()+1) <= bound
-	}
 	i := r.search(r.keyHash(info.Key))
-	if e := r.eps[r.owner[i]]; info.Usable(e) && within(e) {
+	if e := r.byRank[r.data.owner[i]]; e != nil && info.Usable(e) && r.within(e, &info) {
 		return e
 	}
-	if e := r.walk(&info, i, within); e != nil {
+	if e := r.walk(&info, i, r); e != nil {
 		return e
 	}
 	// Every target at its bound (possible under races): plain ring order.
-	return r.walk(&info, i, func(*Endpoint) bool { return true })
+	return r.walk(&info, i, nil)
+}
+
+
+// radixSort sorts a in four passes of 16 bits: a million ring points sort
+// several times faster than with a comparison sort, which is most of a
+// ring build.
+func radixSort(a []uint64) {
+	if len(a) < 1<<12 {
+		slices.Sort(a)
+		return
+	}
+	buf := make([]uint64, len(a))
+	count := make([]int, 1<<16)
+	src, dst := a, buf
+	for shift := uint(0); shift < 64; shift += 16 {
+		clear(count)
+		for _, v := range src {
+			count[(v>>shift)&0xFFFF]++
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, v := range src {
+			d := (v >> shift) & 0xFFFF
+			dst[count[d]] = v
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	// Four passes: the sorted data is back in a.
 }
