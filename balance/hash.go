@@ -321,7 +321,6 @@ func (r *boundedRing) Pick(info PickInfo) *Endpoint {
 	return r.walk(&info, i, nil)
 }
 
-
 // radixSort sorts a in four passes of 16 bits: a million ring points sort
 // several times faster than with a comparison sort, which is most of a
 // ring build.
