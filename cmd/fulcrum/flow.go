@@ -1,18 +1,69 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-lb/fulcrum/flow/server"
 )
 
-// newFlowCmd is replaced by the component's own command tree as it lands.
+// newFlowCmd is `fulcrum flow`: serve, plus the command-line client.
 func newFlowCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "flow",
-		Short: "The multi-stage task service (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("flow: not built yet")
+		Short: "The multi-stage task service (server and client)",
+	}
+	cmd.AddCommand(newFlowServeCmd())
+	for _, c := range flowClientCmds() {
+		if c != nil {
+			cmd.AddCommand(c)
+		}
+	}
+	return cmd
+}
+
+func newFlowServeCmd() *cobra.Command {
+	var cfg server.Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a flow server (SQLite in the working directory unless --db says otherwise)",
+		Long: `Run a flow server. The schema is created or migrated on start; several
+servers may share one PostgreSQL or MySQL database (see docs/flow.md).
+
+  --db sqlite://fulcrum-flow.db                        (default; ?synchronous=normal relaxes fsync)
+  --db postgres://user@host:5432/db?sslmode=disable
+  --db 'mysql://user:pass@tcp(host:3306)/db'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			s, err := server.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "fulcrum flow listening on %s\n", s.Addr())
+			<-ctx.Done()
+			cfg.Logger.Info("flow server shutting down")
+			return s.Close()
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve the HTTP API on")
+	f.StringVar(&cfg.DB, "db", "sqlite://fulcrum-flow.db", "database: sqlite://PATH, postgres://... or mysql://...")
+	f.StringVar(&cfg.TablePrefix, "table-prefix", "flow_", "prefix of the table names")
+	f.StringVar(&cfg.LockMode, "lock", server.LockSkipLocked, "how holds exclude each other: skip_locked (row locks) or redis (redsync lock around each hold)")
+	f.StringVar(&cfg.RedisAddr, "redis", "127.0.0.1:6379", "Redis address for --lock redis")
+	f.DurationVar(&cfg.Retention, "retention", 0, "keep finished tasks this long after they end (default 168h; negative keeps forever)")
+	f.DurationVar(&cfg.RescueInterval, "rescue-interval", 0, "how often to return tasks with expired leases to pending (default 1s)")
+	f.DurationVar(&cfg.PruneInterval, "prune-interval", 0, "how often to delete finished tasks past the retention (default 1m)")
+	f.DurationVar(&cfg.MaxWait, "max-wait", 0, "longest wait_ms a hold may wait (default 30s)")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "how often a waiting hold looks again without a signal (default 1s)")
+	return cmd
 }
+

@@ -119,10 +119,10 @@ func (s *SQLStore) Close() error {
 // dialect is what differs between databases.
 type dialect struct {
 	name       string
-	dollar     bool                                             // $n placeholders
-	migrations [][]string                                       // DDL per version, {p} = table prefix
+	dollar     bool                                                               // $n placeholders
+	migrations [][]string                                                         // DDL per version, {p} = table prefix
 	lockMig    func(ctx context.Context, c *sql.Conn, key string) (func(), error) // nil: run migrations in one write tx
-	logExpr    func(event string) string                        // append a log entry (args: at, worker)
+	logExpr    func(event string) string                                          // append a log entry (args: at, worker)
 	retryable  func(error) bool
 	start      func(s *SQLStore, dsn string) error // background work after migrate (PG: LISTEN)
 	notify     bool                                // PG: NOTIFY in writes

@@ -51,6 +51,8 @@ type Store interface {
 	// PruneEnded deletes up to limit ended tasks last modified before before.
 	PruneEnded(ctx context.Context, before time.Time, limit int) (int, error)
 
+	// Dialect names the database: "sqlite", "postgres" or "mysql".
+	Dialect() string
 	Close() error
 }
 

@@ -1,0 +1,537 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+)
+
+// httpError is an error with the status code to answer.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{code: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an error to its HTTP status.
+func statusOf(err error) int {
+	var he *httpError
+	var fe *flow.FieldError
+	switch {
+	case errors.As(err, &he):
+		return he.code
+	case errors.As(err, &fe):
+		return http.StatusBadRequest
+	case errors.Is(err, flow.ErrUnknownType), errors.Is(err, flow.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, flow.ErrStaleLease):
+		return http.StatusConflict
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+type endpoint struct {
+	method string
+	fn     func(w http.ResponseWriter, r *http.Request) (any, error)
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	api := map[string]endpoint{
+		"/v1/register_task": {http.MethodPost, s.registerTask},
+		"/v1/create_task":   {http.MethodPost, s.createTask},
+		"/v1/hold_tasks":    {http.MethodPost, s.holdTasks},
+		"/v1/set_task":      {http.MethodPost, s.setTask},
+		"/v1/set_tasks":     {http.MethodPost, s.setTasks},
+		"/v1/renew_lease":   {http.MethodPost, s.renewLease},
+		"/v1/cancel_task":   {http.MethodPost, s.cancelTask},
+		"/v1/get_task":      {http.MethodGet, s.getTask},
+		"/v1/get_task_list": {http.MethodGet, s.getTaskList},
+		"/v1/stats":         {http.MethodGet, s.stats},
+		"/healthz":          {http.MethodGet, s.health},
+	}
+	for path, ep := range api {
+		mux.Handle(path, s.handle(path, ep))
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, flow.ErrorResponse{Error: "no endpoint " + r.URL.Path})
+	})
+	return mux
+}
+
+// handle wraps an endpoint: method check, JSON answer, error mapping,
+// metrics.
+func (s *Server) handle(path string, ep endpoint) http.Handler {
+	name := strings.TrimPrefix(path, "/v1/")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		code := http.StatusOK
+		defer func() {
+			s.m.requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
+			s.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		}()
+		if r.Method != ep.method {
+			w.Header().Set("Allow", ep.method)
+			code = http.StatusMethodNotAllowed
+			writeJSON(w, code, flow.ErrorResponse{Error: fmt.Sprintf("%s %s: use %s", r.Method, path, ep.method)})
+			return
+		}
+		if ep.method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		}
+		out, err := ep.fn(w, r)
+		if err != nil {
+			code = statusOf(err)
+			if code >= 500 {
+				s.log.Error("flow server: request failed", "endpoint", path, "err", err)
+			}
+			writeJSON(w, code, flow.ErrorResponse{Error: err.Error()})
+			return
+		}
+		writeJSON(w, code, out)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) // the client may have gone; nothing to do then
+}
+
+// decode reads one JSON object into v. Unknown fields are refused so that
+// a misspelt field is an error, not a silent default.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return decodeError(err)
+		}
+		return badRequest("bad JSON: data after the JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is over %d bytes", mbe.Limit)}
+	case errors.Is(err, io.EOF):
+		return badRequest("bad JSON: empty body, want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("bad JSON: body ends inside the JSON object")
+	case errors.As(err, &se):
+		return badRequest("bad JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return badRequest("bad JSON: want an object, got %s", te.Value)
+		}
+		return badRequest("%s: want %s, got %s", te.Field, te.Type, te.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return badRequest("bad JSON: %v", err)
+}
+
+func (s *Server) registerTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.TaskType
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	tt, err := flow.NormalizeTaskType(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.st.RegisterType(r.Context(), tt, now()); err != nil {
+		return nil, err
+	}
+	s.types.put(tt)
+	return tt, nil
+}
+
+func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.CreateTaskRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	tasks, prefix := req.Tasks, "tasks[%d]."
+	single := req.NewTask.TaskType != "" || req.NewTask.TaskStage != "" || req.NewTask.TaskContext != nil || req.NewTask.Priority != 0 || req.NewTask.DelayMS != 0
+	switch {
+	case single && len(tasks) > 0:
+		return nil, badRequest("tasks: give one task inline or a batch in tasks, not both")
+	case single:
+		tasks, prefix = []flow.NewTask{req.NewTask}, ""
+	case req.Tasks == nil:
+		return nil, &flow.FieldError{Field: "task_type", Msg: "required"}
+	case len(tasks) == 0:
+		return nil, badRequest("tasks: empty batch")
+	case len(tasks) > flow.MaxBatch:
+		return nil, badRequest("tasks: %d tasks, at most %d in one request", len(tasks), flow.MaxBatch)
+	}
+	t := now()
+	ids := flow.NewTaskIDs(t, len(tasks))
+	recs := make([]flow.Record, len(tasks))
+	for i := range tasks {
+		p := prefix
+		if p != "" {
+			p = fmt.Sprintf(prefix, i)
+		}
+		if err := flow.ValidateNewTask(p, &tasks[i]); err != nil {
+			return nil, err
+		}
+		tt, err := s.types.get(r.Context(), tasks[i].TaskType)
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = flow.NewRecord(ids[i], tasks[i], tt, t)
+	}
+	if err := s.st.CreateTasks(r.Context(), recs); err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		s.m.created.WithLabelValues(rec.TaskType).Inc()
+	}
+	return flow.CreateTaskResponse{TaskIDs: ids}, nil
+}
+
+func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.HoldTasksRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskTypeName(req.TaskType); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateWorkerID(req.WorkerID); err != nil {
+		return nil, err
+	}
+	if req.Limit < 0 {
+		return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%d is negative", req.Limit)}
+	}
+	if req.WaitMS < 0 {
+		return nil, &flow.FieldError{Field: "wait_ms", Msg: fmt.Sprintf("%d is negative", req.WaitMS)}
+	}
+	ctx := r.Context()
+	tt, err := s.types.get(ctx, req.TaskType)
+	if err != nil {
+		return nil, err
+	}
+	limit := req.Limit
+	if limit == 0 || limit > tt.ScheduleLimit {
+		limit = tt.ScheduleLimit
+	}
+	wait := min(time.Duration(req.WaitMS)*time.Millisecond, s.cfg.MaxWait)
+	deadline := time.Now().Add(wait)
+	for {
+		woken := s.wake.wait(req.TaskType) // before the claim: a signal during it is not lost
+		t := now()
+		recs, err := s.st.Hold(ctx, store.HoldParams{TaskType: req.TaskType, WorkerID: req.WorkerID, Limit: limit,
+			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond)})
+		if err != nil {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if len(recs) > 0 || left <= 0 {
+			s.m.held.WithLabelValues(req.TaskType).Add(float64(len(recs)))
+			out := flow.HoldTasksResponse{Tasks: make([]flow.Task, len(recs))}
+			for i := range recs {
+				out.Tasks[i] = recs[i].Task
+			}
+			return out, nil
+		}
+		// Nothing due: sleep until a signal, the next delayed task's
+		// order_time, the poll interval or the deadline, whichever is first.
+		sleep := min(left, s.cfg.PollInterval)
+		if next, ok, err := s.st.NextDue(ctx, req.TaskType); err != nil {
+			return nil, err
+		} else if ok {
+			// A due task we did not get is being claimed by another hold;
+			// look again shortly.
+			sleep = min(sleep, max(time.Until(next), 5*time.Millisecond))
+		}
+		timer := time.NewTimer(sleep)
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-s.stop:
+			deadline = time.Now() // answer now with what there is (nothing)
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+func (s *Server) setTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.SetTaskRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateSet("", &req); err != nil {
+		s.m.set.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	errs, err := s.st.SetTasks(r.Context(), []flow.SetTaskRequest{req}, now())
+	if err != nil {
+		return nil, err
+	}
+	s.countSet(errs[0])
+	if errs[0] != nil {
+		return nil, errs[0]
+	}
+	return flow.SetResult{TaskID: req.TaskID, Code: http.StatusOK}, nil
+}
+
+func (s *Server) countSet(err error) {
+	switch {
+	case err == nil:
+		s.m.set.WithLabelValues("ok").Inc()
+	case errors.Is(err, flow.ErrStaleLease):
+		s.m.set.WithLabelValues("stale").Inc()
+	case errors.Is(err, flow.ErrNotFound):
+		s.m.set.WithLabelValues("not_found").Inc()
+	}
+}
+
+// setTasks applies a batch in one transaction. Each element gets its own
+// result; an invalid or refused element changes nothing, the others apply.
+func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.SetTasksRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Tasks) == 0 {
+		return nil, badRequest("tasks: empty batch")
+	}
+	if len(req.Tasks) > flow.MaxBatch {
+		return nil, badRequest("tasks: %d tasks, at most %d in one request", len(req.Tasks), flow.MaxBatch)
+	}
+	out := flow.SetTasksResponse{Results: make([]flow.SetResult, len(req.Tasks))}
+	var valid []flow.SetTaskRequest
+	var at []int
+	for i := range req.Tasks {
+		out.Results[i].TaskID = req.Tasks[i].TaskID
+		if err := flow.ValidateSet(fmt.Sprintf("tasks[%d].", i), &req.Tasks[i]); err != nil {
+			s.m.set.WithLabelValues("invalid").Inc()
+			out.Results[i].Code, out.Results[i].Error = http.StatusBadRequest, err.Error()
+			continue
+		}
+		valid, at = append(valid, req.Tasks[i]), append(at, i)
+	}
+	if len(valid) > 0 {
+		errs, err := s.st.SetTasks(r.Context(), valid, now())
+		if err != nil {
+			return nil, err
+		}
+		for k, e := range errs {
+			s.countSet(e)
+			res := &out.Results[at[k]]
+			res.Code = http.StatusOK
+			if e != nil {
+				res.Code, res.Error = statusOf(e), e.Error()
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) renewLease(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.RenewLeaseRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskID("task_id", req.TaskID); err != nil {
+		return nil, err
+	}
+	if req.Lease == "" {
+		return nil, &flow.FieldError{Field: "lease", Msg: "required"}
+	}
+	if req.ExtendMS < 0 || req.ExtendMS > (7*24*time.Hour).Milliseconds() {
+		return nil, &flow.FieldError{Field: "extend_ms", Msg: fmt.Sprintf("%d is outside 0 to 7 days", req.ExtendMS)}
+	}
+	ctx := r.Context()
+	ext := time.Duration(req.ExtendMS) * time.Millisecond
+	if ext == 0 {
+		rec, err := s.st.GetTask(ctx, req.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		tt, err := s.types.get(ctx, rec.TaskType)
+		if err != nil {
+			return nil, err
+		}
+		ext = time.Duration(tt.MaxProcessingMS) * time.Millisecond
+	}
+	exp := now().Add(ext)
+	if err := s.st.RenewLease(ctx, req.TaskID, req.Lease, exp); err != nil {
+		return nil, err
+	}
+	return flow.RenewLeaseResponse{LeaseExpiry: exp}, nil
+}
+
+func (s *Server) cancelTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.CancelTaskRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskID("task_id", req.TaskID); err != nil {
+		return nil, err
+	}
+	if err := s.st.CancelTask(r.Context(), req.TaskID, now()); err != nil {
+		return nil, err
+	}
+	rec, err := s.st.GetTask(r.Context(), req.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	return view(rec), nil
+}
+
+// view is a task as get_task shows it: the lease token is only ever given
+// to the holder, in the hold_tasks answer.
+func view(r flow.Record) flow.Task {
+	t := r.Task
+	t.Lease = ""
+	return t
+}
+
+// query checks that a GET has only the parameters named.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q := r.URL.Query()
+	for k, v := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			return nil, badRequest("unknown parameter %q (known: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, badRequest("parameter %s given %d times", k, len(v))
+		}
+	}
+	return q, nil
+}
+
+func (s *Server) getTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q, err := query(r, "task_id")
+	if err != nil {
+		return nil, err
+	}
+	id := q.Get("task_id")
+	if err := flow.ValidateTaskID("task_id", id); err != nil {
+		return nil, err
+	}
+	rec, err := s.st.GetTask(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	return view(rec), nil
+}
+
+// List page sizes.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (s *Server) getTaskList(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q, err := query(r, "task_type", "status", "task_stage", "limit", "cursor")
+	if err != nil {
+		return nil, err
+	}
+	f := store.ListFilter{TaskType: q.Get("task_type"), TaskStage: q.Get("task_stage"), After: q.Get("cursor"), Limit: defaultListLimit}
+	if f.TaskType != "" {
+		if err := flow.ValidateTaskTypeName(f.TaskType); err != nil {
+			return nil, err
+		}
+	}
+	if v := q.Get("status"); v != "" {
+		st, err := flow.ParseStatus(v)
+		if err != nil {
+			return nil, &flow.FieldError{Field: "status", Msg: err.Error()}
+		}
+		f.Status = st
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%q is not a number", v)}
+		case n < 0:
+			return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%d is negative", n)}
+		case n > maxListLimit:
+			return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%d is over %d", n, maxListLimit)}
+		case n > 0:
+			f.Limit = n
+		}
+	}
+	if f.After != "" {
+		if err := flow.ValidateTaskID("cursor", f.After); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := s.st.ListTasks(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	out := flow.TaskListResponse{Tasks: make([]flow.Task, len(recs))}
+	for i := range recs {
+		out.Tasks[i] = view(recs[i])
+	}
+	if len(recs) == f.Limit {
+		out.NextCursor = recs[len(recs)-1].TaskID
+	}
+	return out, nil
+}
+
+func (s *Server) stats(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	st, err := s.st.Stats(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		st = []flow.TypeStats{}
+	}
+	return flow.StatsResponse{Types: st}, nil
+}
+
+func (s *Server) health(_ http.ResponseWriter, r *http.Request) (any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.st.ListTypes(ctx); err != nil {
+		return nil, &httpError{code: http.StatusServiceUnavailable, msg: "database: " + err.Error()}
+	}
+	return map[string]string{"status": "ok"}, nil
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Lock modes for Config.LockMode.
+const (
+	LockSkipLocked = "skip_locked" // row locks in the database (default)
+	LockRedis      = "redis"       // the seed's redsync lock around each hold
+)
+
+// Config configures a flow server. Zero fields take the defaults in their
+// comments.
+type Config struct {
+	// Listen is the address to serve on; "127.0.0.1:0" picks a free port.
+	// Default "127.0.0.1:7070".
+	Listen string
+	// DB names the database: "sqlite://PATH" (default
+	// "sqlite://fulcrum-flow.db"), "postgres://..." or
+	// "mysql://user:pass@tcp(host:port)/db".
+	DB string
+	// TablePrefix starts the names of the tables; default "flow_".
+	TablePrefix string
+	// LockMode is "skip_locked" (default) or "redis".
+	LockMode string
+	// RedisAddr is the Redis server for LockMode "redis"; default
+	// "127.0.0.1:6379".
+	RedisAddr string
+	// RescueInterval is how often expired leases are looked for; default 1s.
+	RescueInterval time.Duration
+	// Retention is how long finished tasks (success, failed, cancelled) are
+	// kept after their last change; default 168h (7 days). Negative keeps
+	// them forever.
+	Retention time.Duration
+	// PruneInterval is how often finished tasks past Retention are deleted;
+	// default 1m.
+	PruneInterval time.Duration
+	// MaxWait caps a hold's wait_ms; default 30s.
+	MaxWait time.Duration
+	// PollInterval is how often a waiting hold looks again without a signal
+	// (tasks made due by a server it cannot hear: MySQL, SQLite shared by
+	// processes); default 1s.
+	PollInterval time.Duration
+	// TypeCacheTTL is how long a task type's config is cached; a change made
+	// through another server is seen after at most this long. Default 1s.
+	TypeCacheTTL time.Duration
+	// MaxBodyBytes caps a request body; default 8 MiB (a full batch of 1000
+	// tasks with 4 KiB contexts fits).
+	MaxBodyBytes int64
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.DB == "" {
+		c.DB = "sqlite://fulcrum-flow.db"
+	}
+	if c.TablePrefix == "" {
+		c.TablePrefix = "flow_"
+	}
+	if c.LockMode == "" {
+		c.LockMode = LockSkipLocked
+	}
+	if c.RedisAddr == "" {
+		c.RedisAddr = "127.0.0.1:6379"
+	}
+	def(&c.RescueInterval, time.Second)
+	def(&c.Retention, 7*24*time.Hour)
+	def(&c.PruneInterval, time.Minute)
+	def(&c.MaxWait, 30*time.Second)
+	def(&c.PollInterval, time.Second)
+	def(&c.TypeCacheTTL, time.Second)
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 8 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch c.LockMode {
+	case LockSkipLocked, LockRedis:
+	default:
+		return fmt.Errorf("flow server: lock mode %q: want %s or %s", c.LockMode, LockSkipLocked, LockRedis)
+	}
+	if !strings.HasPrefix(c.DB, "sqlite://") && !strings.HasPrefix(c.DB, "postgres://") &&
+		!strings.HasPrefix(c.DB, "postgresql://") && !strings.HasPrefix(c.DB, "mysql://") {
+		return fmt.Errorf("flow server: db %q: want sqlite://PATH, postgres://... or mysql://...", c.DB)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"rescue interval", c.RescueInterval}, {"prune interval", c.PruneInterval}, {"max wait", c.MaxWait},
+		{"poll interval", c.PollInterval}, {"type cache ttl", c.TypeCacheTTL}} {
+		if d.v < 0 {
+			return fmt.Errorf("flow server: %s %v is negative", d.name, d.v)
+		}
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("flow server: max body bytes %d is negative", c.MaxBodyBytes)
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+)
+
+// metrics are the server's Prometheus series, in a registry of its own so
+// that several servers can live in one process (tests).
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	created  *prometheus.CounterVec
+	held     *prometheus.CounterVec
+	set      *prometheus.CounterVec
+	rescued  prometheus.Counter
+	pruned   prometheus.Counter
+}
+
+func newMetrics(st store.Store) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulcrum_flow_http_requests_total",
+			Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulcrum_flow_http_request_duration_seconds",
+			Help: "HTTP request duration by endpoint (hold_tasks includes its wait).", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"endpoint"}),
+		created: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_created_total",
+			Help: "Tasks created, by type."}, []string{"task_type"}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_held_total",
+			Help: "Tasks handed to workers by hold_tasks, by type."}, []string{"task_type"}),
+		set: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_set_total",
+			Help: "set_task outcomes by result (ok, stale, not_found, invalid)."}, []string{"result"}),
+		rescued: prometheus.NewCounter(prometheus.CounterOpts{Name: "fulcrum_flow_leases_expired_total",
+			Help: "Held tasks whose lease expired and were returned to pending or failed."}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_pruned_total",
+			Help: "Finished tasks deleted after the retention."}),
+	}
+	m.reg.MustRegister(m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&taskGauge{st: st})
+	return m
+}
+
+// taskGauge reports the task counts by type and status, read from the
+// database at scrape time (all servers see the same numbers).
+type taskGauge struct{ st store.Store }
+
+var taskDesc = prometheus.NewDesc("fulcrum_flow_tasks", "Tasks in the database by type and status.", []string{"task_type", "status"}, nil)
+
+func (g *taskGauge) Describe(ch chan<- *prometheus.Desc) { ch <- taskDesc }
+
+func (g *taskGauge) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := g.st.Stats(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(taskDesc, err)
+		return
+	}
+	for _, t := range stats {
+		for status, n := range t.Counts {
+			ch <- prometheus.MustNewConstMetric(taskDesc, prometheus.GaugeValue, float64(n), t.TaskType, status)
+		}
+	}
+}
