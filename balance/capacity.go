@@ -1,41 +1,430 @@
 package balance
 
-import "math"
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // capacity: seed 004's backpressure. Each target's permits are its max
 // concurrency; a pick takes a permit and its outcome returns it. The pick
 // goes to the target with the most remaining capacity scaled by observed
-// latency (Little's law: free permits / latency is the rate the target can
-// still absorb); when no permit is free, Wait blocks until one returns.
-type capacityStrategy struct{}
+// latency (Little's law: free permits / mean latency is the rate at which
+// the target can still absorb work); when no permit is free, Wait blocks
+// until one returns.
+//
+// A target without MaxConcurrency gets a learned limit instead, because a
+// balancer often cannot read its upstreams' settings (the seed's contest
+// forbade it). The learner combines three signals, per target:
+//
+//   - rejections: an outcome whose error is a rejection (see IsRejection)
+//     means the target ran out of permits with the in-flight count the
+//     balancer had then. The limit drops at once to a little under that
+//     count, and the count is remembered as the ceiling.
+//   - latency gradient (as Netflix's Gradient2), for targets that do not
+//     reject (none in the last 30s): the mean success latency of a window
+//     against a baseline measured at a limit known to be fine. A window
+//     more than tolerance times slower, after the limit grew past that
+//     known-fine limit, means our load queues at the target: the limit
+//     shrinks by the ratio (at most by half). Slower at a known-fine limit
+//     for five windows in a row means the target itself slowed: the
+//     baseline moves.
+//   - probing: while the target is saturated (the balancer keeps it at its
+//     limit) and neither signal fires, the limit grows, like TCP BIC: it
+//     doubles while no ceiling is known, climbs halfway to a known ceiling
+//     per window, and past the ceiling grows by a step that doubles every
+//     window. A target that is not saturated keeps its limit: there is no
+//     evidence to learn from, and no need.
+//
+// Latencies used for picking are success latencies only: a rejection
+// answers fast and must not make a full target look quick.
+type capacityStrategy struct{ cfg capacityConfig }
 
-func newCapacity(Options) (Strategy, error) { return capacityStrategy{}, nil }
+// capacityConfig holds the learner's knobs. Options.Params may set them
+// under the keys in capacityParams.
+type capacityConfig struct {
+	initial   float64 // first learned limit
+	min, max  float64 // bounds of a learned limit
+	tolerance float64 // window latency above tolerance x baseline is queueing
+	backoff   float64 // limit after a rejection: backoff x the in-flight then
+}
 
-func (capacityStrategy) Build(eps []*Endpoint) Picker { return &capacityPicker{eps: eps} }
+var capacityParams = []string{"initial_limit", "min_limit", "max_limit", "tolerance", "backoff"}
 
-type capacityPicker struct{ eps []*Endpoint }
+func newCapacity(o Options) (Strategy, error) {
+	c := capacityConfig{initial: 20, min: 1, max: 4096, tolerance: 2, backoff: 0.9}
+	for _, k := range capacityParams {
+		s, ok := o.Params[k]
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("params.%s: %q is not a number", k, s)
+		}
+		switch k {
+		case "initial_limit":
+			c.initial = v
+		case "min_limit":
+			c.min = v
+		case "max_limit":
+			c.max = v
+		case "tolerance":
+			c.tolerance = v
+		case "backoff":
+			c.backoff = v
+		}
+	}
+	switch {
+	case c.min < 1:
+		return nil, fmt.Errorf("params.min_limit: %v is below 1", c.min)
+	case c.max < c.min:
+		return nil, fmt.Errorf("params.max_limit: %v is below min_limit %v", c.max, c.min)
+	case c.initial < c.min || c.initial > c.max:
+		return nil, fmt.Errorf("params.initial_limit: %v is outside [%v, %v]", c.initial, c.min, c.max)
+	case c.tolerance <= 1:
+		return nil, fmt.Errorf("params.tolerance: %v must be above 1", c.tolerance)
+	case c.backoff <= 0 || c.backoff >= 1:
+		return nil, fmt.Errorf("params.backoff: %v is outside (0, 1)", c.backoff)
+	}
+	return capacityStrategy{cfg: c}, nil
+}
+
+// ErrRejected is what a caller reports (wrapped or not) when a target
+// refused a request for lack of capacity (HTTP 503 or 429, a full pool).
+// The capacity strategy cuts the target's learned limit on it.
+var ErrRejected = errors.New("balance: target rejected the request (no permit)")
+
+// IsRejection reports whether err says a target had no capacity: it wraps
+// ErrRejected, has a method Rejected() bool that returns true, or its text
+// names an overload ("no permit", "too many requests", "service
+// unavailable", "overload", "rejected"), for errors from code that knows
+// nothing of this package.
+func IsRejection(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrRejected) {
+		return true
+	}
+	var r interface{ Rejected() bool }
+	if errors.As(err, &r) {
+		return r.Rejected()
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range [...]string{"no permit", "too many requests", "service unavailable", "overload", "rejected"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s capacityStrategy) Build(eps []*Endpoint) Picker {
+	p := &capacityPicker{eps: eps, st: make([]*capState, len(eps)), cfg: s.cfg}
+	for i, e := range eps {
+		c := capacityOf(e)
+		p.st[i] = c
+		if e.t.MaxConcurrency == 0 {
+			c.mu.Lock()
+			if c.limit == 0 || e.Limit() == 0 {
+				// New, or its configured limit was just removed: learn
+				// afresh from the initial limit.
+				c.limit, c.ceiling, c.step, c.holdUntil, c.rejLat = s.cfg.initial, 0, 1, 0, 0
+				c.lastReject, c.warm = 0, false
+				c.baseline, c.baseLimit, c.slow = 0, 0, 0
+				c.resetWindow()
+				c.quietUntil = 0
+			}
+			e.SetLimit(int64(math.Ceil(c.limit)))
+			c.mu.Unlock()
+		}
+	}
+	return p
+}
+
+// capacityOf returns e's learner state, making it on first use. It lives in
+// the endpoint's state, so it survives updates of the set.
+func capacityOf(e *Endpoint) *capState {
+	if c, ok := e.Ext().(*capState); ok {
+		return c
+	}
+	c, ok := e.InitExt(func() any { return &capState{} }).(*capState)
+	if !ok {
+		// Another strategy's value (the balancer was rebuilt with a
+		// different strategy): replace it.
+		c = &capState{}
+		e.SetExt(c)
+	}
+	return c
+}
+
+// capState is one target's learner. lat is read by picks without a lock;
+// the rest is guarded by mu and only touched by Observe and Build.
+type capState struct {
+	lat atomic.Int64 // EWMA of success latency, ns; 0 = no sample yet
+
+	mu         sync.Mutex
+	limit      float64 // learned limit; 0 = not initialised
+	ceiling    float64 // in-flight at which rejections last appeared; 0 = none
+	step       float64 // probe step past the ceiling
+	baseline   float64 // latency of windows without queueing, ns
+	baseLimit  float64 // a limit known not to queue at baseline latency
+	slow       int     // windows in a row too slow at a known-fine limit
+	holdUntil  int64   // no rejection cut before this clock
+	rejLat     int64   // EWMA of rejection latency, ns
+	lastReject int64   // clock of the last rejection; 0 = none
+	warm       bool    // the first window has passed
+	quietUntil int64   // no window before this clock (the last change's round trip)
+
+	// Current window.
+	winStart int64
+	n        int     // successes
+	sum      float64 // their latencies, ns
+	sat      int     // successes that found the target at its limit
+	rejects  int
+}
+
+type capacityPicker struct {
+	eps []*Endpoint
+	st  []*capState
+	cfg capacityConfig
+}
 
 func (*capacityPicker) usesLatency() {}
 
+// rejectMemory is how long after its last rejection a target counts as
+// one that rejects (and is not judged by its latency).
+const rejectMemory = 30 * time.Second
+
+// unlimitedFree stands for the free permits of a target without a limit.
+const unlimitedFree = 1 << 20
+
 func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
+	n := len(p.eps)
+	if n == 0 {
+		return nil
+	}
+	// Start at a random place so that ties do not all land on the first.
+	off := 0
+	if n > 1 {
+		off = rand.IntN(n)
+	}
 	var best *Endpoint
 	bestRate := -1.0
-	for _, e := range p.eps {
+	for i := range n {
+		j := i + off
+		if j >= n {
+			j -= n
+		}
+		e := p.eps[j]
 		if !info.Usable(e) {
 			continue
 		}
-		free := float64(e.Remaining())
-		if free == math.MaxInt64 {
-			free = 1 << 20
+		free := e.Remaining()
+		if free > unlimitedFree {
+			free = unlimitedFree
 		}
-		lat := float64(e.s.ewma.Load())
+		lat := p.st[j].lat.Load()
 		if lat <= 0 {
-			lat = 1
+			lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
 		}
-		rate := free * info.Weight(e) / lat
+		rate := float64(free) * info.Weight(e) / float64(lat)
 		if rate > bestRate {
 			best, bestRate = e, rate
 		}
 	}
 	return best
+}
+
+// Observe feeds one outcome to the target's learner.
+func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
+	c := capacityOf(e)
+	lat := int64(o.Latency)
+	learn := e.t.MaxConcurrency == 0
+	if o.Err == nil && lat > 0 {
+		// alpha 1/16: exponential service times are noisy, and a stage
+		// change still shows within a few dozen outcomes.
+		if old := c.lat.Load(); old == 0 {
+			c.lat.Store(lat)
+		} else {
+			c.lat.Store(old + (lat-old)/16)
+		}
+	}
+	if !learn {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.limit == 0 {
+		return // not built by this strategy yet
+	}
+	if o.Err != nil {
+		if IsRejection(o.Err) {
+			c.rejects++
+			c.reject(e, o, p.cfg)
+		}
+		return
+	}
+	if lat <= 0 {
+		return
+	}
+	if float64(o.InFlight) > c.limit+1 {
+		// Still draining down to a lowered limit: what we see now is the
+		// old load's latency, and so is the next round trip's.
+		c.quietUntil = max(c.quietUntil, o.Now+c.lat.Load())
+	}
+	if o.Now < c.quietUntil {
+		return
+	}
+	if c.winStart == 0 {
+		c.winStart = o.Now
+	}
+	c.n++
+	c.sum += float64(lat)
+	if float64(o.InFlight) >= c.limit*0.9 || o.InFlight+1 >= int64(c.limit) {
+		c.sat++
+	}
+	base := c.baseline
+	if base == 0 {
+		base = float64(c.lat.Load())
+	}
+	el := float64(o.Now - c.winStart)
+	if (c.n >= 32 && el >= base/2) || (c.n > 0 && el >= 8*base) {
+		c.closeWindow(e, o.Now, p.cfg)
+	}
+}
+
+// reject handles a rejection seen with o.InFlight picks outstanding (this
+// one included).
+func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
+	if lat := int64(o.Latency); lat > 0 {
+		if c.rejLat == 0 {
+			c.rejLat = lat
+		} else {
+			c.rejLat += (lat - c.rejLat) / 8
+		}
+	}
+	c.lastReject = o.Now
+	if o.Now < c.holdUntil {
+		return // a pick sent before the last cut: already accounted for
+	}
+	seen := float64(o.InFlight - 1)
+	seen = min(max(seen, cfg.min), c.limit)
+	c.ceiling = seen
+	c.limit = max(cfg.min, math.Floor(seen*cfg.backoff))
+	c.baseLimit = min(c.baseLimit, c.limit)
+	c.step = 1
+	// Rejections of picks sent before the cut come back within about one
+	// rejection round trip; after that, a rejection means the lowered
+	// limit is still too high.
+	hold := 2 * c.rejLat
+	if hold == 0 {
+		hold = int64(time.Millisecond)
+	}
+	c.holdUntil = o.Now + hold
+	e.SetLimit(int64(c.limit))
+	c.changed(o.Now)
+}
+
+func (c *capState) resetWindow() {
+	c.winStart, c.n, c.sum, c.sat, c.rejects = 0, 0, 0, 0, 0
+}
+
+// changed starts a new window after the limit changed. Outcomes of the
+// next round trip mostly belong to picks made under the old limit, so the
+// window opens only after it: growth is clocked by feedback, as TCP's is.
+func (c *capState) changed(now int64) {
+	// The current latency, not the baseline: after an overshoot the round
+	// trip is the long one.
+	c.quietUntil = now + max(int64(c.baseline), c.lat.Load())
+	c.resetWindow()
+}
+
+func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
+	saturated := c.n > 0 && c.sat*2 >= c.n
+	grow := saturated && c.rejects == 0
+	if c.n > 0 {
+	}
+	// 32 samples at least for latency decisions: exponential service times
+	// make the mean of fewer too noisy to tell queueing from chance.
+	// A target that rejected lately says itself when it is full; its
+	// latency is not needed to guess, and may change for its own reasons.
+	rejecting := c.lastReject != 0 && now-c.lastReject < int64(rejectMemory)
+	if c.n >= 32 {
+		avg := c.sum / float64(c.n)
+		if avg <= cfg.tolerance*c.baseline {
+			c.slow = 0
+		}
+		switch {
+		case !c.warm:
+			// The first window holds the first completions, the quick
+			// ones: a biased sample. Let it pass.
+			c.warm = true
+		case c.baseline == 0:
+			c.baseline, c.baseLimit = avg, c.limit
+		case rejecting:
+			c.baseline += (avg - c.baseline) / 8
+			c.baseLimit = max(c.baseLimit, c.limit)
+		case avg > cfg.tolerance*c.baseline && c.limit > c.baseLimit:
+			// Latency rose past tolerance since we grew beyond a limit
+			// known to be fine: our load queues at the target. Shrink by
+			// the gradient, at most by half and not below that limit, and
+			// remember where it hurt.
+			g := max(0.5, cfg.tolerance*c.baseline/avg)
+			c.ceiling = c.limit
+			c.limit = max(cfg.min, c.baseLimit, math.Floor(c.limit*g))
+			c.step = 1
+			grow = false
+		case avg > cfg.tolerance*c.baseline:
+			// Slower without our having grown past a known-fine limit.
+			// Right after a cut that is the backlog of the overshoot
+			// draining; if it lasts five windows the target slowed by
+			// itself (or from others' load): accept the new level.
+			grow = false
+			if c.slow++; c.slow >= 5 {
+				c.baseline, c.slow = avg, 0
+			}
+		case avg <= 1.1*c.baseline:
+			// About as fast as the baseline: this limit is fine.
+			c.baseLimit = max(c.baseLimit, c.limit)
+			if avg < c.baseline {
+				c.baseline += (avg - c.baseline) / 4
+			} else {
+				c.baseline += (avg - c.baseline) / 32
+			}
+		case c.limit <= c.baseLimit:
+			// A little slower at a known-fine limit: drift slowly, so a
+			// lasting change is absorbed. Above it, no drift: that is how
+			// queueing would creep into the baseline.
+			c.baseline += (avg - c.baseline) / 32
+		}
+	}
+	if grow {
+		switch {
+		case c.ceiling == 0:
+			c.limit *= 2 // slow start
+		case c.limit < c.ceiling:
+			c.limit += max(1, math.Floor((c.ceiling-c.limit)/2))
+		default:
+			c.limit += c.step
+			c.step = min(c.step*2, max(1, math.Floor(c.limit/4)))
+			if c.limit > 2*c.ceiling {
+				c.ceiling = 0 // far past the old ceiling: it no longer holds
+			}
+		}
+		c.limit = min(c.limit, cfg.max)
+	}
+	if l := int64(math.Ceil(c.limit)); l != e.Limit() {
+		e.SetLimit(l)
+		c.changed(now)
+	} else {
+		c.resetWindow()
+	}
 }

@@ -1,0 +1,611 @@
+package balance
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// capClock is a settable clock for the learner simulations.
+type capClock struct{ ns atomic.Int64 }
+
+func (c *capClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func newCapacityBalancer(t testing.TB, params map[string]string, clock func() time.Time, targets ...Target) *Balancer {
+	t.Helper()
+	b, err := New("capacity", Options{Params: params, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(targets); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func limitOf(b *Balancer, addr string) int64 {
+	for _, s := range b.Endpoints() {
+		if s.Target.Addr == addr {
+			return s.Limit
+		}
+	}
+	return -1
+}
+
+// simTarget is a provider as in seed 004's contest: permits, an
+// exponential service time with mean rtt, and an immediate rejection when
+// no permit is free. With knee > 0 it is instead a queueing server that
+// never rejects: its latency grows with its load past knee.
+type simTarget struct {
+	permits int
+	rtt     time.Duration
+	knee    int
+	busy    int
+}
+
+type simEvent struct {
+	at, start int64
+	p         Pick
+	t         *simTarget
+	held      bool // held a provider permit
+	rejected  bool
+}
+
+type simHeap []simEvent
+
+func (h simHeap) Len() int           { return len(h) }
+func (h simHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h simHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *simHeap) Push(x any)        { *h = append(*h, x.(simEvent)) }
+func (h *simHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// simulation drives a balancer with a closed loop of conns clients against
+// simulated targets, in simulated time: a client whose pick finds every
+// permit taken waits for the next completion, as Wait would.
+type simulation struct {
+	b       *Balancer
+	clk     *capClock
+	targets map[string]*simTarget
+	conns   int
+	rng     *rand.Rand
+	events  simHeap
+	idle    int
+}
+
+func newSimulation(b *Balancer, clk *capClock, targets map[string]*simTarget, conns int, seed uint64) *simulation {
+	return &simulation{b: b, clk: clk, targets: targets, conns: conns, idle: conns, rng: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// run processes n outcomes and returns how many were rejections.
+func (s *simulation) run(t testing.TB, n int) (rejected int) {
+	t.Helper()
+	for done := 0; done < n; done++ {
+		for s.idle > 0 {
+			p, err := s.b.Pick("")
+			if errors.Is(err, ErrAtCapacity) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := s.clk.ns.Load()
+			tg := s.targets[p.Addr()]
+			ev := simEvent{start: now, p: p, t: tg}
+			switch {
+			case tg.knee > 0:
+				tg.busy++
+				d := s.rng.ExpFloat64() * float64(tg.rtt) * max(1, float64(tg.busy)/float64(tg.knee))
+				ev.at, ev.held = now+int64(d)+1, true
+			case tg.busy < tg.permits:
+				tg.busy++
+				ev.at, ev.held = now+int64(s.rng.ExpFloat64()*float64(tg.rtt))+1, true
+			default:
+				ev.at, ev.rejected = now+int64(100*time.Microsecond), true
+			}
+			heap.Push(&s.events, ev)
+			s.idle--
+		}
+		if s.events.Len() == 0 {
+			t.Fatal("simulation stalled: no pick in flight and none possible")
+		}
+		ev := heap.Pop(&s.events).(simEvent)
+		s.clk.ns.Store(ev.at)
+		if ev.held {
+			ev.t.busy--
+		}
+		var err error
+		if ev.rejected {
+			err = fmt.Errorf("upstream said 503: %w", ErrRejected)
+			rejected++
+		}
+		ev.p.Report(time.Duration(ev.at-ev.start), err)
+		s.idle++
+	}
+	return rejected
+}
+
+func TestCapacityLearnsPermits(t *testing.T) {
+	type stage struct {
+		permits     []int
+		rtt         []time.Duration
+		outcomes    int
+		lo, hi      []float64 // bounds of limit/permits at the end of the stage
+		maxRejected float64   // share of rejections over the second half
+	}
+	ms := time.Millisecond
+	cases := []struct {
+		name   string
+		conns  int
+		stages []stage
+	}{
+		{"one target, permits drop then rise", 100, []stage{
+			{[]int{40}, []time.Duration{50 * ms}, 20000, []float64{0.8}, []float64{1.25}, 0.02},
+			{[]int{15}, []time.Duration{50 * ms}, 10000, []float64{0.7}, []float64{1.35}, 0.03},
+			{[]int{70}, []time.Duration{50 * ms}, 20000, []float64{0.8}, []float64{1.25}, 0.02},
+		}},
+		{"contest shape 20:45:65, load above capacity", 160, []stage{
+			{[]int{20, 45, 65}, []time.Duration{50 * ms, 50 * ms, 50 * ms}, 40000, []float64{0.75, 0.8, 0.8}, []float64{1.3, 1.25, 1.25}, 0.02},
+			{[]int{45, 20, 30}, []time.Duration{40 * ms, 60 * ms, 50 * ms}, 40000, []float64{0.8, 0.7, 0.75}, []float64{1.25, 1.35, 1.3}, 0.02},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &capClock{}
+			clk.ns.Store(1)
+			var targets []Target
+			sims := map[string]*simTarget{}
+			for i := range tc.stages[0].permits {
+				addr := fmt.Sprintf("p%d", i)
+				targets = append(targets, Target{Addr: addr, Weight: 1})
+				sims[addr] = &simTarget{}
+			}
+			b := newCapacityBalancer(t, nil, clk.Now, targets...)
+			sim := newSimulation(b, clk, sims, tc.conns, 42)
+			for si, st := range tc.stages {
+				for i, tg := range targets {
+					sims[tg.Addr].permits, sims[tg.Addr].rtt = st.permits[i], st.rtt[i]
+				}
+				sim.run(t, st.outcomes/2)
+				rej := sim.run(t, st.outcomes/2)
+				for i, tg := range targets {
+					got := float64(limitOf(b, tg.Addr)) / float64(st.permits[i])
+					if got < st.lo[i] || got > st.hi[i] {
+						t.Errorf("stage %d: %s learned %d for %d permits (ratio %.2f, want %.2f..%.2f)",
+							si, tg.Addr, limitOf(b, tg.Addr), st.permits[i], got, st.lo[i], st.hi[i])
+					}
+				}
+				if share := float64(rej) / float64(st.outcomes/2); share > st.maxRejected {
+					t.Errorf("stage %d: %.1f%% of outcomes rejected once learned, want at most %.1f%%", si, 100*share, 100*st.maxRejected)
+				}
+			}
+		})
+	}
+}
+
+func TestCapacityLatencyGradientBoundsQueueingTarget(t *testing.T) {
+	// A target that never rejects but queues past 30 in flight: only the
+	// latency says it is full. The limit must stay near the knee instead of
+	// growing to max_limit.
+	clk := &capClock{}
+	clk.ns.Store(1)
+	for seed := range uint64(5) {
+		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "q", Weight: 1})
+		sims := map[string]*simTarget{"q": {rtt: 20 * time.Millisecond, knee: 30}}
+		sim := newSimulation(b, clk, sims, 400, seed)
+		sim.run(t, 20000)
+		// The limit saws around the level where latency reaches the
+		// tolerance (2x, so about 60); judge its mean, not one instant.
+		var sum, peak float64
+		const samples = 100
+		for range samples {
+			sim.run(t, 200)
+			l := float64(limitOf(b, "q"))
+			sum += l
+			peak = max(peak, l)
+		}
+		// Without the gradient it would sit at the 400 clients.
+		if mean := sum / samples; mean < 20 || mean > 150 {
+			t.Errorf("seed %d: mean limit %.0f (peak %.0f) for a target that queues past 30, want 20..150", seed, mean, peak)
+		}
+	}
+}
+
+func TestCapacityDoesNotGrowWithoutDemand(t *testing.T) {
+	// 10 clients never saturate the initial limit: nothing to learn, so the
+	// limit must not run away (the target has 500 permits; we do not know).
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	sim := newSimulation(b, clk, map[string]*simTarget{"a": {permits: 500, rtt: 10 * time.Millisecond}}, 10, 3)
+	sim.run(t, 5000)
+	if l := limitOf(b, "a"); l != 20 {
+		t.Fatalf("limit %d after an unsaturated run, want the initial 20", l)
+	}
+}
+
+func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
+	b := newCapacityBalancer(t, nil, nil, Target{Addr: "a", Weight: 1, MaxConcurrency: 7})
+	for range 50 {
+		p, err := b.Pick("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Report(time.Millisecond, ErrRejected)
+	}
+	if l := limitOf(b, "a"); l != 7 {
+		t.Fatalf("configured limit became %d after rejections", l)
+	}
+	// Removing the configuration starts learning from the initial limit.
+	if err := b.Update([]Target{{Addr: "a", Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if l := limitOf(b, "a"); l != 20 {
+		t.Fatalf("limit %d after max_concurrency was removed, want the initial 20", l)
+	}
+}
+
+func TestCapacityPrefersFreeCapacityPerLatency(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: "fast", Weight: 1, MaxConcurrency: 10},
+		Target{Addr: "slow", Weight: 1, MaxConcurrency: 10})
+	// Teach latencies: fast 10ms, slow 40ms.
+	for range 40 {
+		for _, addr := range []string{"fast", "slow"} {
+			p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, addr)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lat := 10 * time.Millisecond
+			if addr == "slow" {
+				lat = 40 * time.Millisecond
+			}
+			p.Report(lat, nil)
+		}
+	}
+	// With both idle, free/latency favours fast until it has a quarter of
+	// slow's free permits: 10/10 > 10/40 ... 3/10 > 10/40, so the first
+	// 8 picks go to fast, then slow.
+	var got []string
+	var held []Pick
+	for range 9 {
+		p, err := b.Pick("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Addr())
+		held = append(held, p)
+	}
+	for i, a := range got {
+		want := "fast"
+		if i == 8 {
+			want = "slow"
+		}
+		if a != want {
+			t.Fatalf("pick %d went to %s, want %s (all: %v)", i, a, want, got)
+		}
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
+
+func excludeAllBut(b *Balancer, addr string) []*Endpoint {
+	var ex []*Endpoint
+	for _, e := range b.snap.Load().eps {
+		if e.Addr() != addr {
+			ex = append(ex, e)
+		}
+	}
+	return ex
+}
+
+func TestCapacityRejectionsFastPathCutsLimit(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	var held []Pick
+	for range 20 {
+		held = append(held, mustPickCapacity(t, b))
+	}
+	// The 20th in flight comes back rejected: the target holds about 19.
+	held[19].Report(time.Millisecond, errors.New("upstream: 503 Service Unavailable"))
+	if l := limitOf(b, "a"); l != 17 { // floor(19 x 0.9)
+		t.Fatalf("limit %d after a rejection at 20 in flight, want 17", l)
+	}
+	for _, p := range held[:19] {
+		p.Done(nil)
+	}
+}
+
+func mustPickCapacity(t *testing.T, b *Balancer) Pick {
+	t.Helper()
+	p, err := b.Pick("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestIsRejection(t *testing.T) {
+	type rej struct{ error }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{ErrRejected, true},
+		{fmt.Errorf("attempt 2: %w", ErrRejected), true},
+		{errors.New("HTTP 503 Service Unavailable"), true},
+		{errors.New("429 Too Many Requests"), true},
+		{errors.New("pool: no permit"), true},
+		{errors.New("dial tcp 127.0.0.1:5030: connection refused"), false},
+		{context.DeadlineExceeded, false},
+		{rejectedErr(true), true},
+		{rejectedErr(false), false},
+		{rej{errors.New("x")}, false},
+	} {
+		if got := IsRejection(tc.err); got != tc.want {
+			t.Errorf("IsRejection(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+type rejectedErr bool
+
+func (r rejectedErr) Error() string  { return "custom" }
+func (r rejectedErr) Rejected() bool { return bool(r) }
+
+func TestCapacityParams(t *testing.T) {
+	for _, tc := range []struct {
+		params map[string]string
+		want   string // substring of the error; "" = valid
+	}{
+		{nil, ""},
+		{map[string]string{"initial_limit": "50", "max_limit": "100"}, ""},
+		{map[string]string{"initial_limit": "x"}, "params.initial_limit"},
+		{map[string]string{"min_limit": "0"}, "params.min_limit"},
+		{map[string]string{"max_limit": "10"}, "params.initial_limit"},
+		{map[string]string{"tolerance": "1"}, "params.tolerance"},
+		{map[string]string{"backoff": "1.5"}, "params.backoff"},
+		{map[string]string{"backoff": "NaN"}, "params.backoff"},
+	} {
+		_, err := New("capacity", Options{Params: tc.params})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.params, err)
+		case tc.want != "" && (err == nil || !contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one naming %s", tc.params, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCapacityNeverExceedsPermits: goroutines hammer Wait/Done on targets
+// with drawn permits; a counter per target records the real concurrency,
+// which must never exceed the permits, and every waiter must get through.
+func TestCapacityNeverExceedsPermits(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 4).Draw(rt, "targets")
+		var targets []Target
+		permits := map[string]int64{}
+		for i := range n {
+			addr := fmt.Sprintf("t%d", i)
+			p := rapid.IntRange(1, 6).Draw(rt, "permits")
+			targets = append(targets, Target{Addr: addr, Weight: rapid.IntRange(1, 3).Draw(rt, "weight"), MaxConcurrency: p})
+			permits[addr] = int64(p)
+		}
+		workers := rapid.IntRange(2, 24).Draw(rt, "workers")
+		b := newCapacityBalancer(t, nil, nil, targets...)
+		var mu sync.Mutex
+		cur := map[string]*atomic.Int64{}
+		peak := map[string]int64{}
+		for a := range permits {
+			cur[a] = &atomic.Int64{}
+		}
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 60 {
+					p, err := b.Wait(ctx, PickInfo{})
+					if err != nil {
+						errs <- err
+						return
+					}
+					c := cur[p.Addr()].Add(1)
+					mu.Lock()
+					peak[p.Addr()] = max(peak[p.Addr()], c)
+					mu.Unlock()
+					if (w+i)%3 == 0 {
+						time.Sleep(time.Duration(i%4) * 10 * time.Microsecond)
+					}
+					cur[p.Addr()].Add(-1)
+					var rerr error
+					if (w+i)%17 == 0 {
+						rerr = ErrRejected // rejections must not disturb configured permits
+					}
+					p.Report(time.Duration(1+i%5)*time.Millisecond, rerr)
+					done.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			rt.Fatalf("wait failed: %v", err)
+		}
+		for a, p := range peak {
+			if p > permits[a] {
+				rt.Fatalf("%s reached %d concurrent picks with %d permits", a, p, permits[a])
+			}
+		}
+		if got := done.Load(); got != int64(workers*60) {
+			rt.Fatalf("%d picks completed, want %d", got, workers*60)
+		}
+	})
+}
+
+// TestCapacityLearnedStressCompletes runs the learner under real
+// concurrency with a provider that rejects past its permits: the limit
+// moves under the goroutines' feet, and still no waiter may be lost.
+func TestCapacityLearnedStressCompletes(t *testing.T) {
+	b := newCapacityBalancer(t, map[string]string{"initial_limit": "4"}, nil,
+		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	provider := map[string]*atomic.Int64{"a": {}, "b": {}}
+	permits := map[string]int64{"a": 3, "b": 8}
+	var wg sync.WaitGroup
+	var done, rejected atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const workers, iters = 32, 150
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range iters {
+				p, err := b.Wait(ctx, PickInfo{})
+				if err != nil {
+					t.Errorf("wait: %v", err)
+					return
+				}
+				c := provider[p.Addr()].Add(1)
+				var rerr error
+				if c > permits[p.Addr()] {
+					rerr = ErrRejected
+					rejected.Add(1)
+				} else if (w+i)%2 == 0 {
+					time.Sleep(50 * time.Microsecond)
+				}
+				provider[p.Addr()].Add(-1)
+				p.Done(rerr)
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := done.Load(); got != workers*iters {
+		t.Fatalf("%d picks completed, want %d", got, workers*iters)
+	}
+	t.Logf("rejected %d of %d; limits a=%d b=%d", rejected.Load(), done.Load(), limitOf(b, "a"), limitOf(b, "b"))
+}
+
+func TestCapacityWaitBlocksAndWakes(t *testing.T) {
+	b := newCapacityBalancer(t, nil, nil, Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	held, err := b.Pick("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Pick(""); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("second pick: %v, want ErrAtCapacity", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		p, err := b.Wait(context.Background(), PickInfo{})
+		if err == nil {
+			p.Done(nil)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.wq.n.Load() == 1 })
+	select {
+	case err := <-got:
+		t.Fatalf("Wait returned %v while the only permit was held", err)
+	default:
+	}
+	held.Done(nil)
+	if err := <-got; err != nil {
+		t.Fatalf("Wait after the permit returned: %v", err)
+	}
+
+	// A cancelled wait gives up with both errors.
+	held = mustPickCapacity(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, err := b.Wait(ctx, PickInfo{})
+		got <- err
+	}()
+	waitFor(t, func() bool { return b.wq.n.Load() == 1 })
+	cancel()
+	err = <-got
+	if !errors.Is(err, ErrAtCapacity) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Wait: %v, want ErrAtCapacity and context.Canceled", err)
+	}
+	held.Done(nil)
+}
+
+// TestCapacityGrowthWakesWaiters: when the learner raises a limit, the new
+// permits go to waiters at once, not only the one permit that came back.
+func TestCapacityGrowthWakesWaiters(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, map[string]string{"initial_limit": "2"}, clk.Now, Target{Addr: "a", Weight: 1})
+	ms := int64(time.Millisecond)
+	x, y := mustPickCapacity(t, b), mustPickCapacity(t, b)
+	clk.ns.Add(100 * ms)
+	x.Report(10*time.Millisecond, nil) // opens the learner's window
+	x = mustPickCapacity(t, b)         // both permits taken again
+	got := make(chan Pick, 2)
+	for range 2 {
+		go func() {
+			p, err := b.Wait(context.Background(), PickInfo{})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- p
+		}()
+	}
+	waitFor(t, func() bool { return b.wq.n.Load() == 2 })
+	clk.ns.Add(100 * ms)
+	y.Report(10*time.Millisecond, nil) // closes a saturated window: slow start doubles
+	if l := limitOf(b, "a"); l != 4 {
+		t.Fatalf("limit %d after a saturated window, want 4", l)
+	}
+	for i := range 2 {
+		select {
+		case p := <-got:
+			defer p.Done(nil)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d not woken by the raised limit", i+1)
+		}
+	}
+	x.Done(nil)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
