@@ -196,4 +196,3 @@ func propertyRun(t *rapid.T, kind string) {
 	}
 	checkHeap(t, p)
 }
-
