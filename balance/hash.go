@@ -52,8 +52,8 @@ const maxRingPoints = 1 << 22
 type ringData struct {
 	addrs   []string       // by rank
 	weights map[string]int // addr -> weight it was built with
-	points  []uint64       // sorted; the low 16 bits are zero
-	owner   []int32        // rank of each point's target
+	points  []uint64       // sorted; hash in the top 48 bits, owner rank in the low 16
+	owner   []int32        // ranks, only when there are more than 1<<16 targets
 	index   []uint32       // first point of each top-16-bit bucket
 }
 
@@ -156,12 +156,11 @@ func (h *hashStrategy) build(eps []*Endpoint) *ringData {
 		// More targets than 16 bits can rank: sort pairs the slow way.
 		return h.buildWide(rd, per)
 	}
+	// The owner stays packed in the point: a lookup reads one cache line
+	// for both. A key hash has its low 16 bits clear, so "first point >=
+	// key" still finds the first point of hash >= key.
 	radixSort(packed)
-	rd.points = make([]uint64, len(packed))
-	rd.owner = make([]int32, len(packed))
-	for i, p := range packed {
-		rd.points[i], rd.owner[i] = p&^0xFFFF, int32(p&0xFFFF)
-	}
+	rd.points = packed
 	rd.buildIndex()
 	return rd
 }
@@ -193,6 +192,14 @@ func (h *hashStrategy) buildWide(rd *ringData, per []int) *ringData {
 	}
 	rd.buildIndex()
 	return rd
+}
+
+// ownerAt returns the rank of the target owning point i.
+func (rd *ringData) ownerAt(i int) int32 {
+	if rd.owner != nil {
+		return rd.owner[i]
+	}
+	return int32(rd.points[i] & 0xFFFF)
 }
 
 func (rd *ringData) buildIndex() {
@@ -252,7 +259,7 @@ func (r *ring) Pick(info PickInfo) *Endpoint {
 		return nil
 	}
 	i := r.search(r.keyHash(info.Key))
-	if e := r.byRank[r.data.owner[i]]; e != nil && info.Usable(e) {
+	if e := r.byRank[r.data.ownerAt(i)]; e != nil && info.Usable(e) {
 		return e
 	}
 	return r.walk(&info, i, nil)
@@ -269,7 +276,7 @@ func (r *ring) walk(info *PickInfo, i int, bound *boundedRing) *Endpoint {
 	left := len(r.byRank)
 	n := len(r.data.points)
 	for k := 0; k < n && left > 0; k++ {
-		o := r.data.owner[(i+k)%n]
+		o := r.data.ownerAt((i + k) % n)
 		if seenBig != nil {
 			if seenBig[o] {
 				continue
@@ -311,7 +318,7 @@ func (r *boundedRing) Pick(info PickInfo) *Endpoint {
 		return nil
 	}
 	i := r.search(r.keyHash(info.Key))
-	if e := r.byRank[r.data.owner[i]]; e != nil && info.Usable(e) && r.within(e, &info) {
+	if e := r.byRank[r.data.ownerAt(i)]; e != nil && info.Usable(e) && r.within(e, &info) {
 		return e
 	}
 	if e := r.walk(&info, i, r); e != nil {

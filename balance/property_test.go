@@ -73,7 +73,7 @@ func ringShares(r *ring) []float64 {
 		if i > 0 {
 			prev = pts[i-1]
 		}
-		share[r.data.owner[i]] += float64(pts[i]-prev) / math.Exp2(64)
+		share[r.data.ownerAt(i)] += float64(pts[i]-prev) / math.Exp2(64)
 	}
 	return share
 }
