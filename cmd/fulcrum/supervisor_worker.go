@@ -1,7 +1,76 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/sim"
+	"github.com/fulcrum-lb/fulcrum/supervisor/worker"
+)
 
 // newSupervisorWorkerCmd returns `fulcrum supervisor worker`, which
-// newSupervisorCmd adds as a subcommand; nil until the worker SDK lands.
-func newSupervisorWorkerCmd() *cobra.Command { return nil }
+// newSupervisorCmd adds as a subcommand: a worker whose sessions watch rooms
+// of `fulcrum sim rooms` and send their messages as payloads.
+func newSupervisorWorkerCmd() *cobra.Command {
+	var (
+		c       worker.Config
+		simBase string
+		verbose bool
+	)
+	host, _ := os.Hostname()
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a demo worker that watches simulated rooms",
+		Long: `Run a worker for the supervisor. It connects over WebSocket, reports every
+--report-interval, and runs one session per assigned task: the session watches
+the room at the task spec's "url" (as listed by "fulcrum sim rooms"), or at
+--sim/rooms/TASK_ID/events, and sends each message as a payload.
+
+The token can also come from the environment variable FULCRUM_TOKEN.`,
+		Example: "  fulcrum supervisor worker --supervisor ws://127.0.0.1:7300/ws --token T --id w1 --max-load 100",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case c.MaxLoad <= 0:
+				return fmt.Errorf("supervisor worker: --max-load: %d must be positive", c.MaxLoad)
+			case c.WorkerID == "":
+				return fmt.Errorf("supervisor worker: --id: required")
+			}
+			if c.Token == "" {
+				c.Token = os.Getenv("FULCRUM_TOKEN")
+			}
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			c.Session = &sim.RoomSession{Base: simBase}
+			w, err := worker.New(c)
+			if err != nil {
+				return fmt.Errorf("supervisor worker: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(simContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			_ = w.Run(ctx) // returns when the signal comes
+			s := w.Stats()
+			c.Logger.Info("worker stopped", "reports", s.Reports, "payloads", s.Payloads, "dropped", s.Dropped)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.URL, "supervisor", "ws://127.0.0.1:7300/ws", "the supervisor's worker endpoint")
+	f.StringVar(&c.Token, "token", "", "token the supervisor expects (or FULCRUM_TOKEN)")
+	f.StringVar(&c.WorkerID, "id", host+"-"+strconv.Itoa(os.Getpid()), "worker id, unique in the fleet and stable across restarts")
+	f.IntVar(&c.MaxLoad, "max-load", 100, "most tasks this worker runs at once")
+	f.DurationVar(&c.ReportInterval, "report-interval", worker.DefaultReportInterval, "time between reports (keep well under the supervisor's worker_timeout)")
+	f.IntVar(&c.SendQueue, "send-queue", worker.DefaultSendQueue, "payloads that may wait for the connection")
+	f.StringVar(&simBase, "sim", "http://127.0.0.1:7400", "simulator URL for tasks whose spec has no url")
+	f.BoolVar(&verbose, "verbose", false, "log every instruction set")
+	return cmd
+}
