@@ -18,16 +18,23 @@ const TaskIDLen = 26
 // pagination relies on.
 func NewTaskIDs(now time.Time, n int) []string {
 	ids := make([]string, n)
-	rnd := make([]byte, 10*n)
-	rand.Read(rnd) // never fails (crypto/rand panics on a broken source)
+	var b [16]byte
 	ms := uint64(now.UnixMilli())
+	for k := 0; k < 6; k++ {
+		b[k] = byte(ms >> (40 - 8*k))
+	}
+	rand.Read(b[6:]) // never fails (crypto/rand panics on a broken source)
+	b[6] &^= 0x80    // room to count up without overflow
 	for i := range ids {
-		var b [16]byte
-		for k := 0; k < 6; k++ {
-			b[k] = byte(ms >> (40 - 8*k))
-		}
-		copy(b[6:], rnd[10*i:10*i+10])
 		ids[i] = encode128(b)
+		// The next id of the batch is this one plus one, so a batch's ids
+		// sort in request order (ULID's monotonic rule).
+		for k := 15; k >= 6; k-- {
+			b[k]++
+			if b[k] != 0 {
+				break
+			}
+		}
 	}
 	return ids
 }

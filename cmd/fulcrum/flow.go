@@ -66,4 +66,3 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "how often a waiting hold looks again without a signal (default 1s)")
 	return cmd
 }
-
