@@ -399,8 +399,10 @@ func TestLeaseExpiryRescueAndPrune(t *testing.T) {
 	id := create(t, s, flow.NewTask{TaskType: "video"})[0]
 	first := hold(t, s, "video", 1, 0)[0]
 	// The worker "crashes": the lease runs out and the task comes back.
+	eventually(t, "the task to be rescued", func() bool { return getTask(t, s, id).Status == flow.StatusPending })
+	register(t, s, video) // a long lease from now on, so the next hold is not rescued too
 	var again []flow.Task
-	eventually(t, "the task to be rescued and held again", func() bool { again = hold(t, s, "video", 1, 0); return len(again) == 1 })
+	eventually(t, "the task to be held again", func() bool { again = hold(t, s, "video", 1, 0); return len(again) == 1 })
 	if again[0].TaskID != id || again[0].CrtRetryNum != 1 || again[0].Lease == first.Lease {
 		t.Fatalf("re-held %+v", again[0])
 	}
