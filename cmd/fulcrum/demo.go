@@ -1,18 +1,128 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-lb/fulcrum/gateway"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/demo"
 )
 
-// newDemoCmd is replaced by the component's own command tree as it lands.
+type demoOptions struct {
+	listen, admin string
+	upstreams     []string
+	strategy      string
+	accessLog     bool
+}
+
 func newDemoCmd() *cobra.Command {
-	return &cobra.Command{
+	o := demoOptions{}
+	var gogc int
+	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run demo upstreams (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("demo: not built yet")
+		Short: "Run 3 local demo upstreams behind a round-robin gateway",
+		Long: `Start three tiny upstreams (each answers with its name) and a gateway in
+front of them, then print what to curl. No setup needed:
+
+  go run ./cmd/fulcrum demo
+  curl -s localhost:8080/   # upstream-1, upstream-2, upstream-3, ...`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			setGC(gogc)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway address")
+	cmd.Flags().StringVar(&o.admin, "admin", "127.0.0.1:9901", "admin API address")
+	cmd.Flags().StringSliceVar(&o.upstreams, "upstreams", []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}, "demo upstream addresses")
+	cmd.Flags().StringVar(&o.strategy, "strategy", "round_robin", "balance strategy")
+	cmd.Flags().BoolVar(&o.accessLog, "access-log", false, "print an access log line per request")
+	cmd.Flags().IntVar(&gogc, "gogc", 400, "GC target percentage unless GOGC is set")
+	cmd.AddCommand(newDemoUpstreamsCmd())
+	return cmd
+}
+
+func newDemoUpstreamsCmd() *cobra.Command {
+	var listen []string
+	cmd := &cobra.Command{
+		Use:   "upstreams --listen 127.0.0.1:9001,127.0.0.1:9002",
+		Short: "Run only the demo upstreams (for benchmarks and experiments)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			us, err := demo.StartAll(listen)
+			if err != nil {
+				return err
+			}
+			for _, u := range us {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s listening on http://%s\n", u.Name, u.Addr)
+			}
+			ctx, stop := signal.NotifyContext(ctxOf(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			demo.Wait(ctx, us)
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&listen, "listen", []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}, "addresses, one upstream each")
+	return cmd
+}
+
+func ctxOf(cmd *cobra.Command) context.Context {
+	if c := cmd.Context(); c != nil {
+		return c
+	}
+	return context.Background()
+}
+
+func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if len(o.upstreams) == 0 {
+		o.upstreams = []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}
+	}
+	if o.strategy == "" {
+		o.strategy = "round_robin"
+	}
+	us, err := demo.StartAll(o.upstreams)
+	if err != nil {
+		return fmt.Errorf("demo upstreams: %w", err)
+	}
+	defer demo.CloseAll(us)
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %s\nadmin: {listen: %q}\naccess_log: {enabled: %v}\nupstreams:\n  demo:\n    strategy: %s\n    targets:\n", o.listen, o.admin, o.accessLog, o.strategy)
+	for _, u := range us {
+		fmt.Fprintf(&b, "      - {url: \"http://%s\"}\n", u.Addr)
+	}
+	cfg, err := config.Parse([]byte(b.String()))
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g, err := gateway.New(cfg, gateway.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Fulcrum demo: %d upstreams behind a %s gateway.\n", len(us), o.strategy)
+	for _, u := range us {
+		fmt.Fprintf(out, "  %s  http://%s\n", u.Name, u.Addr)
+	}
+	fmt.Fprintf(out, `
+Try:
+  for i in 1 2 3 4 5 6; do curl -s http://%[1]s/; done   # round robin: upstream-1, -2, -3, -1, ...
+  curl -s http://%[2]s/upstreams                        # targets, weights, health, in-flight
+  curl -s http://%[2]s/metrics | grep fulcrum_gateway    # Prometheus metrics
+Ctrl-C to stop.
+`, o.listen, o.admin)
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveWithSignals(sctx, g, log, cfg.ShutdownGrace.D())
 }

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+// ErrNoUpstream is returned (wrapped) for an upstream name that does not
+// exist.
+var ErrNoUpstream = errors.New("gateway: no such upstream")
+
+// SetTargets replaces an upstream's targets. Targets that stay keep their
+// state (in-flight, statistics, warm-up, health); new ones warm up;
+// removed ones get no new requests while their in-flight ones finish. The
+// change lasts until the next reload, which applies the file again.
+func (g *Gateway) SetTargets(name string, ts []config.Target) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u := g.rt.Load().ups[name]
+	if u == nil {
+		return fmt.Errorf("%w %q", ErrNoUpstream, name)
+	}
+	if err := checkTargets(ts); err != nil {
+		return fmt.Errorf("targets%w", err)
+	}
+	return g.apply(u, ts)
+}
+
+// UpstreamView is the admin API's view of an upstream.
+type UpstreamView struct {
+	Name     string       `json:"name"`
+	Strategy string       `json:"strategy"`
+	HashKey  string       `json:"hash_key,omitempty"`
+	Targets  []TargetView `json:"targets"`
+}
+
+// TargetView is the admin API's view of a target.
+type TargetView struct {
+	URL             string     `json:"url"`
+	Weight          int        `json:"weight"`
+	EffectiveWeight int        `json:"effective_weight"`
+	Warmup          string     `json:"warmup,omitempty"`
+	Warming         bool       `json:"warming"`
+	MaxConcurrency  int        `json:"max_concurrency"`
+	Disabled        bool       `json:"disabled"`
+	Healthy         bool       `json:"healthy"`
+	Ejected         bool       `json:"ejected"`
+	EjectedUntil    *time.Time `json:"ejected_until,omitempty"`
+	InFlight        int64      `json:"in_flight"`
+	LatencyAvgMS    float64    `json:"latency_avg_ms"`
+	Requests        uint64     `json:"requests"`
+	Failures        uint64     `json:"failures"`
+}
+
+// Upstreams returns the live view of every upstream, sorted by name.
+func (g *Gateway) Upstreams() []UpstreamView {
+	var out []UpstreamView
+	for _, u := range g.upstreams() {
+		v := UpstreamView{Name: u.name, Strategy: u.cfg.Strategy, Targets: []TargetView{}}
+		if u.usesKey {
+			v.HashKey = u.cfg.HashKey
+		}
+		for _, e := range u.bal.Endpoints() {
+			t := e.Target
+			tv := TargetView{
+				URL: "http://" + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
+				Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
+				Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
+				LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,
+			}
+			if t.Warmup > 0 {
+				tv.Warmup = t.Warmup.String()
+			}
+			if e.Ejected {
+				until := e.EjectedUntil
+				tv.EjectedUntil = &until
+			}
+			v.Targets = append(v.Targets, tv)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (g *Gateway) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /upstreams", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"upstreams": g.Upstreams()})
+	})
+	mux.HandleFunc("GET /upstreams/{name}", func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range g.Upstreams() {
+			if v.Name == r.PathValue("name") {
+				writeJSON(w, 200, v)
+				return
+			}
+		}
+		writeJSON(w, 404, map[string]string{"error": fmt.Sprintf("no upstream %q", r.PathValue("name"))})
+	})
+	mux.HandleFunc("PUT /upstreams/{name}/targets", func(w http.ResponseWriter, r *http.Request) {
+		data, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+		if err != nil {
+			writeJSON(w, 400, map[string]string{"error": "reading body: " + err.Error()})
+			return
+		}
+		ts, err := config.ParseTargets(data)
+		if err != nil {
+			writeJSON(w, 400, map[string]string{"error": err.Error()})
+			return
+		}
+		if err := g.SetTargets(r.PathValue("name"), ts); err != nil {
+			code := 400
+			if errors.Is(err, ErrNoUpstream) {
+				code = 404
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
+			return
+		}
+		for _, v := range g.Upstreams() {
+			if v.Name == r.PathValue("name") {
+				writeJSON(w, 200, v)
+			}
+		}
+	})
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
+		if err := g.Reload(); err != nil {
+			g.log.Error("reload refused; running config unchanged", "err", err)
+			writeJSON(w, 400, map[string]string{"error": err.Error(), "status": "running config unchanged"})
+			return
+		}
+		writeJSON(w, 200, map[string]string{"status": "reloaded"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() {
+			writeJSON(w, 503, map[string]string{"status": "draining"})
+			return
+		}
+		writeJSON(w, 200, map[string]string{"status": "ok"})
+	})
+	token := g.cfg().Admin.Token
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fulcrum-admin"`)
+			writeJSON(w, 401, map[string]string{"error": "admin token required (Authorization: Bearer <token>)"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

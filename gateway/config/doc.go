@@ -1,0 +1,9 @@
+// Package config reads and validates the gateway's YAML configuration.
+//
+// Parse refuses a configuration as a whole: unknown fields, malformed
+// durations, sizes and URLs, unknown strategy names, bad hash_key forms and
+// routes naming missing upstreams are all reported together, each error
+// naming the field's path (upstreams.api.targets[0].url) and its line. A
+// Config that Parse returns is complete: every default is filled in, so the
+// rest of the gateway never re-checks it.
+package config

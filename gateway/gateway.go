@@ -1,0 +1,462 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+// Options are the gateway's process-level settings.
+type Options struct {
+	// ConfigPath is the file Reload reads again. Empty: Reload fails.
+	ConfigPath string
+	// Logger receives the gateway's own events (default slog.Default()).
+	Logger *slog.Logger
+	// AccessLog, when not nil, replaces the access log's destination
+	// (tests); the config's access_log.enabled still applies.
+	AccessLog io.Writer
+}
+
+// Gateway is a running reverse proxy. Build it with New, start it with
+// Start (or Run), stop it with Shutdown.
+type Gateway struct {
+	opts    Options
+	log     *slog.Logger
+	access  *slog.Logger // nil when off
+	metrics *metrics
+
+	mu sync.Mutex // serialises reloads and admin changes
+	rt atomic.Pointer[runtime]
+
+	poolMu sync.Mutex
+	pools  map[string]*pool
+
+	healthClient *http.Client
+	ridPrefix    string
+	ridCtr       atomic.Uint64
+
+	ln, adminLn net.Listener
+	slow        *http.Server
+	handoff     *handoffListener
+	admin       *http.Server
+	tlsConf     *tls.Config
+
+	connMu   sync.Mutex
+	conns    map[*clientConn]struct{}
+	connWG   sync.WaitGroup
+	draining atomic.Bool
+	stop     chan struct{}
+	bgWG     sync.WaitGroup
+	ccPool   sync.Pool
+}
+
+// New makes the runtime of cfg live (balancers, pools, health checks)
+// without listening yet.
+func New(cfg *config.Config, opts Options) (*Gateway, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var rb [6]byte
+	_, _ = rand.Read(rb[:])
+	g := &Gateway{
+		opts:         opts,
+		log:          opts.Logger,
+		pools:        map[string]*pool{},
+		healthClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
+		ridPrefix:    hex.EncodeToString(rb[:]),
+		conns:        map[*clientConn]struct{}{},
+		stop:         make(chan struct{}),
+	}
+	g.metrics = newMetrics(g.upstreams)
+	if err := g.setupAccessLog(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		g.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+	}
+	// The first runtime needs a config for pool() before it is published.
+	g.rt.Store(&runtime{cfg: cfg})
+	rt, err := g.build(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range rt.order {
+		if err := g.apply(u, u.cfg.Targets); err != nil {
+			return nil, fmt.Errorf("upstreams.%s.targets: %w", u.name, err)
+		}
+	}
+	g.rt.Store(rt)
+	return g, nil
+}
+
+func (g *Gateway) setupAccessLog(cfg *config.Config) error {
+	if !cfg.AccessLog.On() {
+		return nil
+	}
+	w := g.opts.AccessLog
+	if w == nil {
+		switch cfg.AccessLog.Path {
+		case "", "stdout":
+			w = os.Stdout
+		case "stderr":
+			w = os.Stderr
+		default:
+			f, err := os.OpenFile(cfg.AccessLog.Path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("access_log.path: %w", err)
+			}
+			w = f
+		}
+	}
+	if cfg.AccessLog.Format == "json" {
+		g.access = slog.New(slog.NewJSONHandler(w, nil))
+	} else {
+		g.access = slog.New(slog.NewTextHandler(w, nil))
+	}
+	return nil
+}
+
+func (g *Gateway) cfg() *config.Config { return g.rt.Load().cfg }
+
+func (g *Gateway) upstreams() []*upstream { return g.rt.Load().order }
+
+// Start listens on the proxy and admin addresses and serves in the
+// background.
+func (g *Gateway) Start() error {
+	cfg := g.cfg()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	g.ln = ln
+	if cfg.Admin.Listen != "off" {
+		al, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+		g.adminLn = al
+		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		g.bgWG.Add(1)
+		go func() {
+			defer g.bgWG.Done()
+			_ = g.admin.Serve(al)
+		}()
+	}
+	g.slow = g.newSlowServer()
+	g.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
+	g.bgWG.Add(2)
+	go func() {
+		defer g.bgWG.Done()
+		if g.tlsConf != nil {
+			// TLS (HTTP/1.1 and HTTP/2 by ALPN) is served by net/http.
+			_ = g.slow.Serve(tls.NewListener(ln, g.tlsConf))
+			return
+		}
+		_ = g.slow.Serve(g.handoff)
+	}()
+	go func() {
+		defer g.bgWG.Done()
+		g.sweepLoop()
+	}()
+	if g.tlsConf == nil {
+		g.bgWG.Add(1)
+		go func() {
+			defer g.bgWG.Done()
+			g.acceptLoop(ln)
+		}()
+	}
+	g.log.Info("gateway listening", "listen", ln.Addr().String(), "admin", g.AdminAddr())
+	return nil
+}
+
+// Addr is the proxy's listening address.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// AdminAddr is the admin listener's address ("" when off).
+func (g *Gateway) AdminAddr() string {
+	if g.adminLn == nil {
+		return ""
+	}
+	return g.adminLn.Addr().String()
+}
+
+// Run starts the gateway and serves until ctx ends, then drains within
+// the configured shutdown grace.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), g.cfg().ShutdownGrace.D())
+	defer cancel()
+	return g.Shutdown(sctx)
+}
+
+func (g *Gateway) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if g.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off a little.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			g.log.Warn("accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		cc := g.newClientConn(c)
+		if cc == nil {
+			c.Close()
+			continue
+		}
+		go g.serveConn(cc)
+	}
+}
+
+func (g *Gateway) sweepLoop() {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case now := <-t.C:
+			g.poolMu.Lock()
+			ps := make([]*pool, 0, len(g.pools))
+			for _, p := range g.pools {
+				ps = append(ps, p)
+			}
+			g.poolMu.Unlock()
+			for _, p := range ps {
+				p.sweep(now)
+			}
+		}
+	}
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx
+// ends, then closes whatever is left.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	if !g.draining.CompareAndSwap(false, true) {
+		return nil
+	}
+	if g.ln != nil {
+		g.ln.Close()
+	}
+	// Wake connections waiting for their next request; busy ones close
+	// after their current response.
+	g.connMu.Lock()
+	for cc := range g.conns {
+		if cc.idle.Load() {
+			_ = cc.c.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	g.connMu.Unlock()
+	var slowErr error
+	slowDone := make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		if g.slow != nil {
+			slowErr = g.slow.Shutdown(ctx)
+		}
+	}()
+	fastDone := make(chan struct{})
+	go func() {
+		g.connWG.Wait()
+		close(fastDone)
+	}()
+	var err error
+	select {
+	case <-fastDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("gateway: drain: %w", ctx.Err())
+		g.connMu.Lock()
+		for cc := range g.conns {
+			cc.c.Close()
+		}
+		g.connMu.Unlock()
+		<-fastDone
+	}
+	<-slowDone
+	if g.slow != nil {
+		g.slow.Close()
+	}
+	if g.handoff != nil {
+		g.handoff.Close()
+	}
+	close(g.stop)
+	if g.admin != nil {
+		g.admin.Close()
+	}
+	for _, u := range g.upstreams() {
+		u.checker.Load().Stop()
+	}
+	g.bgWG.Wait()
+	g.poolMu.Lock()
+	for _, p := range g.pools {
+		p.close()
+	}
+	g.poolMu.Unlock()
+	if err == nil && slowErr != nil {
+		err = fmt.Errorf("gateway: drain: %w", slowErr)
+	}
+	return err
+}
+
+// Reload reads the config file again and applies it; on any error the
+// running configuration stays as it was.
+func (g *Gateway) Reload() error {
+	if g.opts.ConfigPath == "" {
+		return errors.New("reload: the gateway was not started from a config file")
+	}
+	cfg, err := config.Load(g.opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	return g.ApplyConfig(cfg)
+}
+
+// ApplyConfig replaces the running configuration with cfg (already
+// validated by config.Parse). Upstreams that stay with the same strategy
+// keep their balancer and so every target's state; new targets warm up.
+// Settings bound at start (listen, admin, tls, h2c, access_log) cannot
+// change without a restart and are refused.
+func (g *Gateway) ApplyConfig(cfg *config.Config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.rt.Load()
+	if err := restartOnly(old.cfg, cfg); err != nil {
+		return err
+	}
+	rt, err := g.build(cfg, old)
+	if err != nil {
+		return err
+	}
+	// Check every target set before changing anything.
+	for _, u := range rt.order {
+		if err := checkTargets(u.cfg.Targets); err != nil {
+			return fmt.Errorf("upstreams.%s.targets: %w", u.name, err)
+		}
+	}
+	for _, u := range rt.order {
+		if ou := old.ups[u.name]; ou != nil && ou.bal == u.bal {
+			u.targets.Store(ou.targets.Load()) // keep pools and metric handles
+		}
+		if err := g.apply(u, u.cfg.Targets); err != nil {
+			// Not reached after checkTargets; keep going rather than
+			// leave half the upstreams on the old set.
+			g.log.Error("reload: apply targets", "upstream", u.name, "err", err)
+		}
+	}
+	g.rt.Store(rt)
+	for _, ou := range old.order {
+		ou.checker.Swap(nil).Stop()
+	}
+	g.log.Info("config applied", "upstreams", len(rt.order), "routes", len(rt.routes))
+	return nil
+}
+
+func checkTargets(ts []config.Target) error {
+	seen := map[string]bool{}
+	for i, t := range ts {
+		if seen[t.Addr] {
+			return fmt.Errorf("[%d].url: %s appears twice", i, t.URL)
+		}
+		seen[t.Addr] = true
+	}
+	return nil
+}
+
+func restartOnly(a, b *config.Config) error {
+	var diff []string
+	if a.Listen != b.Listen {
+		diff = append(diff, "listen")
+	}
+	if a.Admin != b.Admin {
+		diff = append(diff, "admin")
+	}
+	if (a.TLS == nil) != (b.TLS == nil) || (a.TLS != nil && *a.TLS != *b.TLS) {
+		diff = append(diff, "tls")
+	}
+	if a.H2C != b.H2C {
+		diff = append(diff, "h2c")
+	}
+	if a.AccessLog.On() != b.AccessLog.On() || a.AccessLog.Format != b.AccessLog.Format || a.AccessLog.Path != b.AccessLog.Path {
+		diff = append(diff, "access_log")
+	}
+	if a.MaxHeaderSize != b.MaxHeaderSize {
+		diff = append(diff, "max_header_size")
+	}
+	if len(diff) > 0 {
+		return fmt.Errorf("reload: %v changed; these take effect only on restart (nothing was applied)", diff)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// handoffListener feeds connections the fast path will not serve to the
+// net/http server.
+type handoffListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+var _ = slices.Contains[[]string]

@@ -1,0 +1,430 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// Errors the parser returns.
+var (
+	ErrHeadTooLarge = errors.New("h1: head too large")
+	ErrMalformed    = errors.New("h1: malformed head")
+)
+
+// Header is one header line, slices into the head.
+type Header struct {
+	Name, Value []byte
+}
+
+// Request is a parsed request head. Its slices point into the reader's
+// buffer and are valid until the reader is read again.
+type Request struct {
+	Method  []byte
+	URI     []byte
+	Minor   int // HTTP/1.x
+	Headers []Header
+
+	Host          []byte
+	ContentLength int64 // -1 when absent
+	Chunked       bool  // Transfer-Encoding present (chunked or other)
+	Close         bool  // the client asked to close after this request
+	Upgrade       bool  // Upgrade header or Connection: upgrade
+	Expect        bool  // Expect header present
+	ConnTokens    bool  // Connection lists tokens other than close/keep-alive
+	Conn          []byte
+	Size          int // bytes of the head, to Discard
+}
+
+// Response is a parsed response head.
+type Response struct {
+	Status        int
+	StatusLine    []byte // "HTTP/1.1 200 OK" without CRLF
+	Minor         int
+	Headers       []Header
+	ContentLength int64
+	Chunked       bool
+	Close         bool
+	ConnTokens    bool
+	Conn          []byte
+	Size          int
+}
+
+// peekHead returns the buffered bytes up to and including the blank line
+// ending a head, reading more as needed. The reader's buffer must be at
+// least max bytes.
+func peekHead(r *bufio.Reader, limit int) ([]byte, error) {
+	n := r.Buffered()
+	if n == 0 {
+		n = 1
+	}
+	searched := 0
+	for {
+		buf, err := r.Peek(n)
+		if err == nil && r.Buffered() > n {
+			buf, _ = r.Peek(r.Buffered()) // everything the read brought
+		}
+		if len(buf) > 0 {
+			from := max(searched-3, 0)
+			if i := bytes.Index(buf[from:], crlfcrlf); i >= 0 {
+				return buf[:from+i+4], nil
+			}
+			// Tolerate bare LF line ends only as "\n\n".
+			if i := bytes.Index(buf[from:], lflf); i >= 0 {
+				return buf[:from+i+2], nil
+			}
+			searched = len(buf)
+		}
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, ErrHeadTooLarge
+			}
+			if err == io.EOF && len(buf) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if len(buf) >= limit {
+			return nil, ErrHeadTooLarge
+		}
+		n = r.Buffered() + 1
+		if n > r.Size() {
+			return nil, ErrHeadTooLarge
+		}
+	}
+}
+
+var (
+	crlfcrlf = []byte("\r\n\r\n")
+	lflf     = []byte("\n\n")
+)
+
+// ReadRequest parses the next request head from r without consuming it;
+// call r.Discard(req.Size) once done with the slices. req.Headers' array
+// is reused.
+func ReadRequest(r *bufio.Reader, limit int, req *Request) error {
+	head, err := peekHead(r, limit)
+	if err != nil {
+		return err
+	}
+	return ParseRequest(head, req)
+}
+
+// ParseRequest parses a complete head (ending in a blank line).
+func ParseRequest(head []byte, req *Request) error {
+	hs := req.Headers[:0]
+	*req = Request{Headers: hs, ContentLength: -1, Size: len(head)}
+	line, rest := nextLine(head)
+	sp1 := bytes.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return ErrMalformed
+	}
+	sp2 := bytes.LastIndexByte(line, ' ')
+	if sp2 <= sp1+1 {
+		return ErrMalformed
+	}
+	req.Method, req.URI = line[:sp1], line[sp1+1:sp2]
+	if !isToken(req.Method) || bytes.IndexByte(req.URI, ' ') >= 0 {
+		return ErrMalformed
+	}
+	switch string(line[sp2+1:]) {
+	case "HTTP/1.1":
+		req.Minor = 1
+	case "HTTP/1.0":
+		req.Minor = 0
+		req.Close = true
+	default:
+		return ErrMalformed
+	}
+	hs, err := parseHeaders(rest, hs)
+	req.Headers = hs
+	if err != nil {
+		return err
+	}
+	for i := range hs {
+		h := &hs[i]
+		switch len(h.Name) {
+		case 4:
+			if eqFold(h.Name, "host") {
+				if req.Host != nil {
+					return ErrMalformed // two Host headers
+				}
+				req.Host = h.Value
+			}
+		case 6:
+			if eqFold(h.Name, "expect") {
+				req.Expect = true
+			}
+		case 7:
+			if eqFold(h.Name, "upgrade") {
+				req.Upgrade = true
+			}
+		case 10:
+			if eqFold(h.Name, "connection") {
+				req.Conn = h.Value
+				connTokens(h.Value, &req.Close, &req.Upgrade, &req.ConnTokens, req.Minor)
+			}
+		case 14:
+			if eqFold(h.Name, "content-length") {
+				n, ok := parseLength(h.Value)
+				if !ok || (req.ContentLength >= 0 && req.ContentLength != n) {
+					return ErrMalformed
+				}
+				req.ContentLength = n
+			}
+		case 17:
+			if eqFold(h.Name, "transfer-encoding") {
+				req.Chunked = true
+			}
+		}
+	}
+	if req.Chunked && req.ContentLength >= 0 {
+		return ErrMalformed // request smuggling guard (RFC 9112 6.1)
+	}
+	if req.Minor == 1 && req.Host == nil {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// ReadResponse parses the next response head from r without consuming it.
+func ReadResponse(r *bufio.Reader, limit int, res *Response) error {
+	head, err := peekHead(r, limit)
+	if err != nil {
+		return err
+	}
+	return ParseResponse(head, res)
+}
+
+// ParseResponse parses a complete response head.
+func ParseResponse(head []byte, res *Response) error {
+	hs := res.Headers[:0]
+	*res = Response{Headers: hs, ContentLength: -1, Size: len(head)}
+	line, rest := nextLine(head)
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
+		return ErrMalformed
+	}
+	switch line[7] {
+	case '1':
+		res.Minor = 1
+	case '0':
+		res.Close = true
+	default:
+		return ErrMalformed
+	}
+	s := line[9:12]
+	if s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9' || (len(line) > 12 && line[12] != ' ') {
+		return ErrMalformed
+	}
+	res.Status = int(s[0]-'0')*100 + int(s[1]-'0')*10 + int(s[2]-'0')
+	res.StatusLine = line
+	hs, err := parseHeaders(rest, hs)
+	res.Headers = hs
+	if err != nil {
+		return err
+	}
+	var up bool
+	for i := range hs {
+		h := &hs[i]
+		switch len(h.Name) {
+		case 10:
+			if eqFold(h.Name, "connection") {
+				res.Conn = h.Value
+				connTokens(h.Value, &res.Close, &up, &res.ConnTokens, res.Minor)
+			}
+		case 14:
+			if eqFold(h.Name, "content-length") {
+				n, ok := parseLength(h.Value)
+				if !ok || (res.ContentLength >= 0 && res.ContentLength != n) {
+					return ErrMalformed
+				}
+				res.ContentLength = n
+			}
+		case 17:
+			if eqFold(h.Name, "transfer-encoding") {
+				if !eqFold(bytes.TrimSpace(h.Value), "chunked") {
+					return ErrMalformed // only plain chunked is relayed
+				}
+				res.Chunked = true
+			}
+		}
+	}
+	if res.Chunked {
+		res.ContentLength = -1
+	}
+	return nil
+}
+
+// NoBody reports whether a response to method with this status has no
+// body whatever its headers say.
+func NoBody(status int, head bool) bool {
+	return head || status < 200 || status == 204 || status == 304
+}
+
+func nextLine(b []byte) (line, rest []byte) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return b, nil
+	}
+	line = b[:i]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	return line, b[i+1:]
+}
+
+func parseHeaders(b []byte, hs []Header) ([]Header, error) {
+	for len(b) > 0 {
+		var line []byte
+		line, b = nextLine(b)
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return hs, ErrMalformed // obsolete line folding
+		}
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 || !isToken(line[:c]) {
+			return hs, ErrMalformed
+		}
+		v := trimOWS(line[c+1:])
+		for _, ch := range v {
+			if ch == 0 || ch == '\r' || ch == '\n' {
+				return hs, ErrMalformed
+			}
+		}
+		hs = append(hs, Header{Name: line[:c], Value: v})
+	}
+	return hs, nil
+}
+
+func trimOWS(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func connTokens(v []byte, close, upgrade, other *bool, minor int) {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = trimOWS(v[:i]), v[i+1:]
+		} else {
+			tok, v = trimOWS(v), nil
+		}
+		switch {
+		case len(tok) == 0:
+		case eqFold(tok, "close"):
+			*close = true
+		case eqFold(tok, "keep-alive"):
+			if minor == 0 {
+				*close = false
+			}
+		case eqFold(tok, "upgrade"):
+			*upgrade = true
+		default:
+			*other = true
+		}
+	}
+}
+
+// HasToken reports whether a Connection value lists name.
+func HasToken(v, name []byte) bool {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = trimOWS(v[:i]), v[i+1:]
+		} else {
+			tok, v = trimOWS(v), nil
+		}
+		if bytes.EqualFold(tok, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseLength(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// eqFold compares b with a lower-case ASCII string, ignoring case.
+func eqFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := range len(b) {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// EqFold is eqFold for other packages.
+func EqFold(b []byte, lower string) bool { return eqFold(b, lower) }
+
+var tokenTable = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return
+}()
+
+func isToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenTable[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// IsHopByHop reports whether a header is hop-by-hop (RFC 9110 7.6.1) and
+// must not be forwarded. Transfer-Encoding is handled by the caller.
+func IsHopByHop(name []byte) bool {
+	switch len(name) {
+	case 2:
+		return eqFold(name, "te")
+	case 7:
+		return eqFold(name, "upgrade") || eqFold(name, "trailer")
+	case 10:
+		return eqFold(name, "connection") || eqFold(name, "keep-alive")
+	case 16:
+		return eqFold(name, "proxy-connection")
+	case 18:
+		return eqFold(name, "proxy-authenticate")
+	case 19:
+		return eqFold(name, "proxy-authorization")
+	}
+	return false
+}

@@ -1,0 +1,276 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/health"
+)
+
+// runtime is one configuration made live: routes and upstreams. It is
+// immutable once published except for each upstream's target set, which
+// the admin API swaps atomically.
+type runtime struct {
+	cfg    *config.Config
+	routes []route
+	ups    map[string]*upstream
+	order  []*upstream // by name
+}
+
+type route struct {
+	host   string // exact host, "" any
+	suffix string // ".example.com" for "*.example.com"
+	prefix string
+	up     *upstream
+}
+
+// match finds the upstream for a host (without port) and path.
+func (rt *runtime) match(host, path []byte) *upstream {
+	for i := range rt.routes {
+		r := &rt.routes[i]
+		if r.host != "" && !eqFoldStr(host, r.host) {
+			continue
+		}
+		if r.suffix != "" && (len(host) <= len(r.suffix) || !eqFoldStr(host[len(host)-len(r.suffix):], r.suffix)) {
+			continue
+		}
+		if len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != r.prefix {
+			continue
+		}
+		return r.up
+	}
+	return nil
+}
+
+func eqFoldStr(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// upstream is a named group of targets made live.
+type upstream struct {
+	name    string
+	cfg     *config.Upstream
+	bal     *balance.Balancer
+	usesKey bool
+	statuses [600]bool // statuses that are retried and count as failures
+	budget  budget
+	targets atomic.Pointer[map[string]*target]
+	checker atomic.Pointer[health.Checker]
+	m       *metrics
+}
+
+// target is one target's connection pool and metric handles.
+type target struct {
+	addr    string
+	pool    *pool
+	m       *targetMetrics
+	ejected atomic.Bool // last seen ejection state, to count ejections
+}
+
+func (u *upstream) target(addr string) *target {
+	return (*u.targets.Load())[addr]
+}
+
+// balanceOptions maps the upstream config onto balance options.
+func balanceOptions(u *config.Upstream) balance.Options {
+	o := balance.Options{Warmup: u.Warmup}
+	if p := u.Health.Passive; p != nil {
+		o.Passive = balance.Passive{
+			MaxFailures:       p.MaxFailures,
+			Window:            p.Window.D(),
+			EjectFor:          p.EjectFor.D(),
+			MaxEjectFor:       p.MaxEjectFor.D(),
+			MaxEjectedPercent: p.MaxEjectedPercent,
+		}
+	}
+	return o
+}
+
+func balanceTargets(ts []config.Target) []balance.Target {
+	out := make([]balance.Target, len(ts))
+	for i, t := range ts {
+		out[i] = balance.Target{Addr: t.Addr, Weight: t.W(), Warmup: t.Warmup.D(), MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled}
+	}
+	return out
+}
+
+// sameBalancer reports whether an upstream's balancer can carry over to a
+// new config (its state kept): same strategy and balance options.
+func sameBalancer(a, b *config.Upstream) bool {
+	if a.Strategy != b.Strategy || a.Warmup != b.Warmup {
+		return false
+	}
+	pa, pb := a.Health.Passive, b.Health.Passive
+	if (pa == nil) != (pb == nil) {
+		return false
+	}
+	return pa == nil || *pa == *pb
+}
+
+// build makes a runtime from cfg, reusing old's balancers (and so their
+// target state) where compatible. Nothing is started; nothing of old is
+// changed, so a failure leaves the running gateway untouched.
+func (g *Gateway) build(cfg *config.Config, old *runtime) (*runtime, error) {
+	rt := &runtime{cfg: cfg, ups: map[string]*upstream{}}
+	for _, name := range sortedKeys(cfg.Upstreams) {
+		uc := cfg.Upstreams[name]
+		u := &upstream{name: name, cfg: uc, m: g.metrics}
+		u.usesKey = uc.Strategy == "hash" || uc.Strategy == "bounded_hash" || !builtin[uc.Strategy]
+		for _, s := range uc.Retry.Statuses {
+			u.statuses[s] = true
+		}
+		u.budget.init(uc.Retry.Budget, uc.Retry.MinPerSecond)
+		if old != nil {
+			if ou := old.ups[name]; ou != nil && sameBalancer(ou.cfg, uc) {
+				u.bal = ou.bal
+			}
+		}
+		if u.bal == nil {
+			b, err := balance.New(uc.Strategy, balanceOptions(uc))
+			if err != nil {
+				return nil, fmt.Errorf("upstreams.%s: %w", name, err)
+			}
+			u.bal = b
+		}
+		rt.ups[name] = u
+		rt.order = append(rt.order, u)
+	}
+	for _, r := range cfg.Routes {
+		ro := route{prefix: r.Match.PathPrefix, up: rt.ups[r.Upstream]}
+		if h, ok := strings.CutPrefix(r.Match.Host, "*"); ok {
+			ro.suffix = h
+		} else {
+			ro.host = r.Match.Host
+		}
+		rt.routes = append(rt.routes, ro)
+	}
+	return rt, nil
+}
+
+var builtin = map[string]bool{"random": true, "round_robin": true, "hash": true, "bounded_hash": true,
+	"least_active": true, "shortest_response": true, "p2c": true, "least_loaded": true, "capacity": true}
+
+// apply sets u's targets: balancer update (state of staying targets kept),
+// target map, health checker restart.
+func (g *Gateway) apply(u *upstream, ts []config.Target) error {
+	if err := u.bal.Update(balanceTargets(ts)); err != nil {
+		return err
+	}
+	m := make(map[string]*target, len(ts))
+	old := u.targets.Load()
+	for _, t := range ts {
+		if old != nil && (*old)[t.Addr] != nil {
+			m[t.Addr] = (*old)[t.Addr]
+			continue
+		}
+		m[t.Addr] = &target{addr: t.Addr, pool: g.pool(t.Addr), m: g.metrics.target(u.name, t.Addr)}
+	}
+	u.targets.Store(&m)
+	g.startChecks(u)
+	return nil
+}
+
+// startChecks (re)starts u's active health checks from the balancer's
+// current verdicts.
+func (g *Gateway) startChecks(u *upstream) {
+	var c *health.Checker
+	if a := u.cfg.Health.Active; a != nil {
+		var ts []health.Target
+		for _, e := range u.bal.Endpoints() {
+			ts = append(ts, health.Target{Addr: e.Target.Addr, Healthy: e.Healthy})
+		}
+		cfg := health.Config{Path: a.Path, Interval: a.Interval.D(), Timeout: a.Timeout.D(),
+			HealthyThreshold: a.HealthyThreshold, UnhealthyThreshold: a.UnhealthyThreshold}
+		c = health.Start(cfg, ts, u.bal, g.healthClient, func(addr string, ok bool) {
+			r := "ok"
+			if !ok {
+				r = "fail"
+			}
+			g.metrics.checks.WithLabelValues(u.name, addr, r).Inc()
+		})
+	}
+	if old := u.checker.Swap(c); old != nil {
+		go old.Stop()
+	}
+}
+
+// pool returns the gateway-wide connection pool for addr, so pooled
+// connections survive reloads.
+func (g *Gateway) pool(addr string) *pool {
+	g.poolMu.Lock()
+	defer g.poolMu.Unlock()
+	if p := g.pools[addr]; p != nil {
+		return p
+	}
+	t := g.cfg().Timeouts
+	p := &pool{addr: addr, dialer: net.Dialer{Timeout: t.Dial.D(), KeepAlive: 30 * time.Second}, idleTO: t.UpstreamIdle.D(), max: 1024}
+	g.pools[addr] = p
+	return p
+}
+
+// budget caps retries at a share of requests over the last ten seconds
+// plus a floor per second, so retries cannot multiply an outage.
+type budget struct {
+	ratio float64
+	floor int64
+	slots [10]budgetSlot
+}
+
+type budgetSlot struct {
+	sec  atomic.Int64
+	reqs atomic.Int64
+	rets atomic.Int64
+}
+
+func (b *budget) init(ratio float64, perSecond int) {
+	b.ratio, b.floor = ratio, int64(perSecond)*int64(len(b.slots))
+}
+
+func (b *budget) slot(sec int64) *budgetSlot {
+	s := &b.slots[sec%int64(len(b.slots))]
+	if old := s.sec.Load(); old != sec && s.sec.CompareAndSwap(old, sec) {
+		s.reqs.Store(0)
+		s.rets.Store(0)
+	}
+	return s
+}
+
+// request counts one request.
+func (b *budget) request(sec int64) { b.slot(sec).reqs.Add(1) }
+
+// retry takes one retry from the budget if there is one left.
+func (b *budget) retry(sec int64) bool {
+	var reqs, rets int64
+	for i := range b.slots {
+		s := &b.slots[i]
+		if sec-s.sec.Load() < int64(len(b.slots)) {
+			reqs += s.reqs.Load()
+			rets += s.rets.Load()
+		}
+	}
+	if float64(rets) >= b.ratio*float64(reqs)+float64(b.floor) {
+		return false
+	}
+	b.slot(sec).rets.Add(1)
+	return true
+}
