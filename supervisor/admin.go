@@ -1,0 +1,241 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
+)
+
+const maxAdminBody = 64 << 20
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+WorkerPath, s.handleWS)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	admin := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(r) {
+				s.m.rejected.WithLabelValues("unauthorized").Inc()
+				unauthorized(w)
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("GET /workers", admin(s.getWorkers))
+	mux.HandleFunc("GET /tasks", admin(s.getTasks))
+	mux.HandleFunc("POST /tasks", admin(s.postTasks))
+	mux.HandleFunc("POST /rebalance", admin(s.postRebalance))
+	mux.Handle("GET /metrics", admin(promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// WorkerView is one worker in GET /workers.
+type WorkerView struct {
+	WorkerInfo
+	Connected bool `json:"connected"`
+}
+
+func (s *Server) getWorkers(w http.ResponseWriter, r *http.Request) {
+	type resp struct {
+		Phase   string       `json:"phase"`
+		Workers []WorkerView `json:"workers"`
+	}
+	out, err := call(r.Context(), s, func(time.Time) resp {
+		ws := s.core.Engine().Workers()
+		vs := make([]WorkerView, len(ws))
+		for i, wi := range ws {
+			vs[i] = WorkerView{WorkerInfo: wi, Connected: s.conns[wi.ID] != nil}
+		}
+		return resp{s.core.Phase().String(), vs}
+	})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTasks(w http.ResponseWriter, r *http.Request) {
+	onlyDeficit := false
+	if v := r.URL.Query().Get("deficit"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "deficit: %q is not a boolean", v)
+			return
+		}
+		onlyDeficit = b
+	}
+	type deficit struct {
+		Tasks   int `json:"tasks"`
+		Holders int `json:"holders"`
+	}
+	type resp struct {
+		Phase      string     `json:"phase"`
+		Redundancy int        `json:"redundancy"`
+		Deficit    deficit    `json:"deficit"`
+		Tasks      []TaskInfo `json:"tasks"`
+	}
+	out, err := call(r.Context(), s, func(time.Time) resp {
+		e := s.core.Engine()
+		_, _, d, missing := e.Counts()
+		ts := e.Tasks()
+		if onlyDeficit {
+			kept := ts[:0]
+			for _, t := range ts {
+				if t.Missing > 0 {
+					kept = append(kept, t)
+				}
+			}
+			ts = kept
+		}
+		return resp{s.core.Phase().String(), e.K(), deficit{d, missing}, ts}
+	})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// TasksRequest is the body of POST /tasks.
+type TasksRequest struct {
+	Add    json.RawMessage `json:"add,omitempty"`    // tasks, as a source lists them
+	Remove []string        `json:"remove,omitempty"` // task ids
+}
+
+func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
+	var req TasksRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: %v", err)
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body: more than one JSON value")
+		return
+	}
+	var add []protocol.Task
+	if len(req.Add) > 0 {
+		var err error
+		if add, err = source.Parse(req.Add); err != nil {
+			writeError(w, http.StatusBadRequest, "add: %v", err)
+			return
+		}
+	}
+	adding := map[string]bool{}
+	for _, t := range add {
+		adding[t.TaskID] = true
+	}
+	for i, id := range req.Remove {
+		if err := checkID(fmt.Sprintf("remove[%d]", i), id); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if adding[id] {
+			writeError(w, http.StatusBadRequest, "remove[%d]: %q is also in add", i, id)
+			return
+		}
+	}
+	if len(add) == 0 && len(req.Remove) == 0 {
+		writeError(w, http.StatusBadRequest, "body: nothing to add or remove")
+		return
+	}
+	type resp struct {
+		Phase   string `json:"phase"`
+		Queued  bool   `json:"queued,omitempty"` // while warming up
+		Added   int    `json:"added"`            // new tasks
+		Removed int    `json:"removed"`          // tasks that existed
+		Tasks   int    `json:"tasks"`
+	}
+	out, err := call(r.Context(), s, func(now time.Time) resp {
+		e := s.core.Engine()
+		var res resp
+		if s.core.Phase() == Warming {
+			res.Queued = true
+		}
+		for _, t := range add {
+			if !e.HasTask(t.TaskID) {
+				res.Added++
+			}
+		}
+		for _, id := range req.Remove {
+			if e.HasTask(id) {
+				res.Removed++
+			}
+		}
+		s.core.AdminTasks(add, req.Remove)
+		s.settle(now)
+		res.Phase, res.Tasks = s.core.Phase().String(), len(e.tasks)
+		return res
+	})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	code := http.StatusOK
+	if out.Queued {
+		code = http.StatusAccepted
+	}
+	writeJSON(w, code, out)
+}
+
+func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {
+	th := s.cfg.Rebalance.Threshold
+	if v := r.URL.Query().Get("threshold"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0 && f <= 1) {
+			writeError(w, http.StatusBadRequest, "threshold: %q is not a number between 0 and 1", v)
+			return
+		}
+		th = f
+	}
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<10)); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "body: %v", err)
+		return
+	}
+	type resp struct {
+		Moved     int     `json:"moved"`
+		Threshold float64 `json:"threshold"`
+	}
+	out, err := call(r.Context(), s, func(now time.Time) *resp {
+		if s.core.Phase() == Warming {
+			return nil
+		}
+		n := s.core.Rebalance(th)
+		s.settle(now)
+		return &resp{n, th}
+	})
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case out == nil:
+		writeError(w, http.StatusConflict, "warming up: nothing is assigned yet")
+	default:
+		writeJSON(w, http.StatusOK, out)
+	}
+}

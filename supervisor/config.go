@@ -1,0 +1,241 @@
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
+)
+
+// Config is the supervisor's configuration (supervisor.yaml). Durations are
+// Go durations ("30s", "30m"). DefaultConfig holds the defaults; a YAML file
+// only needs the fields it changes.
+type Config struct {
+	// Listen is the address of the worker endpoint (/ws) and the admin API.
+	Listen string `yaml:"listen"`
+	// Token authenticates workers and admin calls (Authorization: Bearer, or
+	// ?token=). Required.
+	Token string `yaml:"token"`
+	// Warmup: after start, accept workers and assign nothing for this long.
+	Warmup time.Duration `yaml:"warmup"`
+	// WorkerTimeout: a worker silent this long is dead.
+	WorkerTimeout time.Duration `yaml:"worker_timeout"`
+	// TaskTimeout: a task with no sign of life on a worker this long is
+	// vacated on that worker and given to another.
+	TaskTimeout time.Duration `yaml:"task_timeout"`
+	// Tick is the resolution of every timeout and poll.
+	Tick time.Duration `yaml:"tick"`
+	// QueryInterval: how often the task source is queried after warm-up.
+	QueryInterval time.Duration `yaml:"query_interval"`
+	// QueryRetry: how soon a failed query is retried (at most QueryInterval).
+	QueryRetry time.Duration `yaml:"query_retry"`
+	// Redundancy is k, the number of distinct workers holding each task.
+	Redundancy int `yaml:"redundancy"`
+	// MaxMessageBytes bounds one worker message.
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// SendQueue is how many messages may wait to be written to one worker;
+	// a worker that falls further behind is disconnected (it reconnects and
+	// gets its whole assignment again).
+	SendQueue int `yaml:"send_queue"`
+
+	Source    source.Config   `yaml:"source"`
+	Sink      sink.Config     `yaml:"sink"`
+	Dedup     DedupConfig     `yaml:"dedup"`
+	Rebalance RebalanceConfig `yaml:"rebalance"`
+}
+
+// DedupConfig bounds payload deduplication.
+type DedupConfig struct {
+	// Window: a payload key is remembered this long after its first sighting.
+	Window time.Duration `yaml:"window"`
+	// MaxEntries: at most this many keys are remembered (oldest go first).
+	MaxEntries int `yaml:"max_entries"`
+}
+
+// RebalanceConfig tunes POST /rebalance.
+type RebalanceConfig struct {
+	// Threshold: a worker is balanced within this fraction of its fair share
+	// (0.1 = ±10 %).
+	Threshold float64 `yaml:"threshold"`
+}
+
+// DefaultConfig returns the defaults (seed 000's timings).
+func DefaultConfig() Config {
+	return Config{
+		Listen:          "127.0.0.1:7300",
+		Warmup:          30 * time.Second,
+		WorkerTimeout:   30 * time.Second,
+		TaskTimeout:     30 * time.Second,
+		Tick:            time.Second,
+		QueryInterval:   30 * time.Minute,
+		QueryRetry:      10 * time.Second,
+		Redundancy:      2,
+		MaxMessageBytes: 1 << 20,
+		SendQueue:       256,
+		Sink:            sink.Config{Type: sink.TypeStdout},
+		Dedup:           DedupConfig{Window: 5 * time.Minute, MaxEntries: 1_000_000},
+		Rebalance:       RebalanceConfig{Threshold: 0.1},
+	}
+}
+
+// ConfigError is a refused configuration: the field (dotted path), its line
+// in the file when known, and why.
+type ConfigError struct {
+	Field string
+	Line  int
+	Err   error
+}
+
+func (e *ConfigError) Error() string {
+	msg := e.Err.Error()
+	if !strings.HasPrefix(msg, e.Field) { // the source and sink name it themselves
+		msg = e.Field + ": " + msg
+	}
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s", e.Line, msg)
+	}
+	return msg
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// LoadConfig reads and validates a YAML config file.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("supervisor config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("supervisor config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML over DefaultConfig and validates it. Unknown
+// fields are refused; errors name the field and its line.
+func ParseConfig(data []byte) (Config, error) {
+	c := DefaultConfig()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return Config{}, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // empty: defaults
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.Line = lineOf(&root, ce.Field)
+		}
+		return Config{}, err
+	}
+	return c, nil
+}
+
+var fieldPrefix = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+)*)`)
+
+// Validate checks every field, naming the first bad one, and fills the
+// defaults of the source and sink.
+func (c *Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return bad("listen", "%q is not host:port", c.Listen)
+	}
+	if c.Token == "" {
+		return bad("token", "required (workers and admin calls authenticate with it)")
+	}
+	if c.Tick < time.Millisecond {
+		return bad("tick", "%v is below 1ms", c.Tick)
+	}
+	if c.Warmup < 0 {
+		return bad("warmup", "%v is negative", c.Warmup)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"worker_timeout", c.WorkerTimeout}, {"task_timeout", c.TaskTimeout}, {"query_interval", c.QueryInterval}, {"query_retry", c.QueryRetry}} {
+		if d.v < c.Tick {
+			return bad(d.name, "%v is shorter than tick (%v)", d.v, c.Tick)
+		}
+	}
+	if c.Redundancy < 1 || c.Redundancy > 64 {
+		return bad("redundancy", "%d is not between 1 and 64", c.Redundancy)
+	}
+	if c.MaxMessageBytes < 1024 {
+		return bad("max_message_bytes", "%d is below 1024", c.MaxMessageBytes)
+	}
+	if c.SendQueue < 1 {
+		return bad("send_queue", "%d is below 1", c.SendQueue)
+	}
+	if c.Dedup.Window <= 0 {
+		return bad("dedup.window", "%v must be positive", c.Dedup.Window)
+	}
+	if c.Dedup.MaxEntries < 1 {
+		return bad("dedup.max_entries", "%d must be positive", c.Dedup.MaxEntries)
+	}
+	if t := c.Rebalance.Threshold; !(t >= 0 && t <= 1) {
+		return bad("rebalance.threshold", "%v is not between 0 and 1", t)
+	}
+	for _, v := range []struct {
+		name     string
+		validate func() error
+	}{{"source", c.Source.Validate}, {"sink", c.Sink.Validate}} {
+		if err := v.validate(); err != nil {
+			// The edge packages name the field ("sink.url: ..."); keep their
+			// message and use the name to find the line.
+			field := v.name
+			if m := fieldPrefix.FindStringSubmatch(err.Error()); m != nil && strings.HasPrefix(m[1], v.name) {
+				field = m[1]
+			}
+			return &ConfigError{Field: field, Err: err}
+		}
+	}
+	return nil
+}
+
+// Timings returns the lifecycle durations.
+func (c *Config) Timings() Timings {
+	return Timings{Warmup: c.Warmup, WorkerTimeout: c.WorkerTimeout, TaskTimeout: c.TaskTimeout,
+		Tick: c.Tick, QueryInterval: c.QueryInterval, QueryRetry: c.QueryRetry}
+}
+
+// lineOf finds the line of a dotted field in a YAML document (0 if absent),
+// falling back to the deepest parent present.
+func lineOf(doc *yaml.Node, field string) int {
+	if doc == nil || len(doc.Content) == 0 {
+		return 0
+	}
+	n, line := doc.Content[0], 0
+	for _, part := range strings.Split(field, ".") {
+		if n.Kind != yaml.MappingNode {
+			break
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == part {
+				line, next = n.Content[i].Line, n.Content[i+1]
+				break
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return line
+}

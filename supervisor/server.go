@@ -1,0 +1,420 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
+)
+
+// WorkerPath is where workers connect.
+const WorkerPath = "/ws"
+
+// publisher is what the server needs from a sink.
+type publisher interface {
+	sink.Sink
+	Published() uint64
+	Dropped() uint64
+}
+
+// Server is a running supervisor: the worker endpoint, the admin API and the
+// event loop that owns all state.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	ln     net.Listener
+	http   *http.Server
+	src    source.Source
+	sink   publisher
+	dedup  *dedup.Deduper
+	m      *metrics
+	ctx    context.Context
+	cancel context.CancelFunc
+	events chan func(now time.Time)
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	// Owned by the event loop goroutine.
+	core     *Core
+	conns    map[string]*conn // by worker id
+	querying bool
+}
+
+// Start validates cfg, opens the source and the sink, listens on
+// cfg.Listen and starts warming up. The server runs until ctx is done or
+// Close is called.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("supervisor config: %w", err)
+	}
+	src, err := source.Open(cfg.Source)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	core, err := NewCore(cfg.Timings(), cfg.Redundancy, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: listen: %w", err)
+	}
+	sk, err := sink.Open(ctx, cfg.Sink, log)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("supervisor: sink: %w", err)
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    log,
+		ln:     ln,
+		src:    src,
+		sink:   sk,
+		dedup:  dedup.New(cfg.Dedup.Window, cfg.Dedup.MaxEntries),
+		events: make(chan func(time.Time), 1024),
+		core:   core,
+		conns:  map[string]*conn{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.m = newMetrics(s)
+	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.loop() }()
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("supervisor: serve", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-ctx.Done():
+			s.cancel()
+		case <-s.ctx.Done():
+		}
+		s.http.Close()
+	}()
+	log.Info("supervisor started", "addr", s.Addr(), "warmup", cfg.Warmup, "redundancy", cfg.Redundancy,
+		"source", cfg.Source.Type, "sink", cfg.Sink.Type)
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server: workers are disconnected (they keep their
+// sessions and reconnect to the next supervisor), and the sink delivers what
+// it buffered within its flush timeout.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		err = s.sink.Close()
+		s.log.Info("supervisor stopped")
+	})
+	return err
+}
+
+// post hands f to the event loop; false if the server is closing.
+func (s *Server) post(f func(time.Time)) bool {
+	select {
+	case s.events <- f:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// call runs f on the event loop and returns its result.
+func call[T any](ctx context.Context, s *Server, f func(now time.Time) T) (T, error) {
+	ch := make(chan T, 1)
+	var zero T
+	if !s.post(func(now time.Time) { ch <- f(now) }) {
+		return zero, errors.New("supervisor is closing")
+	}
+	select {
+	case v := <-ch:
+		return v, nil
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-s.ctx.Done():
+		return zero, errors.New("supervisor is closing")
+	}
+}
+
+func (s *Server) loop() {
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	defer func() {
+		for _, c := range s.conns {
+			c.close(websocket.StatusGoingAway, "supervisor shutting down")
+		}
+	}()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case f := <-s.events:
+			f(time.Now())
+		case now := <-tick.C:
+			s.core.Tick(now)
+			s.settle(now)
+		}
+	}
+}
+
+// settle sends what the last events produced: instruction sets, the
+// disconnection of dead workers, a task query when one is due.
+func (s *Server) settle(now time.Time) {
+	if s.core.TakeQuery() && !s.querying {
+		s.querying = true
+		go s.query()
+	}
+	send, drop := s.core.Flush(now)
+	for _, o := range send {
+		s.m.instructions.Inc()
+		c := s.conns[o.WorkerID]
+		if c == nil {
+			// Not connected: its next connection gets everything again.
+			s.m.undelivered.Inc()
+			continue
+		}
+		b, err := json.Marshal(o.Instruction)
+		if err != nil { // cannot happen with these types
+			s.log.Error("supervisor: encode instruction", "err", err)
+			continue
+		}
+		if !c.enqueue(b) {
+			s.m.undelivered.Inc()
+			s.disconnect(c, websocket.StatusTryAgainLater, "send queue full")
+		}
+	}
+	for _, id := range drop {
+		s.log.Warn("worker dead: silent past worker_timeout", "worker", id, "timeout", s.cfg.WorkerTimeout)
+		if c := s.conns[id]; c != nil {
+			s.disconnect(c, websocket.StatusPolicyViolation, "silent past worker_timeout")
+		}
+	}
+	s.m.refresh(s)
+}
+
+func (s *Server) disconnect(c *conn, code websocket.StatusCode, reason string) {
+	if s.conns[c.id] == c {
+		delete(s.conns, c.id)
+	}
+	c.close(code, reason)
+}
+
+func (s *Server) query() {
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.Source.Timeout, time.Second))
+	tasks, err := s.src.List(ctx)
+	cancel()
+	s.post(func(now time.Time) {
+		s.querying = false
+		if err != nil {
+			s.log.Error("task query failed", "err", err, "retry_in", min(s.cfg.QueryRetry, s.cfg.QueryInterval))
+		}
+		was := s.core.Phase()
+		s.core.QueryResult(now, tasks, err)
+		if was == Warming && s.core.Phase() == Running {
+			w, t, _, missing := s.core.Engine().Counts()
+			s.log.Info("warm-up over: tasks assigned", "workers", w, "tasks", t, "missing_holders", missing)
+		}
+		s.settle(now)
+	})
+}
+
+// ---- workers ----
+
+type conn struct {
+	ws   *websocket.Conn
+	out  chan []byte
+	done chan struct{}
+	once sync.Once
+	id   string // the worker id, set by the reader from the first report
+}
+
+func (c *conn) enqueue(b []byte) bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	select {
+	case c.out <- b:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *conn) close(code websocket.StatusCode, reason string) {
+	c.once.Do(func() {
+		close(c.done)
+		go c.ws.Close(code, reason) // the closing handshake waits; the loop must not
+	})
+}
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		s.m.rejected.WithLabelValues("unauthorized").Inc()
+		unauthorized(w)
+		return
+	}
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept wrote the HTTP error
+	}
+	ws.SetReadLimit(s.cfg.MaxMessageBytes)
+	c := &conn{ws: ws, out: make(chan []byte, s.cfg.SendQueue), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go s.writeLoop(ctx, c)
+	s.readLoop(ctx, c)
+	s.post(func(time.Time) {
+		if c.id != "" && s.conns[c.id] == c {
+			delete(s.conns, c.id)
+		}
+	})
+	c.close(websocket.StatusNormalClosure, "")
+}
+
+func (s *Server) writeLoop(ctx context.Context, c *conn) {
+	for {
+		select {
+		case b := <-c.out:
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := c.ws.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				c.close(websocket.StatusInternalError, "write failed")
+				return
+			}
+		case <-c.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) readLoop(ctx context.Context, c *conn) {
+	for {
+		typ, data, err := c.ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		if typ != websocket.MessageText {
+			s.reject(c, "invalid", "binary frames are not part of the protocol: send JSON text frames")
+			continue
+		}
+		msg, err := decodeMessage(data)
+		if err != nil {
+			s.reject(c, "invalid", err.Error())
+			continue
+		}
+		switch m := msg.(type) {
+		case *protocol.Report:
+			s.m.messages.WithLabelValues(protocol.TypeReport).Inc()
+			first := false
+			if c.id == "" {
+				c.id, first = m.WorkerID, true
+			} else if m.WorkerID != c.id {
+				s.reject(c, "identity", fmt.Sprintf("report: worker_id %q differs from %q, the id this connection reported first", m.WorkerID, c.id))
+				continue
+			}
+			if !s.post(func(now time.Time) { s.onReport(now, c, m, first) }) {
+				return
+			}
+		case *protocol.Payload:
+			s.m.messages.WithLabelValues(protocol.TypePayload).Inc()
+			if c.id == "" {
+				s.reject(c, "identity", "payload before the first report: send a report first")
+				continue
+			}
+			if m.WorkerID != c.id {
+				s.reject(c, "identity", fmt.Sprintf("payload: worker_id %q differs from %q, the id this connection reported", m.WorkerID, c.id))
+				continue
+			}
+			if !s.post(func(now time.Time) { s.onPayload(now, c, m) }) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Server) reject(c *conn, kind, reason string) {
+	s.m.rejected.WithLabelValues(kind).Inc()
+	s.log.Debug("message rejected", "worker", c.id, "reason", reason)
+	b, _ := json.Marshal(protocol.Error{Type: protocol.TypeError, Reason: reason})
+	c.enqueue(b)
+}
+
+func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool) {
+	if first {
+		if old := s.conns[r.WorkerID]; old != nil && old != c {
+			old.close(websocket.StatusPolicyViolation, "replaced by a newer connection of the same worker")
+		}
+		s.conns[r.WorkerID] = c
+	} else if s.conns[r.WorkerID] != c {
+		return // a replaced connection's late message
+	}
+	s.core.Report(now, r, first)
+	s.settle(now)
+}
+
+func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
+	if s.conns[p.WorkerID] != c {
+		return
+	}
+	if !s.core.Payload(now, p) {
+		s.m.payloads.WithLabelValues("unknown_task").Inc()
+		return
+	}
+	if !s.dedup.First(p.TaskID, p.MessageID, p.Data, now) {
+		s.m.payloads.WithLabelValues("duplicate").Inc()
+		return
+	}
+	s.m.payloads.WithLabelValues("published").Inc()
+	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data}); err != nil {
+		s.log.Debug("sink dropped a payload", "task", p.TaskID, "err", err) // counted by the sink
+	}
+}
+
+// ---- auth ----
+
+func (s *Server) authorized(r *http.Request) bool {
+	tok := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, v, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return false
+		}
+		tok = strings.TrimSpace(v)
+	}
+	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="fulcrum supervisor"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong token (Authorization: Bearer TOKEN, or ?token=TOKEN)"})
+}
