@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -139,6 +140,10 @@ func (g *Gateway) adminHandler() http.Handler {
 		writeJSON(w, 200, map[string]string{"status": "reloaded"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	// Profiles, for finding where the proxy's time goes (docs/benchmarks.md).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if g.draining.Load() {
 			writeJSON(w, 503, map[string]string{"status": "draining"})

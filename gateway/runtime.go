@@ -68,15 +68,15 @@ func eqFoldStr(b []byte, s string) bool {
 
 // upstream is a named group of targets made live.
 type upstream struct {
-	name    string
-	cfg     *config.Upstream
-	bal     *balance.Balancer
-	usesKey bool
+	name     string
+	cfg      *config.Upstream
+	bal      *balance.Balancer
+	usesKey  bool
 	statuses [600]bool // statuses that are retried and count as failures
-	budget  budget
-	targets atomic.Pointer[map[string]*target]
-	checker atomic.Pointer[health.Checker]
-	m       *metrics
+	budget   budget
+	targets  atomic.Pointer[map[string]*target]
+	checker  atomic.Pointer[health.Checker]
+	m        *metrics
 }
 
 // target is one target's connection pool and metric handles.

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Proxy benchmark: Fulcrum against nginx, HAProxy, Caddy and a plain
+# httputil.ReverseProxy, each in front of the same three tiny Go upstreams
+# (`fulcrum demo upstreams`) with equivalent round-robin keep-alive
+# configs, driven by the same wrk load. Prints one table.
+#
+#   bench/proxy/run.sh                 # ROUNDS=3 DURATION=8s CONNS=64 THREADS=2
+#   ROUNDS=5 bench/proxy/run.sh
+#
+# Rounds are interleaved (every proxy once per round) and the median round
+# is reported, so a noisy neighbour hurts every proxy alike. Needs root or
+# the tools installed (apt-get install wrk nginx-light haproxy caddy).
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8s}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+ONLY=${ONLY:-"direct fulcrum nginx haproxy caddy stdproxy"}
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work=$(mktemp -d /tmp/fulcrum-proxy-bench.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+	[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v caddy >/dev/null || need+=(caddy)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing ${need[*]}" >&2
+	apt-get install -y "${need[@]}" >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y "${need[@]}" >/dev/null; }
+fi
+export PATH=$PATH:/usr/sbin
+
+echo "building fulcrum and stdproxy" >&2
+(cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
+(cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
+
+U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
+"$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
+pids+=($!)
+
+cat >"$work/fulcrum.yaml" <<YAML
+listen: 127.0.0.1:18080
+admin: {listen: 127.0.0.1:19901}
+access_log: {enabled: false}
+upstreams:
+  demo:
+    strategy: round_robin
+    targets:
+      - {url: "http://$U1"}
+      - {url: "http://$U2"}
+      - {url: "http://$U3"}
+YAML
+
+cat >"$work/nginx.conf" <<NGINX
+worker_processes 2;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log warn;
+daemon off;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream demo { server $U1; server $U2; server $U3; keepalive 128; }
+  server {
+    listen 127.0.0.1:18081;
+    location / {
+      proxy_pass http://demo;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+NGINX
+
+cat >"$work/haproxy.cfg" <<HAP
+global
+  maxconn 4000
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+  option forwardfor
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:18082
+  default_backend be
+backend be
+  balance roundrobin
+  server s1 $U1
+  server s2 $U2
+  server s3 $U3
+HAP
+
+cat >"$work/Caddyfile" <<CADDY
+{
+  admin off
+  auto_https off
+}
+http://127.0.0.1:18083 {
+  bind 127.0.0.1
+  reverse_proxy $U1 $U2 $U3 {
+    lb_policy round_robin
+  }
+}
+CADDY
+
+port_of() {
+	case $1 in
+	direct) echo 19001 ;; fulcrum) echo 18080 ;; nginx) echo 18081 ;;
+	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
+	esac
+}
+
+start() {
+	case $1 in
+	direct) return 0 ;;
+	fulcrum) "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum.log" 2>&1 & ;;
+	nginx) nginx -c "$work/nginx.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
+	haproxy) haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
+	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
+	stdproxy) "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
+	esac
+	cur=$!
+	for _ in $(seq 100); do
+		curl -fs "http://127.0.0.1:$(port_of "$1")/" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "$1 did not come up; log:" >&2
+	cat "$work/$1.log" >&2 || true
+	return 1
+}
+
+stop() {
+	[ "$1" = direct ] && return 0
+	kill "$cur" 2>/dev/null || true
+	wait "$cur" 2>/dev/null || true
+	sleep 0.5
+}
+
+# to_ms converts wrk's 812.00us / 1.23ms / 1.02s to milliseconds.
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		if (v ~ /us$/) { sub(/us$/, "", v); printf "%.2f", v/1000 }
+		else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.2f", v }
+		else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.2f", v*1000 }
+		else print v }'
+}
+
+for _ in $(seq 3); do curl -fs http://$U1/ >/dev/null 2>&1 && break; sleep 0.3; done
+
+results="$work/results.txt"
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+	for p in $ONLY; do
+		start "$p"
+		wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
+		out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
+		rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
+		p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
+		p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
+		errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+		echo "$round $p $rps $p50 $p99 $errs" >>"$results"
+		echo "round $round: $p $rps req/s p50 ${p50}ms p99 ${p99}ms $errs" >&2
+		stop "$p"
+	done
+done
+
+echo
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $(nproc) CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+printf "| %-9s | %10s | %8s | %8s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "vs Fulcrum"
+printf "|%s|%s|%s|%s|%s|\n" "-----------" "------------" "----------" "----------" "--------------"
+frps=$(awk '$2=="fulcrum" {print $3}' "$results" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
+for p in $ONLY; do
+	awk -v p="$p" '$2==p {print $3, $4, $5}' "$results" | sort -n |
+		awk -v p="$p" -v f="$frps" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
+			END { m=int((NR+1)/2); ratio = (f > 0) ? sprintf("%.2fx", r[m]/f) : "-";
+			      printf "| %-9s | %10.0f | %8.2f | %8.2f | %12s |\n", p, r[m], a[m], b[m], ratio }'
+done
