@@ -74,10 +74,10 @@ type Server struct {
 	c Config
 
 	mu    sync.Mutex
-	count int                       // rooms room-1 … room-count exist
-	rooms map[string]*room          // rooms with watchers (or that had)
-	sent  atomic.Uint64             // messages sent to watchers
-	slow  atomic.Uint64             // messages a slow watcher missed
+	count int              // rooms room-1 … room-count exist
+	rooms map[string]*room // rooms with watchers (or that had)
+	sent  atomic.Uint64    // messages sent to watchers
+	slow  atomic.Uint64    // messages a slow watcher missed
 }
 
 type room struct {

@@ -15,7 +15,7 @@ import (
 type Message struct {
 	TaskID    string
 	MessageID string // may be empty; brokers then get a content hash as id
-	Data      []byte
+	Data      []byte // the body; the sink keeps it until delivered, so do not reuse it
 }
 
 // Sink takes payloads for delivery downstream.

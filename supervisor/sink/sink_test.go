@@ -266,3 +266,31 @@ func TestStdoutLineIsJSON(t *testing.T) {
 		t.Fatalf("line %q is not JSON: %v", buf.String(), err)
 	}
 }
+
+// Close with the broker unreachable gives up at the flush timeout, counts
+// what it could not deliver as dropped and says so.
+func TestCloseDeadlineCountsUndelivered(t *testing.T) {
+	c, _ := setup(t, "rabbitmq")
+	p := newProxy(t, "127.0.0.1:5672")
+	c.URL = viaProxy(t, c.URL, p)
+	c.FlushTimeout = 300 * time.Millisecond
+	s, err := Open(context.Background(), c, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.setRefuse(true)
+	p.sever()
+	for i := 0; i < 20; i++ {
+		_ = s.Publish(context.Background(), msg(i))
+	}
+	err = s.Close()
+	if err == nil || !strings.Contains(err.Error(), "not delivered") {
+		t.Fatalf("Close = %v, want an error counting undelivered messages", err)
+	}
+	if s.Published()+s.Dropped() != 20 || s.Dropped() == 0 {
+		t.Fatalf("published %d dropped %d, want them to add up to 20 with drops", s.Published(), s.Dropped())
+	}
+	if !strings.Contains(err.Error(), fmt.Sprint(s.Dropped())) {
+		t.Fatalf("Close = %v, want it to name the %d dropped", err, s.Dropped())
+	}
+}

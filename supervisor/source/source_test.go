@@ -190,8 +190,12 @@ func TestHTTP(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"tasks":[{"task_id":"room-1","spec":{"url":"http://x/rooms/room-1"}}]}`))
 	})
-	mux.HandleFunc("/down", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "spider is down", http.StatusServiceUnavailable) })
-	mux.HandleFunc("/garbage", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{"tasks":[{"task_id":"a"},{"task_id":"a"}]}`)) })
+	mux.HandleFunc("/down", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "spider is down", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("/garbage", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"tasks":[{"task_id":"a"},{"task_id":"a"}]}`))
+	})
 	release := make(chan struct{})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		select {

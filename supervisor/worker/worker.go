@@ -124,7 +124,7 @@ type Worker struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	ending   map[string]chan struct{} // task -> done of a session still stopping
-	wg       sync.WaitGroup // session goroutines
+	wg       sync.WaitGroup           // session goroutines
 
 	out  chan protocol.Payload
 	kick chan struct{} // asks the writer for a report now (the task set changed)
