@@ -321,7 +321,9 @@ func (cc *clientConn) serveOne() bool {
 		t.m.count(status)
 		t.m.dur.Observe(time.Since(start).Seconds())
 		cc.log(start, nil, up, t.addr, status, attempt, logMethod, logPath)
-		return keep && rerr == nil
+		// The pick ended before the last bytes leave, so a client's next
+		// request already sees the target's permit back.
+		return cc.flush(keep && rerr == nil)
 	}
 	// Every attempt failed.
 	code, msg := 502, "bad gateway\n"
@@ -364,7 +366,10 @@ func (cc *clientConn) pick(up *upstream, key string) (balance.Pick, error) {
 	}
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	waiting := cc.g.metrics.waiting.WithLabelValues(up.name)
+	waiting.Inc()
 	p, err = up.bal.Wait(ctx, info)
+	waiting.Dec()
 	cancel()
 	outcome := "served"
 	if err != nil {
@@ -455,7 +460,8 @@ func (cc *clientConn) readHead(uc *upConn, isHead bool) error {
 	}
 }
 
-// relay writes the response to the client. keep: the client connection
+// relay writes the response to the client, leaving the tail in cc.bw for
+// flush. keep: the client connection
 // stays open; upKeep: the target connection may go back to the pool.
 func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bool) (keep, upKeep bool, err error) {
 	bw := cc.bw
@@ -501,14 +507,16 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bo
 	if err != nil {
 		return false, false, err
 	}
-	// Flush unless the client already sent its next request (pipelining):
-	// then the two responses leave in one write.
-	if cc.br.Buffered() == 0 || closeClient {
-		if ferr := bw.Flush(); ferr != nil {
-			return false, upKeep, &h1.WriteError{Err: ferr}
-		}
-	}
 	return !closeClient, upKeep, nil
+}
+
+// flush sends what relay left buffered, unless the client already sent
+// its next request (pipelining): then two responses leave in one write.
+func (cc *clientConn) flush(keep bool) bool {
+	if keep && cc.br.Buffered() > 0 {
+		return true
+	}
+	return cc.bw.Flush() == nil && keep
 }
 
 // buildHead writes the request head to send upstream into cc.out and the

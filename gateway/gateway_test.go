@@ -2,53 +2,145 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
-	"github.com/fulcrum-lb/fulcrum/gateway/demo"
 )
 
-// startUpstreams starts n demo upstreams named upstream-1..n.
-func startUpstreams(t *testing.T, n int) []*demo.Upstream {
+// backend is a real upstream server for tests, whose behaviour a test can
+// change while it runs.
+type backend struct {
+	name   string
+	addr   string
+	srv    *http.Server
+	hits   atomic.Int64
+	status atomic.Int32 // answer status for normal paths (0: 200)
+	health atomic.Int32 // answer status for /healthz (0: 200)
+	cur    atomic.Int64 // requests in progress
+	peak   atomic.Int64 // most requests in progress at once
+	hold   atomic.Pointer[chan struct{}]
+	closed atomic.Bool
+}
+
+func newBackend(t *testing.T, name string) *backend {
 	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		addrs[i] = "127.0.0.1:0"
+	return newBackendAt(t, name, "127.0.0.1:0")
+}
+
+func newBackendAt(t *testing.T, name, addr string) *backend {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // a just-closed port may linger briefly
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	us, err := demo.StartAll(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { demo.CloseAll(us) })
-	return us
+	b := &backend{name: name, addr: ln.Addr().String()}
+	b.srv = &http.Server{Handler: b}
+	go func() { _ = b.srv.Serve(ln) }()
+	t.Cleanup(b.kill)
+	return b
 }
 
-// targetsYAML renders targets for a config.
-func targetsYAML(us []*demo.Upstream, extra string) string {
-	var b strings.Builder
-	for _, u := range us {
-		fmt.Fprintf(&b, "      - {url: \"http://%s\"%s}\n", u.Addr, extra)
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		if s := b.health.Load(); s != 0 {
+			w.WriteHeader(int(s))
+		}
+		io.WriteString(w, "ok")
+		return
 	}
-	return b.String()
+	b.hits.Add(1)
+	n := b.cur.Add(1)
+	defer b.cur.Add(-1)
+	for {
+		p := b.peak.Load()
+		if n <= p || b.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	if h := b.hold.Load(); h != nil {
+		select {
+		case <-*h:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	w.Header().Set("X-Upstream", b.name)
+	if r.URL.Path == "/echo" {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"header": r.Header, "host": r.Host, "body": string(body), "method": r.Method, "proto": r.Proto})
+		return
+	}
+	if s := b.status.Load(); s != 0 {
+		w.WriteHeader(int(s))
+	}
+	io.WriteString(w, b.name)
 }
 
-// startGateway parses cfgText and runs a gateway on ephemeral ports.
-func startGateway(t *testing.T, cfgText string) *gateway.Gateway {
+// kill stops the server and drops its connections, in-flight ones too.
+func (b *backend) kill() {
+	if b.closed.CompareAndSwap(false, true) {
+		b.srv.Close()
+	}
+}
+
+func (b *backend) url() string { return "http://" + b.addr }
+
+func backends(t *testing.T, n int) []*backend {
+	bs := make([]*backend, n)
+	for i := range bs {
+		bs[i] = newBackend(t, fmt.Sprintf("b%d", i+1))
+	}
+	return bs
+}
+
+// targets renders a target list; extra adds fields per target.
+func targets(bs []*backend, extra ...string) string {
+	var s strings.Builder
+	for i, b := range bs {
+		e := ""
+		if i < len(extra) {
+			e = extra[i]
+		}
+		fmt.Fprintf(&s, "      - {url: %q%s}\n", b.url(), e)
+	}
+	return s.String()
+}
+
+const base = "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\naccess_log: {enabled: false}\n"
+
+// start parses cfgText and runs a gateway on ephemeral ports.
+func start(t *testing.T, cfgText string) *gateway.Gateway {
 	t.Helper()
-	if !strings.Contains(cfgText, "listen:") {
-		cfgText = "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\naccess_log: {enabled: false}\n" + cfgText
-	}
 	cfg, err := config.Parse([]byte(cfgText))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, cfgText)
 	}
-	g, err := gateway.New(cfg, gateway.Options{})
+	return startCfg(t, cfg, gateway.Options{})
+}
+
+func startCfg(t *testing.T, cfg *config.Config, o gateway.Options) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,27 +155,118 @@ func startGateway(t *testing.T, cfgText string) *gateway.Gateway {
 	return g
 }
 
-func get(t *testing.T, c *http.Client, url string, hdr ...string) (int, string) {
+func client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+}
+
+type resp struct {
+	code int
+	body string
+	hdr  http.Header
+}
+
+func do(t *testing.T, c *http.Client, method, url string, body io.Reader, hdr ...string) resp {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if strings.EqualFold(hdr[i], "host") {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, strings.TrimSpace(string(b))
+	return resp{res.StatusCode, string(b), res.Header}
 }
 
-func TestSmoke(t *testing.T) {
-	us := startUpstreams(t, 3)
-	g := startGateway(t, "upstreams:\n  api:\n    targets:\n"+targetsYAML(us, ""))
-	c := &http.Client{Timeout: 5 * time.Second}
-	for i := 0; i < 6; i++ {
-		code, body := get(t, c, "http://"+g.Addr()+"/")
-		t.Log(code, body)
+func get(t *testing.T, c *http.Client, url string, hdr ...string) resp {
+	t.Helper()
+	return do(t, c, "GET", url, nil, hdr...)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// view fetches the admin view of one upstream's targets by URL.
+func view(t *testing.T, g *gateway.Gateway, up string) map[string]gateway.TargetView {
+	t.Helper()
+	res, err := http.Get("http://" + g.AdminAddr() + "/upstreams/" + up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var v gateway.UpstreamView
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]gateway.TargetView{}
+	for _, tv := range v.Targets {
+		m[tv.URL] = tv
+	}
+	return m
+}
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// load runs workers that GET url n times each and counts failures.
+func load(t *testing.T, url string, workers, n int, done *atomic.Int64) (failed []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	c := client()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				res, err := c.Get(url)
+				var msg string
+				if err != nil {
+					msg = err.Error()
+				} else {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != 200 {
+						msg = res.Status
+					}
+				}
+				if msg != "" {
+					mu.Lock()
+					failed = append(failed, msg)
+					mu.Unlock()
+				}
+				if done != nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }

@@ -17,6 +17,7 @@ type metrics struct {
 	retryDenied *prometheus.CounterVec
 	queued      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
+	waiting     *prometheus.GaugeVec
 	checks      *prometheus.CounterVec
 	ejections   *prometheus.CounterVec
 }
@@ -59,7 +60,11 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_ejections_total",
 		Help: "Passive ejections of a target (consecutive failures), by upstream and target.",
 	}, []string{"upstream", "target"})
-	m.reg.MustRegister(m.ejections, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fulcrum_gateway_queue_waiting",
+		Help: "Requests waiting for capacity now, by upstream.",
+	}, []string{"upstream"})
+	m.reg.MustRegister(m.waiting, m.ejections, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
 		&targetCollector{targets: targets},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
