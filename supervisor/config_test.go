@@ -1,0 +1,144 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+)
+
+const goodYAML = `listen: 127.0.0.1:7300
+token: t0ken
+warmup: 10s
+redundancy: 3
+source:
+  type: static
+  tasks:
+    - task_id: room-1
+      spec: {url: "http://127.0.0.1:7400/rooms/room-1/events"}
+sink:
+  type: stdout
+dedup:
+  window: 1m
+`
+
+func TestParseConfigDefaultsAndValues(t *testing.T) {
+	c, err := ParseConfig([]byte(goodYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Warmup != 10*time.Second || c.Redundancy != 3 || c.WorkerTimeout != 30*time.Second ||
+		c.QueryInterval != 30*time.Minute || c.Tick != time.Second || c.Dedup.Window != time.Minute ||
+		c.Dedup.MaxEntries != 1_000_000 || c.Rebalance.Threshold != 0.1 || len(c.Source.Tasks) != 1 {
+		t.Fatalf("parsed %+v", c)
+	}
+	path := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(path, []byte(goodYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path + ".missing"); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}
+
+// Bad configs are refused naming the field and its line.
+func TestParseConfigRefusesBadFields(t *testing.T) {
+	base := "token: t\nsource: {type: static, tasks: []}\n"
+	cases := []struct{ yaml, want string }{
+		{"token: t\nsource: {type: static}\nredundancy: 0\n", "line 3: redundancy: 0 is not between 1 and 64"},
+		{base + "tick: 0s\n", "line 3: tick"},
+		{base + "worker_timeout: 10ms\n", "line 3: worker_timeout: 10ms is shorter than tick"},
+		{base + "warmup: -1s\n", "line 3: warmup"},
+		{base + "listen: nowhere\n", "line 3: listen"},
+		{"source: {type: static}\n", "token: required"},
+		{base + "dedup:\n  window: 0s\n", "line 4: dedup.window"},
+		{base + "dedup:\n  max_entries: -1\n", "line 4: dedup.max_entries"},
+		{base + "rebalance:\n  threshold: 2\n", "line 4: rebalance.threshold"},
+		{base + "redundency: 2\n", "line 3: field redundency not found"},
+		{base + "warmup: soon\n", "line 3"},
+		{"token: t\n", "source.type: required"},
+		{"token: t\nsource:\n  type: ftp\n", "line 3: source.type: unknown"},
+		{base + "sink:\n  type: nats\n  url: nats://127.0.0.1:4222\n", "line 3: sink.subject: required"},
+		{base + "sink:\n  type: rabbitmq\n  url: http://x\n", "line 5: sink.url"},
+		{"token: [\n", "yaml"},
+	}
+	for _, tc := range cases {
+		_, err := ParseConfig([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(goodYAML))
+	f.Add([]byte("token: t\nsource: {type: http, url: 'http://x/rooms'}\nsink: {type: nats, url: 'nats://x', subject: a.b}\n"))
+	f.Add([]byte("token: t\nsource: {type: file, path: /tmp/x}\nrebalance: {threshold: .5}\n"))
+	f.Add([]byte("{}"))
+	f.Add([]byte("- a\n- b\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		// What parses must be valid and start-able in principle.
+		if err := c.Validate(); err != nil {
+			t.Fatalf("parsed config fails Validate: %v", err)
+		}
+		if c.Tick <= 0 || c.Redundancy < 1 || c.Token == "" {
+			t.Fatalf("accepted %+v", c)
+		}
+	})
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"report","worker_id":"w1","max_load":10,"tasks":[{"task_id":"a","last_seen":"2026-01-02T15:04:05Z"}]}`,
+		`{"type":"payload","worker_id":"w1","task_id":"a","message_id":"a:1","data":{"x":1}}`,
+		`{"type":"payload","worker_id":"w1","task_id":"a","data":"text"}`,
+		`{"type":"instruction"}`, `{"type":5}`, `[]`, `null`, `{"type":"report","tasks":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msg, err := decodeMessage(data)
+		if err != nil {
+			if msg != nil || err.Error() == "" {
+				t.Fatalf("error %v with message %v", err, msg)
+			}
+			return
+		}
+		switch m := msg.(type) {
+		case *protocolReport:
+			if m.WorkerID == "" || m.MaxLoad < 1 {
+				t.Fatalf("accepted report %+v", m)
+			}
+			// The engine takes whatever decodes.
+			e, _ := NewEngine(2)
+			e.Assign(tasks(0, 3), nil, false)
+			ids := make([]string, len(m.Tasks))
+			for i, ts := range m.Tasks {
+				ids[i] = ts.TaskID
+			}
+			e.Report(m.WorkerID, min(m.MaxLoad, 1000), ids, true)
+			check(t, e, fleet{}, false)
+		case *protocolPayload:
+			if m.WorkerID == "" || m.TaskID == "" || len(m.Data) == 0 {
+				t.Fatalf("accepted payload %+v", m)
+			}
+		default:
+			t.Fatalf("decoded %T", msg)
+		}
+	})
+}
+
+type (
+	protocolReport  = protocol.Report
+	protocolPayload = protocol.Payload
+)

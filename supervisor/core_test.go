@@ -1,0 +1,276 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+var seedTimings = Timings{
+	Warmup: 30 * time.Second, WorkerTimeout: 30 * time.Second, TaskTimeout: 30 * time.Second,
+	Tick: time.Second, QueryInterval: 30 * time.Minute, QueryRetry: 10 * time.Second,
+}
+
+// sim drives a Core with a fake clock and a fleet that applies every
+// instruction set and reports every reportEvery, staggered.
+type sim struct {
+	t           *testing.T
+	core        *Core
+	fleet       fleet
+	now         time.Time
+	maxLoad     map[string]int
+	alive       map[string]bool // still reporting
+	silentTask  map[[2]string]bool
+	lastMsg     map[string]time.Time
+	source      []protocol.Task
+	sourceErr   error
+	reportEvery time.Duration
+	offset      map[string]time.Duration
+}
+
+func newSim(t *testing.T, start time.Time, k int, source []protocol.Task) *sim {
+	t.Helper()
+	c, err := NewCore(seedTimings, k, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sim{t: t, core: c, fleet: fleet{}, now: start, maxLoad: map[string]int{}, alive: map[string]bool{},
+		silentTask: map[[2]string]bool{}, lastMsg: map[string]time.Time{}, source: source,
+		reportEvery: 10 * time.Second, offset: map[string]time.Duration{}}
+}
+
+func (s *sim) join(id string, maxLoad int) {
+	s.maxLoad[id] = maxLoad
+	s.alive[id] = true
+	s.offset[id] = time.Duration(len(s.offset)%10) * time.Second
+	s.report(id, true)
+}
+
+func (s *sim) report(id string, first bool) {
+	r := &protocol.Report{Type: protocol.TypeReport, WorkerID: id, MaxLoad: s.maxLoad[id]}
+	for _, tid := range keys(s.fleet[id]) {
+		seen := s.now
+		if s.silentTask[[2]string{id, tid}] {
+			seen = t0 // never moves
+		}
+		r.Tasks = append(r.Tasks, protocol.TaskStatus{TaskID: tid, LastSeen: seen})
+	}
+	s.core.Report(s.now, r, first)
+	s.lastMsg[id] = s.now
+	s.settle()
+}
+
+func (s *sim) settle() {
+	if s.core.TakeQuery() {
+		s.core.QueryResult(s.now, slices.Clone(s.source), s.sourceErr)
+	}
+	send, drop := s.core.Flush(s.now)
+	s.fleet.apply(send)
+	for _, id := range drop {
+		delete(s.fleet, id)
+	}
+}
+
+// step advances one tick: due reports, then the wheel.
+func (s *sim) step() {
+	s.now = s.now.Add(seedTimings.Tick)
+	for _, id := range keys(s.alive) {
+		if s.alive[id] && s.now.Sub(t0.Add(s.offset[id]))%s.reportEvery == 0 {
+			s.report(id, false)
+		}
+	}
+	s.core.Tick(s.now)
+	s.settle()
+}
+
+func (s *sim) run(d time.Duration) {
+	for end := s.now.Add(d); s.now.Before(end); {
+		s.step()
+	}
+}
+
+func (s *sim) check(full bool) {
+	s.t.Helper()
+	check(s.t, s.core.Engine(), s.fleet, full)
+}
+
+func TestCoreWarmupAssignsNothingThenResets(t *testing.T) {
+	s := newSim(t, t0, 2, tasks(0, 40))
+	for i := range 4 {
+		s.join(fmt.Sprintf("w%d", i), 50)
+	}
+	s.run(29 * time.Second)
+	if s.core.Phase() != Warming || len(s.fleet["w0"]) != 0 {
+		t.Fatalf("during warm-up: phase %v, w0 runs %v", s.core.Phase(), s.fleet["w0"])
+	}
+	// Admin changes during warm-up wait for its end.
+	s.core.AdminTasks(tasks(100, 2), []string{"room-00000"})
+	s.settle()
+	if _, tasks, _, _ := s.core.Engine().Counts(); tasks != 0 {
+		t.Fatalf("%d tasks assigned during warm-up", tasks)
+	}
+	s.run(time.Second)
+	if s.core.Phase() != Running {
+		t.Fatalf("phase %v after warm-up", s.core.Phase())
+	}
+	s.check(true)
+	if _, n, _, _ := s.core.Engine().Counts(); n != 41 || s.core.Engine().HasTask("room-00000") {
+		t.Fatalf("%d tasks after warm-up, want 40 - 1 + 2", n)
+	}
+}
+
+func TestCoreFailedFirstQueryKeepsWarmingAndRetries(t *testing.T) {
+	s := newSim(t, t0, 2, tasks(0, 10))
+	s.sourceErr = errors.New("spider down")
+	s.join("w0", 10)
+	s.join("w1", 10)
+	s.run(35 * time.Second)
+	if s.core.Phase() != Warming || s.core.QueryErrors != 1 {
+		t.Fatalf("phase %v, query errors %d", s.core.Phase(), s.core.QueryErrors)
+	}
+	s.sourceErr = nil
+	s.run(seedTimings.QueryRetry)
+	if s.core.Phase() != Running {
+		t.Fatalf("not running after the retry succeeded")
+	}
+	s.check(true)
+}
+
+// The scenario: 100 workers, 10,000 tasks, k=3; workers die and
+// their tasks are on others within worker_timeout + one tick; nothing else
+// moves.
+func TestCoreDeadWorkersReassignedWithinTimeoutPlusTick(t *testing.T) {
+	s := newSim(t, t0, 3, tasks(0, 10_000))
+	for i := range 100 {
+		s.join(fmt.Sprintf("w%03d", i), 400)
+	}
+	s.run(40 * time.Second)
+	s.check(true)
+	before := snap(s.core.Engine())
+	dead := []string{"w007", "w042", "w099"}
+	for _, id := range dead {
+		s.alive[id] = false
+	}
+	gone := map[string]time.Time{}
+	for len(gone) < len(dead) && s.now.Before(t0.Add(5*time.Minute)) {
+		s.step()
+		for _, id := range dead {
+			if _, ok := gone[id]; !ok && !s.core.Engine().HasWorker(id) {
+				gone[id] = s.now
+			}
+		}
+		s.check(true) // every task on k live workers after every event
+	}
+	for _, id := range dead {
+		limit := s.lastMsg[id].Add(seedTimings.WorkerTimeout + seedTimings.Tick)
+		if at, ok := gone[id]; !ok || at.After(limit) || at.Before(s.lastMsg[id].Add(seedTimings.WorkerTimeout)) {
+			t.Errorf("%s: last message %v, removed at %v (ok=%v), want within (timeout, timeout+tick]", id,
+				s.lastMsg[id].Sub(t0), at.Sub(t0), ok)
+		}
+	}
+	after := snap(s.core.Engine())
+	sticky(t, before, after, dead...)
+	moved := 0
+	for id, hs := range before {
+		if !slices.Equal(hs, after[id]) {
+			moved++
+		}
+	}
+	if moved == 0 || s.core.WorkerDeaths != 3 {
+		t.Fatalf("moved %d tasks, deaths %d", moved, s.core.WorkerDeaths)
+	}
+}
+
+// A task silent on one worker moves off it within task_timeout + one tick.
+func TestCoreSilentTaskMoves(t *testing.T) {
+	s := newSim(t, t0, 2, tasks(0, 30))
+	for i := range 4 {
+		s.join(fmt.Sprintf("w%d", i), 30)
+	}
+	s.run(40 * time.Second)
+	s.check(true)
+	hs := s.core.Engine().Holders("room-00003")
+	victim := hs[0]
+	s.silentTask[[2]string{victim, "room-00003"}] = true
+	silentSince := s.now
+	before := snap(s.core.Engine())
+	for s.core.Engine().Holds(victim, "room-00003") {
+		if s.now.After(silentSince.Add(2 * time.Minute)) {
+			t.Fatal("silent task never moved")
+		}
+		s.step()
+	}
+	// Its last sign of life was the last report before silentSince.
+	if d := s.now.Sub(silentSince); d > seedTimings.TaskTimeout+s.reportEvery+seedTimings.Tick {
+		t.Fatalf("moved %v after going silent", d)
+	}
+	s.check(true)
+	if s.fleet[victim]["room-00003"] {
+		t.Fatalf("%s still runs the silent task", victim)
+	}
+	sticky(t, before, snap(s.core.Engine()), victim)
+	if s.core.TaskTimeouts != 1 {
+		t.Fatalf("task timeouts %d", s.core.TaskTimeouts)
+	}
+}
+
+// A restarted supervisor: workers report what they run during warm-up and
+// keep it all after the reset.
+func TestCoreRestartKeepsSessions(t *testing.T) {
+	list := tasks(0, 2_000)
+	s := newSim(t, t0, 3, list)
+	for i := range 20 {
+		s.join(fmt.Sprintf("w%02d", i), 400)
+	}
+	s.run(40 * time.Second)
+	s.check(true)
+	before := snap(s.core.Engine())
+	running := map[string]map[string]bool{}
+	for w, run := range s.fleet {
+		running[w] = maps.Clone(run)
+	}
+
+	// New supervisor, same fleet; a task was removed from the source meanwhile.
+	s2 := newSim(t, s.now, 3, list[1:])
+	s2.fleet = s.fleet
+	for i := range 20 {
+		s2.join(fmt.Sprintf("w%02d", i), 400)
+	}
+	s2.run(35 * time.Second)
+	s2.check(true)
+	after := snap(s2.core.Engine())
+	delete(before, list[0].TaskID)
+	if !maps.EqualFunc(before, after, slices.Equal) {
+		t.Fatal("the restart moved tasks")
+	}
+	for w, run := range s2.fleet {
+		delete(running[w], list[0].TaskID)
+		if !maps.Equal(run, running[w]) {
+			t.Fatalf("%s runs %d tasks after the restart, %d before", w, len(run), len(running[w]))
+		}
+	}
+}
+
+// Later queries diff against the source's previous list; admin changes stand.
+func TestCoreQueryDiff(t *testing.T) {
+	s := newSim(t, t0, 1, tasks(0, 5))
+	s.join("w0", 100)
+	s.run(31 * time.Second)
+	s.core.AdminTasks(tasks(50, 1), []string{"room-00001"})
+	s.settle()
+	s.source = append(tasks(2, 3), tasks(10, 1)...) // 0 and 1 gone, 10 new
+	s.run(seedTimings.QueryInterval)
+	got := slices.Sorted(slices.Values(s.core.Engine().TaskIDs()))
+	want := []string{"room-00002", "room-00003", "room-00004", "room-00010", "room-00050"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("tasks %v, want %v", got, want)
+	}
+	s.check(true)
+}

@@ -1,0 +1,648 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
+)
+
+const testToken = "s3cret"
+
+// testConfig has ms-scale timings so a fleet's life fits in seconds.
+func testConfig(tasks []protocol.Task) Config {
+	c := DefaultConfig()
+	c.Listen = "127.0.0.1:0"
+	c.Token = testToken
+	c.Tick = 10 * time.Millisecond
+	c.Warmup = 200 * time.Millisecond
+	c.WorkerTimeout = 600 * time.Millisecond
+	c.TaskTimeout = 600 * time.Millisecond
+	c.QueryInterval = time.Minute
+	c.QueryRetry = 50 * time.Millisecond
+	c.Redundancy = 3
+	c.Source = source.Config{Type: source.TypeStatic, Tasks: tasks}
+	return c
+}
+
+func startServer(t *testing.T, c Config) *Server {
+	t.Helper()
+	s, err := Start(context.Background(), c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wsWorker is a worker speaking the protocol directly over a real socket.
+type wsWorker struct {
+	t       *testing.T
+	id      string
+	maxLoad int
+	conn    *websocket.Conn
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu      sync.Mutex
+	running map[string]bool
+	errors  []string
+}
+
+func dialWorker(t *testing.T, s *Server, id string, maxLoad int) *wsWorker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, _, err := websocket.Dial(ctx, "ws://"+s.Addr()+WorkerPath, &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}},
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w := &wsWorker{t: t, id: id, maxLoad: maxLoad, conn: conn, cancel: cancel, done: make(chan struct{}), running: map[string]bool{}}
+	w.send(w.report())
+	go w.readLoop(ctx)
+	go w.reportLoop(ctx)
+	t.Cleanup(w.stop)
+	return w
+}
+
+func (w *wsWorker) report() protocol.Report {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := protocol.Report{Type: protocol.TypeReport, WorkerID: w.id, MaxLoad: w.maxLoad, Tasks: []protocol.TaskStatus{}}
+	for _, id := range keys(w.running) {
+		r.Tasks = append(r.Tasks, protocol.TaskStatus{TaskID: id, LastSeen: time.Now()})
+	}
+	return r
+}
+
+func (w *wsWorker) send(v any) {
+	b, _ := json.Marshal(v)
+	w.sendRaw(websocket.MessageText, b)
+}
+
+func (w *wsWorker) sendRaw(typ websocket.MessageType, b []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = w.conn.Write(ctx, typ, b) // a stopped worker's writes fail; that is the point
+}
+
+func (w *wsWorker) readLoop(ctx context.Context) {
+	defer close(w.done)
+	for {
+		_, b, err := w.conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		var env protocol.Envelope
+		_ = json.Unmarshal(b, &env)
+		w.mu.Lock()
+		switch env.Type {
+		case protocol.TypeInstruction:
+			var in protocol.Instruction
+			if err := json.Unmarshal(b, &in); err != nil {
+				w.t.Errorf("%s: bad instruction %s: %v", w.id, b, err)
+			}
+			// reset, then end, then add (docs/supervisor-protocol.md)
+			if in.Reset {
+				keep := map[string]bool{}
+				for _, t := range in.Add {
+					if w.running[t.TaskID] {
+						keep[t.TaskID] = true
+					}
+				}
+				w.running = keep
+			}
+			for _, id := range in.End {
+				delete(w.running, id)
+			}
+			for _, t := range in.Add {
+				w.running[t.TaskID] = true
+			}
+		case protocol.TypeError:
+			var e protocol.Error
+			_ = json.Unmarshal(b, &e)
+			w.errors = append(w.errors, e.Reason)
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *wsWorker) reportLoop(ctx context.Context) {
+	tk := time.NewTicker(50 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			w.send(w.report())
+		}
+	}
+}
+
+// stop kills the worker: no more messages, connection dropped.
+func (w *wsWorker) stop() {
+	w.cancel()
+	w.conn.CloseNow()
+	<-w.done
+}
+
+func (w *wsWorker) runs() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.running)
+}
+
+func (w *wsWorker) lastError() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.errors) == 0 {
+		return ""
+	}
+	return w.errors[len(w.errors)-1]
+}
+
+// admin calls the admin API with the token.
+func admin(t *testing.T, s *Server, method, path, body string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+s.Addr()+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
+	}
+	if out == nil && resp.StatusCode >= 300 {
+		t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return resp.StatusCode
+}
+
+type tasksResp struct {
+	Phase   string `json:"phase"`
+	Deficit struct {
+		Tasks, Holders int
+	} `json:"deficit"`
+	Tasks []TaskInfo `json:"tasks"`
+}
+
+func getTasks(t *testing.T, s *Server) tasksResp {
+	var r tasksResp
+	if code := admin(t, s, "GET", "/tasks", "", &r); code != 200 {
+		t.Fatalf("GET /tasks: %d", code)
+	}
+	return r
+}
+
+// settled: running, every task on min(k, live) workers, and every worker
+// runs exactly what the supervisor says it holds.
+func settled(t *testing.T, s *Server, ws map[string]*wsWorker, k int) bool {
+	r := getTasks(t, s)
+	if r.Phase != "running" {
+		return false
+	}
+	holds := map[string]map[string]bool{}
+	for id := range ws {
+		holds[id] = map[string]bool{}
+	}
+	for _, ti := range r.Tasks {
+		if len(ti.Holders) != min(k, len(ws)) {
+			return false
+		}
+		for _, h := range ti.Holders {
+			if holds[h] == nil {
+				return false // a dead holder
+			}
+			holds[h][ti.ID] = true
+		}
+	}
+	for id, w := range ws {
+		if !maps.Equal(w.runs(), holds[id]) {
+			return false
+		}
+	}
+	return true
+}
+
+func holders(r tasksResp) map[string][]string {
+	m := map[string][]string{}
+	for _, ti := range r.Tasks {
+		m[ti.ID] = ti.Holders
+	}
+	return m
+}
+
+// A fleet of real WebSocket workers: warm-up, assignment, two deaths, their
+// tasks reassigned and nothing else moved.
+func TestServerFleetOverRealSockets(t *testing.T) {
+	s := startServer(t, testConfig(tasks(0, 120)))
+	ws := map[string]*wsWorker{}
+	for i := range 10 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 60)
+	}
+	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	before := holders(getTasks(t, s))
+
+	for _, id := range []string{"w3", "w7"} {
+		ws[id].stop()
+		delete(ws, id)
+	}
+	eventually(t, "the dead workers' tasks to move", func() bool { return settled(t, s, ws, 3) })
+	sticky(t, before, holders(getTasks(t, s)), "w3", "w7")
+
+	var workers struct{ Workers []WorkerView }
+	admin(t, s, "GET", "/workers", "", &workers)
+	if len(workers.Workers) != 8 {
+		t.Fatalf("GET /workers lists %d workers, want 8", len(workers.Workers))
+	}
+}
+
+// A restarted supervisor keeps the fleet's sessions where they are.
+func TestServerRestartKeepsSessions(t *testing.T) {
+	c := testConfig(tasks(0, 60))
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for i := range 5 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 60)
+	}
+	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	before := holders(getTasks(t, s))
+	running := map[string]map[string]bool{}
+	for id, w := range ws {
+		running[id] = w.runs()
+		w.stop()
+	}
+	s.Close()
+
+	s2 := startServer(t, c)
+	ws2 := map[string]*wsWorker{}
+	for id, old := range ws {
+		w := &wsWorker{t: t, id: id, maxLoad: 60, running: old.runs()}
+		// reconnect with what it still runs
+		ctx, cancel := context.WithCancel(context.Background())
+		conn, _, err := websocket.Dial(ctx, "ws://"+s2.Addr()+WorkerPath+"?token="+testToken, nil)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		w.conn, w.cancel, w.done = conn, cancel, make(chan struct{})
+		w.send(w.report())
+		go w.readLoop(ctx)
+		go w.reportLoop(ctx)
+		t.Cleanup(w.stop)
+		ws2[id] = w
+	}
+	eventually(t, "the reset after warm-up", func() bool { return settled(t, s2, ws2, 3) })
+	if after := holders(getTasks(t, s2)); !maps.EqualFunc(before, after, slices.Equal) {
+		t.Fatal("the restart moved tasks")
+	}
+	for id, w := range ws2 {
+		if !maps.Equal(w.runs(), running[id]) {
+			t.Fatalf("%s lost or gained sessions across the restart", id)
+		}
+	}
+}
+
+func TestServerRejectsBadInput(t *testing.T) {
+	s := startServer(t, testConfig(tasks(0, 3)))
+	// Bad tokens are refused before the upgrade.
+	for _, h := range []http.Header{{}, {"Authorization": {"Bearer nope"}}, {"Authorization": {"Basic " + testToken}}} {
+		_, resp, err := websocket.Dial(context.Background(), "ws://"+s.Addr()+WorkerPath, &websocket.DialOptions{HTTPHeader: h})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("header %v: dial err %v, resp %v; want 401", h, err, resp)
+		}
+	}
+	if code := adminNoToken(t, s, "/tasks"); code != http.StatusUnauthorized {
+		t.Fatalf("GET /tasks without token: %d", code)
+	}
+
+	w := dialWorker(t, s, "w0", 5)
+	cases := []struct {
+		name   string
+		typ    websocket.MessageType
+		msg    string
+		reason string
+	}{
+		{"not JSON", websocket.MessageText, `{"type":`, "malformed JSON"},
+		{"binary", websocket.MessageBinary, `{"type":"report"}`, "binary frames"},
+		{"no type", websocket.MessageText, `{"worker_id":"w0"}`, "type is missing"},
+		{"unknown type", websocket.MessageText, `{"type":"hello"}`, `unknown type "hello"`},
+		{"server's type", websocket.MessageText, `{"type":"instruction"}`, "sent by the supervisor"},
+		{"no max load", websocket.MessageText, `{"type":"report","worker_id":"w0","max_load":0,"tasks":[]}`, "max_load must be positive"},
+		{"wrong field type", websocket.MessageText, `{"type":"report","worker_id":"w0","max_load":"5"}`, "report:"},
+		{"duplicate task", websocket.MessageText, `{"type":"report","worker_id":"w0","max_load":5,"tasks":[{"task_id":"a"},{"task_id":"a"}]}`, "listed twice"},
+		{"other worker", websocket.MessageText, `{"type":"report","worker_id":"w9","max_load":5,"tasks":[]}`, "differs"},
+		{"payload no data", websocket.MessageText, `{"type":"payload","worker_id":"w0","task_id":"room-00000"}`, "data is missing"},
+		{"payload other worker", websocket.MessageText, `{"type":"payload","worker_id":"w9","task_id":"room-00000","data":1}`, "differs"},
+		{"control char id", websocket.MessageText, `{"type":"payload","worker_id":"w0","task_id":"a\u0001","data":1}`, "control character"},
+	}
+	for _, tc := range cases {
+		w.sendRaw(tc.typ, []byte(tc.msg))
+		eventually(t, tc.name+" rejected", func() bool { return strings.Contains(w.lastError(), tc.reason) })
+	}
+	// The connection survived all that, and the state is intact.
+	eventually(t, "w0 assigned", func() bool { return settled(t, s, map[string]*wsWorker{"w0": w}, 3) })
+	var workers struct{ Workers []WorkerView }
+	admin(t, s, "GET", "/workers", "", &workers)
+	if len(workers.Workers) != 1 || workers.Workers[0].ID != "w0" || workers.Workers[0].MaxLoad != 5 {
+		t.Fatalf("workers after bad input: %+v", workers.Workers)
+	}
+	// A payload before any report on a fresh connection.
+	w2 := dialWorkerNoReport(t, s)
+	w2.send(protocol.Payload{Type: protocol.TypePayload, WorkerID: "x", TaskID: "room-00000", Data: json.RawMessage(`1`)})
+	eventually(t, "payload before report rejected", func() bool { return strings.Contains(w2.lastError(), "report first") })
+	// An oversized message closes the connection with a reason.
+	big := fmt.Sprintf(`{"type":"payload","worker_id":"w0","task_id":"room-00000","data":"%s"}`, strings.Repeat("x", 2<<20))
+	w.sendRaw(websocket.MessageText, []byte(big))
+	select {
+	case <-w.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("oversized message did not close the connection")
+	}
+}
+
+func dialWorkerNoReport(t *testing.T, s *Server) *wsWorker {
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, _, err := websocket.Dial(ctx, "ws://"+s.Addr()+WorkerPath+"?token="+testToken, nil)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w := &wsWorker{t: t, conn: conn, cancel: cancel, done: make(chan struct{}), running: map[string]bool{}}
+	go w.readLoop(ctx)
+	t.Cleanup(w.stop)
+	return w
+}
+
+func adminNoToken(t *testing.T, s *Server, path string) int {
+	resp, err := http.Get("http://" + s.Addr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestAdminAPI(t *testing.T) {
+	s := startServer(t, testConfig(tasks(0, 10)))
+	// While warming up, changes are queued and rebalance refused.
+	var r struct {
+		Queued         bool
+		Added, Removed int
+	}
+	if code := admin(t, s, "POST", "/tasks", `{"add":[{"task_id":"extra-1","spec":{"url":"http://x"}}]}`, &r); code != http.StatusAccepted || !r.Queued {
+		t.Fatalf("POST /tasks while warming: %d %+v", code, r)
+	}
+	if code := admin(t, s, "POST", "/rebalance", "", nil); code != http.StatusConflict {
+		t.Fatalf("POST /rebalance while warming: %d", code)
+	}
+	ws := map[string]*wsWorker{"a": dialWorker(t, s, "a", 4), "b": dialWorker(t, s, "b", 4)}
+	eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
+	// 11 tasks x 3 over 2 workers of 4: a deficit, reported.
+	tr := getTasks(t, s)
+	if tr.Deficit.Tasks != 11 || tr.Deficit.Holders != 11*3-8 {
+		t.Fatalf("deficit %+v, want 11 tasks / 25 holders", tr.Deficit)
+	}
+	var only tasksResp
+	admin(t, s, "GET", "/tasks?deficit=true", "", &only)
+	if len(only.Tasks) != 11 {
+		t.Fatalf("?deficit=true lists %d", len(only.Tasks))
+	}
+	// Capacity appears: the deficit shrinks at once.
+	ws["c"] = dialWorker(t, s, "c", 100)
+	eventually(t, "the deficit to shrink", func() bool { return getTasks(t, s).Deficit.Holders == 11*3-8-11 })
+
+	for _, bad := range []struct{ body, want string }{
+		{`{"add":[{"task_id":""}]}`, "task_id"},
+		{`{"remove":["x"],"add":[{"task_id":"x"}]}`, "also in add"},
+		{`{"nope":1}`, "unknown field"},
+		{`{}`, "nothing to add"},
+		{`not json`, "body"},
+		{`{"add":[{"task_id":"d"},{"task_id":"d"}]}`, "d"},
+	} {
+		req, _ := http.NewRequest("POST", "http://"+s.Addr()+"/tasks", strings.NewReader(bad.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte(bad.want)) {
+			t.Errorf("POST /tasks %s: %d %s, want 400 naming %q", bad.body, resp.StatusCode, b, bad.want)
+		}
+	}
+	if code := admin(t, s, "POST", "/tasks", `{"remove":["room-00000","room-00001","nope"]}`, &r); code != 200 || r.Removed != 2 {
+		t.Fatalf("remove: %d %+v", code, r)
+	}
+	if n := len(getTasks(t, s).Tasks); n != 9 {
+		t.Fatalf("%d tasks after removing 2 of 11", n)
+	}
+	var rb struct{ Moved int }
+	if code := admin(t, s, "POST", "/rebalance?threshold=0.5", "", &rb); code != 200 {
+		t.Fatalf("rebalance: %d", code)
+	}
+	if code := admin(t, s, "POST", "/rebalance?threshold=7", "", nil); code != http.StatusBadRequest {
+		t.Fatalf("rebalance threshold 7: %d", code)
+	}
+	req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/metrics?token="+testToken, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"fulcrum_supervisor_workers 3", "fulcrum_supervisor_tasks 9", "fulcrum_supervisor_deficit_holders", "fulcrum_supervisor_sink_dropped_total 0", "fulcrum_supervisor_running 1"} {
+		if !bytes.Contains(b, []byte(m)) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+}
+
+// k workers send the same stream; through the real NATS broker, each
+// message arrives once.
+func TestServerDedupThroughNATS(t *testing.T) {
+	url := testenv.NATS(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subject := fmt.Sprintf("fulcrum.test.supervisor.%d", time.Now().UnixNano())
+	got := make(chan *nats.Msg, 1000)
+	sub, err := nc.ChanSubscribe(subject, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := testConfig(tasks(0, 2))
+	c.Sink = sink.Config{Type: sink.TypeNATS, URL: url, Subject: subject}
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for i := range 3 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 10)
+	}
+	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
+	const n = 200
+	sendStream(ws, n)
+	seen := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < n {
+		select {
+		case m := <-got:
+			seen[string(m.Data)]++
+		case <-deadline:
+			t.Fatalf("received %d distinct of %d", len(seen), n)
+		}
+	}
+	// Nothing more arrives: flush a round trip through the broker after the
+	// supervisor published everything it will.
+	eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for len(got) > 0 {
+		m := <-got
+		seen[string(m.Data)]++
+	}
+	for d, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s arrived %d times", d, c)
+		}
+	}
+	if s.sink.Published() != n {
+		t.Fatalf("sink published %d, want %d", s.sink.Published(), n)
+	}
+}
+
+// sendStream has every worker send the same n payloads over two tasks, a
+// quarter without message id (deduplicated by content).
+func sendStream(ws map[string]*wsWorker, n int) {
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				task := fmt.Sprintf("room-%05d", i%2)
+				msg := protocol.Payload{Type: protocol.TypePayload, WorkerID: w.id, TaskID: task, Data: json.RawMessage(fmt.Sprintf(`{"seq":%d}`, i))}
+				if i%4 != 0 {
+					msg.MessageID = fmt.Sprintf("%s:%d", task, i)
+				}
+				w.send(msg)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// The same through a real RabbitMQ queue.
+func TestServerDedupThroughRabbitMQ(t *testing.T) {
+	url := testenv.AMQP(t)
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := fmt.Sprintf("fulcrum-test-supervisor-%d", time.Now().UnixNano())
+	if _, err := ch.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testConfig(tasks(0, 2))
+	c.Sink = sink.Config{Type: sink.TypeRabbitMQ, URL: url, RoutingKey: queue}
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for i := range 3 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 10)
+	}
+	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
+	const n = 200
+	sendStream(ws, n)
+	seen := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < n {
+		select {
+		case d := <-deliveries:
+			seen[string(d.Body)]++
+		case <-deadline:
+			t.Fatalf("received %d distinct of %d", len(seen), n)
+		}
+	}
+	eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
+	// Publisher confirms mean the broker queued them all; a sentinel
+	// published after them comes out last, so everything before it is in.
+	if err := ch.PublishWithContext(context.Background(), "", queue, false, false, amqp.Publishing{Body: []byte("sentinel")}); err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		select {
+		case d := <-deliveries:
+			if done = string(d.Body) == "sentinel"; !done {
+				seen[string(d.Body)]++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("sentinel never arrived")
+		}
+	}
+	for d, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s arrived %d times", d, c)
+		}
+	}
+	if s.sink.Published() != n {
+		t.Fatalf("sink published %d, want %d", s.sink.Published(), n)
+	}
+}
