@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,11 +41,12 @@ func (f SessionFunc) Run(ctx context.Context, task protocol.Task, out *Output) e
 
 // Defaults.
 const (
-	DefaultReportInterval = 10 * time.Second // a third of the supervisor's default 30 s worker timeout
-	DefaultSendQueue      = 10_000
-	DefaultMinBackoff     = 200 * time.Millisecond
-	DefaultMaxBackoff     = 10 * time.Second
-	readLimit             = 64 << 20 // an instruction set with a reset lists every task the worker keeps
+	DefaultReportInterval  = 10 * time.Second // a third of the supervisor's default 30 s worker timeout
+	DefaultSendQueue       = 10_000
+	DefaultMaxPayloadBytes = 1<<20 - 4<<10
+	DefaultMinBackoff      = 200 * time.Millisecond
+	DefaultMaxBackoff      = 10 * time.Second
+	readLimit              = 64 << 20 // an instruction set with a reset lists every task the worker keeps
 )
 
 // Config configures a Worker.
@@ -69,6 +71,10 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnects and between
 	// restarts of a failed session (defaults 200ms and 10s).
 	MinBackoff, MaxBackoff time.Duration
+	// MaxPayloadBytes drops (and counts) payloads whose data is larger, so
+	// one huge message cannot exceed the supervisor's max_message_bytes and
+	// cost the connection (default 1 MiB - 4 KiB, under its 1 MiB default).
+	MaxPayloadBytes int
 	// Logger for connection and session events (default: discard).
 	Logger *slog.Logger
 	// HTTPClient dials the WebSocket (default http.DefaultClient).
@@ -90,7 +96,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: MaxLoad %d must be positive", c.MaxLoad)
 	case c.Session == nil:
 		return errors.New("worker: Session is required")
-	case c.ReportInterval < 0 || c.SendQueue < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0:
+	case c.ReportInterval < 0 || c.SendQueue < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.MaxPayloadBytes < 0:
 		return errors.New("worker: durations and sizes may not be negative")
 	}
 	if c.ReportInterval == 0 {
@@ -98,6 +104,9 @@ func (c *Config) validate() error {
 	}
 	if c.SendQueue == 0 {
 		c.SendQueue = DefaultSendQueue
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = DefaultMinBackoff
@@ -162,7 +171,7 @@ type Stats struct {
 	Connects     uint64 // successful connections
 	Reports      uint64 // reports sent
 	Payloads     uint64 // payloads sent
-	Dropped      uint64 // payloads dropped because the send queue was full
+	Dropped      uint64 // payloads dropped: send queue full, or data over MaxPayloadBytes
 	Instructions uint64 // instruction sets applied
 	Rejections   uint64 // error messages received from the supervisor
 	Running      int    // sessions running now
@@ -497,12 +506,18 @@ type Output struct {
 // Emit sends one payload. messageID identifies the message at its origin
 // (the same for every worker watching the room) and is the supervisor's dedup
 // key; pass "" to dedup by content. data that is not JSON is sent as a JSON
-// string. Emit never blocks: when the send queue is full it drops the payload,
-// counts it in Stats.Dropped and returns false.
+// string (and so is JSON null, which the supervisor refuses). Emit never
+// blocks: when the send queue is full, or data is over MaxPayloadBytes, it
+// drops the payload, counts it in Stats.Dropped and returns false.
 func (o *Output) Emit(messageID string, data []byte) bool {
 	o.Seen()
+	if len(data) > o.w.c.MaxPayloadBytes {
+		o.w.drops.Add(1)
+		o.w.log.Warn("dropped a payload over MaxPayloadBytes", "task", o.s.task.TaskID, "bytes", len(data))
+		return false
+	}
 	raw := json.RawMessage(data)
-	if !json.Valid(data) {
+	if t := bytes.TrimSpace(data); !json.Valid(data) || string(t) == "null" {
 		s, _ := json.Marshal(string(data))
 		raw = s
 	} else {

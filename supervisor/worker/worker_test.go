@@ -256,10 +256,17 @@ func TestReportsAndInstructions(t *testing.T) {
 	// Payloads carry the worker and task; non-JSON data becomes a string.
 	room.out("r1").Emit("m1", []byte(`{"text":"hi"}`))
 	room.out("r2").Emit("", []byte("raw bytes"))
-	waitFor(t, "two payloads", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 2 })
+	if room.out("r2").Emit("big", make([]byte, DefaultMaxPayloadBytes+1)) || w.Stats().Dropped != 1 {
+		t.Fatal("a payload over MaxPayloadBytes was not dropped and counted")
+	}
+	room.out("r2").Emit("n", []byte(" null"))
+	waitFor(t, "three payloads", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 3 })
 	sup.mu.Lock()
-	p0, p1 := sup.payloads[0], sup.payloads[1]
+	p0, p1, p2 := sup.payloads[0], sup.payloads[1], sup.payloads[2]
 	sup.mu.Unlock()
+	if string(p2.Data) != `" null"` {
+		t.Fatalf("null data sent as %s, want the JSON string", p2.Data)
+	}
 	if p0.WorkerID != "w1" || p0.TaskID != "r1" || p0.MessageID != "m1" || string(p0.Data) != `{"text":"hi"}` {
 		t.Fatalf("payload 0 = %+v", p0)
 	}
