@@ -125,6 +125,12 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig decodes YAML over DefaultConfig and validates it. Unknown
 // fields are refused; errors name the field and its line.
 func ParseConfig(data []byte) (Config, error) {
+	return ParseConfigWith(data, nil)
+}
+
+// ParseConfigWith is ParseConfig with a hook that adjusts the decoded config
+// before validation (the command fills the token from the environment).
+func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 	c := DefaultConfig()
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
@@ -134,6 +140,9 @@ func ParseConfig(data []byte) (Config, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // empty: defaults
 		return Config{}, err
+	}
+	if adjust != nil {
+		adjust(&c)
 	}
 	if err := c.Validate(); err != nil {
 		var ce *ConfigError

@@ -1,18 +1,99 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor"
 )
 
-// newSupervisorCmd is replaced by the component's own command tree as it lands.
+// newSupervisorCmd returns `fulcrum supervisor --config supervisor.yaml`,
+// with `fulcrum supervisor worker` beneath it.
 func newSupervisorCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "supervisor",
-		Short: "The long-running session supervisor (not built yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("supervisor: not built yet")
+	var (
+		path    string
+		check   bool
+		verbose bool
+	)
+	cmd := &cobra.Command{
+		Use:   "supervisor --config supervisor.yaml",
+		Short: "Run the long-running session supervisor",
+		Long: `Run the supervisor described by a YAML config (see docs/supervisor.md): it
+keeps every task of its source running on k distinct workers, moves the tasks
+of dead workers, and publishes the workers' payloads once each to its sink.
+
+The token may be left out of the file and given in FULCRUM_TOKEN.
+SIGTERM or SIGINT stop it; workers keep their sessions and reconnect to the
+next supervisor, whose warm-up lets them keep what they hold.`,
+		Example: "  fulcrum supervisor --config examples/supervisor/supervisor.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return errors.New("supervisor: --config is required")
+			}
+			cfg, err := loadSupervisorConfig(path)
+			if err != nil {
+				return err
+			}
+			if check {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (listen %s, redundancy %d, source %s, sink %s)\n",
+					path, cfg.Listen, cfg.Redundancy, cfg.Source.Type, cfg.Sink.Type)
+				return err
+			}
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(commandContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := supervisor.Start(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return s.Close()
 		},
 	}
+	cmd.Flags().StringVarP(&path, "config", "c", "", "config file (YAML)")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the config and exit")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at debug level (every rejected message)")
+	if w := newSupervisorWorkerCmd(); w != nil {
+		cmd.AddCommand(w)
+	}
+	return cmd
+}
+
+// loadSupervisorConfig reads the file, taking the token from FULCRUM_TOKEN
+// when the file has none.
+func loadSupervisorConfig(path string) (supervisor.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return supervisor.Config{}, fmt.Errorf("supervisor config: %w", err)
+	}
+	cfg, err := supervisor.ParseConfig(data)
+	var ce *supervisor.ConfigError
+	if errors.As(err, &ce) && ce.Field == "token" {
+		if tok := os.Getenv("FULCRUM_TOKEN"); tok != "" {
+			cfg, err = supervisor.ParseConfigWith(data, func(c *supervisor.Config) { c.Token = tok })
+		}
+	}
+	if err != nil {
+		return supervisor.Config{}, fmt.Errorf("supervisor config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func commandContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
