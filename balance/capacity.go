@@ -104,8 +104,8 @@ var ErrRejected = errors.New("balance: target rejected the request (no permit)")
 // IsRejection reports whether err says a target had no capacity: it wraps
 // ErrRejected, has a method Rejected() bool that returns true, or its text
 // names an overload ("no permit", "too many requests", "service
-// unavailable", "overload", "rejected"), for errors from code that knows
-// nothing of this package.
+// unavailable", "overload", "rejected", "status 503", "status 429"), for
+// errors from code that knows nothing of this package.
 func IsRejection(err error) bool {
 	if err == nil {
 		return false
@@ -118,7 +118,7 @@ func IsRejection(err error) bool {
 		return r.Rejected()
 	}
 	msg := strings.ToLower(err.Error())
-	for _, s := range [...]string{"no permit", "too many requests", "service unavailable", "overload", "rejected"} {
+	for _, s := range [...]string{"no permit", "too many requests", "service unavailable", "overload", "rejected", "status 503", "status 429"} {
 		if strings.Contains(msg, s) {
 			return true
 		}
@@ -137,7 +137,7 @@ func (s capacityStrategy) Build(eps []*Endpoint) Picker {
 				// New, or its configured limit was just removed: learn
 				// afresh from the initial limit.
 				c.limit, c.ceiling, c.step, c.holdUntil, c.rejLat = s.cfg.initial, 0, 1, 0, 0
-				c.lastReject, c.warm = 0, false
+				c.lastReject, c.warm, c.rejShare, c.rejRun = 0, false, 0, 0
 				c.baseline, c.baseLimit, c.slow = 0, 0, 0
 				c.resetWindow()
 				c.quietUntil = 0
@@ -180,6 +180,8 @@ type capState struct {
 	holdUntil  int64   // no rejection cut before this clock
 	rejLat     int64   // EWMA of rejection latency, ns
 	lastReject int64   // clock of the last rejection; 0 = none
+	rejShare   float64 // EWMA of the share of outcomes that are rejections
+	rejRun     int     // rejections since the last success
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
 
@@ -198,6 +200,20 @@ type capacityPicker struct {
 }
 
 func (*capacityPicker) usesLatency() {}
+
+// The limit stops growing while more than rejectGrow of a target's last
+// few hundred outcomes are rejections, steps down when more than rejectCut
+// are, and is cut multiplicatively when more than rejectDrop are or half
+// the limit (at least rejectRun) come in a row (its capacity just
+// dropped): it settles
+// where a few percent bounce, which keeps the target's permits busy through
+// the round trip between one request and the next.
+const (
+	rejectGrow = 0.05
+	rejectCut  = 0.15
+	rejectDrop = 0.30
+	rejectRun  = 8
+)
 
 // rejectMemory is how long after its last rejection a target counts as
 // one that rejects (and is not judged by its latency).
@@ -268,12 +284,19 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	if o.Err != nil {
 		if IsRejection(o.Err) {
 			c.rejects++
+			c.rejRun++
+			c.rejShare += (1 - c.rejShare) / 256
 			c.reject(e, o, p.cfg)
 		}
 		return
 	}
 	if lat <= 0 {
 		return
+	}
+	c.rejShare -= c.rejShare / 256
+	if c.rejRun > 0 {
+		c.rejRun = 0
+		c.publish(e)
 	}
 	if float64(o.InFlight) > c.limit+1 {
 		// Still draining down to a lowered limit: what we see now is the
@@ -312,13 +335,28 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		}
 	}
 	c.lastReject = o.Now
+	defer c.publish(e)
 	if o.Now < c.holdUntil {
 		return // a pick sent before the last cut: already accounted for
 	}
-	seen := float64(o.InFlight - 1)
-	seen = min(max(seen, cfg.min), c.limit)
-	c.ceiling = seen
-	c.limit = max(cfg.min, math.Floor(seen*cfg.backoff))
+	switch {
+	case c.rejShare >= rejectDrop || float64(c.rejRun) >= max(rejectRun, c.limit/2):
+		// The target's capacity dropped: cut at once to a little under
+		// what it held when it refused.
+		seen := min(max(float64(o.InFlight-1), cfg.min), c.limit)
+		c.ceiling = seen
+		c.limit = max(cfg.min, math.Floor(seen*cfg.backoff))
+	case c.rejShare >= rejectCut:
+		// A little too high: step down.
+		c.ceiling = c.limit
+		c.limit = max(cfg.min, c.limit-max(1, math.Floor(c.limit*0.03)))
+	default:
+		// A few rejections are the price of a full target: between a
+		// permit's release and the next request's arrival the target
+		// idles, and only a limit a little above its permits covers that
+		// gap. The caller retries a rejection elsewhere at once.
+		return
+	}
 	c.baseLimit = min(c.baseLimit, c.limit)
 	c.step = 1
 	// Rejections of picks sent before the cut come back within about one
@@ -329,8 +367,19 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		hold = int64(time.Millisecond)
 	}
 	c.holdUntil = o.Now + hold
-	e.SetLimit(int64(c.limit))
 	c.changed(o.Now)
+}
+
+// publish sets the endpoint's permits: the learned limit less one for
+// each rejection since the last success. A rejection shows that one of
+// the permits we count as free is taken at the target; sending there again
+// before one of ours returns would only bounce.
+func (c *capState) publish(e *Endpoint) {
+	l := int64(math.Ceil(c.limit)) - int64(c.rejRun)
+	l = max(l, 1)
+	if e.Limit() != l {
+		e.SetLimit(l)
+	}
 }
 
 func (c *capState) resetWindow() {
@@ -343,13 +392,20 @@ func (c *capState) resetWindow() {
 func (c *capState) changed(now int64) {
 	// The current latency, not the baseline: after an overshoot the round
 	// trip is the long one.
-	c.quietUntil = now + max(int64(c.baseline), c.lat.Load())
+	quiet := max(int64(c.baseline), c.lat.Load())
+	if c.lastReject != 0 && now-c.lastReject < int64(rejectMemory) {
+		// A target that rejects answers growth with rejections at once,
+		// not a round trip later: half a round trip is enough.
+		quiet /= 2
+	}
+	c.quietUntil = now + quiet
 	c.resetWindow()
 }
 
 func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
+	old := c.limit
 	saturated := c.n > 0 && c.sat*2 >= c.n
-	grow := saturated && c.rejects == 0
+	grow := saturated && c.rejShare < rejectGrow
 	if c.n > 0 {
 	}
 	// 32 samples at least for latency decisions: exponential service times
@@ -421,8 +477,8 @@ func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 		}
 		c.limit = min(c.limit, cfg.max)
 	}
-	if l := int64(math.Ceil(c.limit)); l != e.Limit() {
-		e.SetLimit(l)
+	if math.Ceil(c.limit) != math.Ceil(old) {
+		c.publish(e)
 		c.changed(now)
 	} else {
 		c.resetWindow()
