@@ -69,7 +69,7 @@ func newMetrics(s *Server) *metrics {
 	cfunc("query_errors_total", "Task queries that failed.", func() float64 { return float64(v().qErrors) })
 	cfunc("sink_published_total", "Payloads the sink delivered.", func() float64 { return float64(s.sink.Published()) })
 	cfunc("sink_dropped_total", "Payloads the sink dropped (buffer full, or undeliverable at shutdown).", func() float64 { return float64(s.sink.Dropped()) })
-	cfunc("dedup_entries", "Payload keys the deduper remembers.", func() float64 { return float64(s.dedup.Len()) })
+	gauge("dedup_entries", "Payload keys the deduper remembers.", func() float64 { return float64(s.dedup.Len()) })
 	return m
 }
 
