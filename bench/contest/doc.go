@@ -1,0 +1,17 @@
+// Command contest is seed 004's adaptive load-balancing benchmark: the 2019
+// Tianchi contest's shape, run on loopback.
+//
+// Simulated providers are real HTTP servers: each holds a number of permits
+// and answers a request after an exponentially distributed delay with the
+// stage's mean, or at once with 503 when no permit is free; permits and mean
+// latency change in stages. A closed-loop load generator keeps N connections
+// busy through each contender (Fulcrum's strategies in process and through
+// the fulcrum gateway binary, nginx, HAProxy, Caddy) in turn, against the
+// same providers, and scores the successes of the measured phase as a share
+// of the scenario's theoretical maximum.
+//
+//	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short] [-out out/]
+//
+// The scenario file format (see scenario.go) is a contract: any file in it
+// runs, and a bad one is refused with the field named.
+package main

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// buildFulcrum builds the fulcrum binary from the main module (the parent
+// of the bench module) into dir.
+func buildFulcrum(dir string) (string, error) {
+	root, err := mainModuleDir()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "fulcrum")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/fulcrum")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/fulcrum: %v: %s", err, tail(string(b), 600))
+	}
+	return out, nil
+}
+
+// mainModuleDir finds the fulcrum module's root: the nearest parent of the
+// working directory whose go.mod declares it.
+func mainModuleDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			strings.Contains(string(b), "module github.com/fulcrum-lb/fulcrum\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no github.com/fulcrum-lb/fulcrum go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// gatewayContender runs `fulcrum gateway` with the strategy. configured
+// sets max_concurrency to each provider's first-stage permits.
+func gatewayContender(strategy string, configured bool) starter {
+	return func(ctx context.Context, env *runEnv) (string, func(), error) {
+		if env.fulcrum == "" {
+			return "", nil, fmt.Errorf("no fulcrum binary (see the build error above)")
+		}
+		dir, err := os.MkdirTemp(env.dir, "fulcrum-")
+		if err != nil {
+			return "", nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return "", nil, err
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nupstreams:\n  contest:\n    strategy: %s\n    targets:\n", port, strategy)
+		for i, u := range env.urls {
+			mc := 0
+			if configured {
+				mc = env.sc.Providers[i].Stages[0].Permits
+			}
+			if mc > 0 {
+				fmt.Fprintf(&b, "      - {url: %q, weight: 1, max_concurrency: %d}\n", u, mc)
+			} else {
+				fmt.Fprintf(&b, "      - {url: %q, weight: 1}\n", u)
+			}
+		}
+		b.WriteString("    queue: {max_wait: 5s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n")
+		b.WriteString("routes:\n  - {match: {path_prefix: /}, upstream: contest}\n")
+		path := filepath.Join(dir, "gateway.yaml")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			return "", nil, err
+		}
+		return startProcess(env, dir, port, env.fulcrum, []string{"gateway", "--config", path}, nil)
+	}
+}
+
+// contenders lists every contender, Fulcrum's first.
+func contenders() []contender {
+	var cs []contender
+	for _, s := range []struct {
+		name, strategy string
+		configured     bool
+	}{
+		{"fulcrum capacity (learned)", "capacity", false},
+		{"fulcrum capacity (configured)", "capacity", true},
+		{"fulcrum p2c", "p2c", false},
+		{"fulcrum least_active", "least_active", false},
+		{"fulcrum shortest_response", "shortest_response", false},
+		{"fulcrum round_robin", "round_robin", false},
+		{"fulcrum random", "random", false},
+	} {
+		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured)})
+	}
+	cs = append(cs,
+		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", false)},
+		contender{Name: "library capacity (configured)", Kind: "library", start: libraryContender("capacity", true)},
+		contender{Name: "nginx round robin", Kind: "peer", Needs: "nginx", start: nginxContender("")},
+		contender{Name: "nginx least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("least_conn;")},
+		contender{Name: "nginx random two least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("random two least_conn;")},
+		contender{Name: "haproxy roundrobin", Kind: "peer", Needs: "haproxy", start: haproxyContender("roundrobin")},
+		contender{Name: "haproxy leastconn", Kind: "peer", Needs: "haproxy", start: haproxyContender("leastconn")},
+		contender{Name: "caddy least_conn", Kind: "peer", Needs: "caddy", start: caddyContender("least_conn")},
+		contender{Name: "caddy random_choose 2", Kind: "peer", Needs: "caddy", start: caddyContender("random_choose 2")},
+	)
+	return cs
+}

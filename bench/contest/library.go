@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+)
+
+// forwarder is the "library" contender: the smallest HTTP forwarder around
+// a balance.Balancer (Wait, a pooled transport, a retry on 503), so the
+// strategies can be measured without the gateway's own costs.
+type forwarder struct {
+	b        *balance.Balancer
+	client   *http.Client
+	maxWait  time.Duration
+	attempts int
+}
+
+var errUpstream5xx = errors.New("upstream 5xx")
+
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var tried []*balance.Endpoint
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(r.Context(), f.maxWait)
+		p, err := f.b.Wait(ctx, balance.PickInfo{Exclude: tried})
+		cancel()
+		if errors.Is(err, balance.ErrNoneAvailable) && len(tried) > 0 {
+			// Every target tried: try them all again.
+			tried = tried[:0]
+			ctx, cancel = context.WithTimeout(r.Context(), f.maxWait)
+			p, err = f.b.Wait(ctx, balance.PickInfo{})
+			cancel()
+		}
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "no capacity: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, p.Addr()+r.URL.RequestURI(), nil)
+		resp, err := f.client.Do(req)
+		if err != nil {
+			p.Done(err)
+			if attempt < f.attempts && r.Context().Err() == nil {
+				tried = append(tried, p.Endpoint())
+				continue
+			}
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			p.Done(balance.ErrRejected)
+			if attempt < f.attempts {
+				tried = append(tried, p.Endpoint())
+				continue
+			}
+			w.WriteHeader(resp.StatusCode)
+			return
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, err = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode >= 500 {
+			err = errUpstream5xx
+		}
+		p.Done(err)
+		return
+	}
+}
+
+// libraryContender runs a forwarder with the strategy on a loopback port.
+// configured sets each target's max concurrency to its first stage's
+// permits (what a user who knows the providers would write); otherwise
+// the targets carry no limit.
+func libraryContender(strategy string, configured bool) starter {
+	return func(ctx context.Context, env *runEnv) (string, func(), error) {
+		b, err := balance.New(strategy, balance.Options{})
+		if err != nil {
+			return "", nil, err
+		}
+		var targets []balance.Target
+		for i, u := range env.urls {
+			t := balance.Target{Addr: u, Weight: 1}
+			if configured {
+				t.MaxConcurrency = env.sc.Providers[i].Stages[0].Permits
+			}
+			targets = append(targets, t)
+		}
+		if err := b.Update(targets); err != nil {
+			return "", nil, err
+		}
+		tr := &http.Transport{
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 4096,
+			IdleConnTimeout:     time.Minute,
+			DisableCompression:  true,
+		}
+		f := &forwarder{b: b, client: &http.Client{Transport: tr}, maxWait: 5 * time.Second, attempts: 2}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", nil, err
+		}
+		srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		done := make(chan struct{})
+		if env.verbose {
+			go traceLimits(env, b, done)
+		}
+		stop := func() {
+			close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			_ = srv.Close()
+			tr.CloseIdleConnections()
+			if env.verbose {
+				for _, s := range b.Endpoints() {
+					fmt.Fprintf(env.log, "    %s limit=%d in-flight=%d requests=%d failures=%d avg=%v\n",
+						s.Target.Addr, s.Limit, s.InFlight, s.Requests, s.Failures, s.AvgLatency.Round(time.Millisecond))
+				}
+			}
+		}
+		return "http://" + ln.Addr().String() + "/", stop, nil
+	}
+}
+
+// traceLimits prints each target's limit and in-flight every half second
+// (with -v), to watch the learner follow the stages.
+func traceLimits(env *runEnv, b *balance.Balancer, done chan struct{}) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		line := fmt.Sprintf("    %5.1fs", time.Since(start).Seconds())
+		for i, s := range b.Endpoints() {
+			st := env.sc.Providers[i].stageAt(time.Since(start))
+			line += fmt.Sprintf("  %s %d/%d (in %d, %v)", env.sc.Providers[i].Name, s.Limit, st.Permits, s.InFlight, s.AvgLatency.Round(time.Millisecond))
+		}
+		fmt.Fprintln(env.log, line)
+	}
+}

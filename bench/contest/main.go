@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"time"
+)
+
+// shortRun is how long a contender runs in the short mode, warm-up included.
+const shortRun = 4 * time.Second
+
+// options are the command's flags.
+type options struct {
+	scenario string
+	short    bool
+	out      string
+	only     string
+	install  bool
+	fulcrum  string
+	verbose  bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.scenario, "scenario", "", "scenario file (YAML; see contest/scenarios)")
+	flag.BoolVar(&o.short, "short", false, fmt.Sprintf("compress the scenario's timeline to %v per contender (smoke test)", shortRun))
+	flag.StringVar(&o.out, "out", "", "directory for <scenario>.json and <scenario>.svg (none when empty)")
+	flag.StringVar(&o.only, "only", "", "run only the contenders whose name matches this regular expression")
+	flag.BoolVar(&o.install, "install", false, "apt-get install nginx, haproxy and caddy when missing")
+	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
+	flag.BoolVar(&o.verbose, "v", false, "print per-target state after library contenders")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "contest:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs one scenario with o and prints to w.
+func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
+	if o.scenario == "" {
+		return nil, errors.New("-scenario is required")
+	}
+	sc, err := LoadScenario(o.scenario)
+	if err != nil {
+		return nil, err
+	}
+	if o.short {
+		total := sc.Load.Warmup.D() + sc.Load.Duration.D()
+		if total > shortRun {
+			sc = sc.Scaled(float64(shortRun) / float64(total))
+		}
+	}
+	var only *regexp.Regexp
+	if o.only != "" {
+		if only, err = regexp.Compile(o.only); err != nil {
+			return nil, fmt.Errorf("-only: %w", err)
+		}
+	}
+	if o.install {
+		if err := installPeers(os.Stderr); err != nil {
+			fmt.Fprintln(w, "warning:", err)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "contest-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	env := &runEnv{dir: tmp, log: w, verbose: o.verbose, fulcrum: o.fulcrum}
+	cs := contenders()
+	if env.fulcrum == "" && needsGateway(cs, only) {
+		fmt.Fprintln(w, "building the fulcrum binary...")
+		if env.fulcrum, err = buildFulcrum(tmp); err != nil {
+			fmt.Fprintln(w, "warning: the gateway contenders will be skipped:", err)
+		}
+	}
+	fmt.Fprintf(w, "scenario %s: %d providers, %d connections, warm-up %v, measured %v, theoretical max %.0f\n",
+		sc.Name, len(sc.Providers), sc.Load.Connections, sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
+	rep, err := runAll(ctx, sc, o.short, cs, only, env)
+	if err != nil {
+		return rep, err
+	}
+	printTable(w, rep)
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return rep, err
+		}
+		base := filepath.Join(o.out, sc.Name)
+		if err := writeJSON(base+".json", rep); err != nil {
+			return rep, err
+		}
+		if err := writeSVG(base+".svg", rep); err != nil {
+			return rep, err
+		}
+		if err := os.WriteFile(base+".md", []byte(markdownTable(rep)), 0o644); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(w, "wrote %s.json, %s.svg, %s.md\n", base, base, base)
+	}
+	return rep, nil
+}
+
+func needsGateway(cs []contender, only *regexp.Regexp) bool {
+	for _, c := range cs {
+		if c.Kind == "fulcrum" && (only == nil || only.MatchString(c.Name)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// printTable writes the results table.
+func printTable(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "\nscenario %s%s: %d connections, theoretical max %.0f successes in %v\n",
+		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], rep.Scenario.Load.Connections,
+		rep.TheoreticalMax, rep.Scenario.Load.Duration.D())
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tsuccesses\tof max\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\t")
+	for _, r := range rep.Records {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tskipped\t\n", r.Contender)
+			continue
+		}
+		ratio := "-"
+		if r.RatioToBestPeer > 0 {
+			ratio = fmt.Sprintf("%.3f", r.RatioToBestPeer)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%d\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			r.Contender, r.Successes, 100*r.Share, r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio)
+	}
+	tw.Flush()
+}
+
+// markdownTable is the table as docs/benchmarks.md shows it.
+func markdownTable(rep *Report) string {
+	var b strings.Builder
+	b.WriteString("| contender | successes | of max | errors | p50 ms | p99 ms | vs best peer |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rep.Records {
+		if r.Skipped != "" {
+			fmt.Fprintf(&b, "| %s | skipped | | | | | |\n", r.Contender)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %d | %.1f | %.1f | %.3f |\n",
+			r.Contender, r.Successes, 100*r.Share, r.Errors, r.P50ms, r.P99ms, r.RatioToBestPeer)
+	}
+	return b.String()
+}
+
+func writeJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// palette: distinguishable colours; Fulcrum's rows come first and get the
+// strong ones.
+var palette = []string{
+	"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+	"#ff7f0e", "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+}
+
+// writeSVG draws successes per second over the run for every contender,
+// with the theoretical maximum dashed and the warm-up shaded.
+func writeSVG(path string, rep *Report) error {
+	const W, H, left, right, top, bottom = 1000, 480, 60, 290, 30, 40
+	pw, ph := float64(W-left-right), float64(H-top-bottom)
+	n := len(rep.MaxPerSecond)
+	ymax := 0.0
+	for _, v := range rep.MaxPerSecond {
+		ymax = max(ymax, v)
+	}
+	for _, r := range rep.Records {
+		for _, v := range r.PerSecond {
+			ymax = max(ymax, v)
+		}
+	}
+	if ymax == 0 || n == 0 {
+		ymax, n = 1, 1
+	}
+	step := math.Pow(10, math.Floor(math.Log10(ymax)))
+	if ymax/step < 3 {
+		step /= 2
+	}
+	ymax = math.Ceil(ymax*1.05/step) * step
+	x := func(s float64) float64 { return left + pw*s/float64(n) }
+	y := func(v float64) float64 { return top + ph*(1-v/ymax) }
+
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14">%s: successes per second (dashed: theoretical maximum; grey: warm-up)</text>`+"\n", left, esc(rep.Scenario.Name))
+	warm := rep.Scenario.Load.Warmup.D().Seconds()
+	fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%.1f" fill="#eeeeee"/>`+"\n", x(0), top, x(warm)-x(0), ph)
+	for v := 0.0; v <= ymax+step/2; v += step {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#dddddd"/><text x="%d" y="%.1f" text-anchor="end">%.0f</text>`+"\n",
+			left, left+pw, y(v), y(v), left-6, y(v)+4, v)
+	}
+	tick := max(1, n/15)
+	for s := 0; s <= n; s += tick {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%ds</text>`+"\n", x(float64(s)), H-bottom+16, s)
+	}
+	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#444444"/>`+"\n", left, top, pw, ph)
+	// Each second's value is drawn at the middle of the second.
+	line := func(vals []float64, color, extra string) {
+		var pts []string
+		for i, v := range vals {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(i)+0.5), y(v)))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" %s points="%s"/>`+"\n", color, extra, strings.Join(pts, " "))
+	}
+	line(rep.MaxPerSecond, "#000000", `stroke-dasharray="6,4"`)
+	ly := top + 6
+	for i, r := range rep.Records {
+		if r.Skipped != "" || len(r.PerSecond) == 0 {
+			continue
+		}
+		c := palette[i%len(palette)]
+		extra := ""
+		if r.Kind == "peer" {
+			extra = `stroke-dasharray="2,2"`
+		}
+		line(r.PerSecond, c, extra)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3" %s/><text x="%d" y="%d">%s (%.1f%%)</text>`+"\n",
+			W-right+10, W-right+34, ly, ly, c, extra, W-right+40, ly+4, esc(r.Contender), 100*r.Share)
+		ly += 17
+	}
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func esc(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// loadAvg returns /proc/loadavg's first three fields, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

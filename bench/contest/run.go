@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"runtime"
+	"time"
+)
+
+// starter starts a contender in front of env.urls and returns the URL to
+// load and a function that stops it.
+type starter func(ctx context.Context, env *runEnv) (url string, stop func(), err error)
+
+// contender is one row of the table.
+type contender struct {
+	Name string
+	Kind string // "fulcrum" (gateway binary), "library" (in process) or "peer"
+	// Needs names the binary the contender runs ("" for in-process ones).
+	Needs string
+	start starter
+}
+
+// runEnv is what a contender gets to start.
+type runEnv struct {
+	sc      *Scenario
+	urls    []string
+	dir     string // scratch directory for configs and logs
+	log     io.Writer
+	verbose bool
+	fulcrum string // path of the fulcrum binary ("" when it could not be built)
+}
+
+// Record is one contender's result, one JSON record each.
+type Record struct {
+	Contender        string    `json:"contender"`
+	Kind             string    `json:"kind"`
+	Successes        int64     `json:"successes"`
+	Share            float64   `json:"share_of_max"`
+	Errors           int64     `json:"errors"`
+	P50ms            float64   `json:"p50_ms"`
+	P99ms            float64   `json:"p99_ms"`
+	P999ms           float64   `json:"p999_ms"`
+	RatioToBestPeer  float64   `json:"ratio_to_best_peer,omitempty"`
+	ProviderServed   int64     `json:"provider_served"`
+	ProviderRejected int64     `json:"provider_rejected"`
+	PerSecond        []float64 `json:"per_second"`
+	Skipped          string    `json:"skipped,omitempty"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Scenario       *Scenario `json:"scenario"`
+	Short          bool      `json:"short"`
+	TheoreticalMax float64   `json:"theoretical_max"`
+	MaxPerSecond   []float64 `json:"max_per_second"`
+	Started        time.Time `json:"started"`
+	CPUs           int       `json:"cpus"`
+	LoadAvg        string    `json:"loadavg_before"`
+	Records        []Record  `json:"records"`
+}
+
+// runAll runs every contender whose name matches only, in turn, against
+// the same providers.
+func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only *regexp.Regexp, env *runEnv) (*Report, error) {
+	ps, err := startProviders(sc)
+	if err != nil {
+		return nil, err
+	}
+	defer ps.Close()
+	env.sc, env.urls = sc, ps.URLs()
+	rep := &Report{
+		Scenario: sc, Short: short, TheoreticalMax: sc.TheoreticalMax(), MaxPerSecond: sc.MaxSeries(),
+		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(),
+	}
+	for _, c := range cs {
+		if only != nil && !only.MatchString(c.Name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		rec := Record{Contender: c.Name, Kind: c.Kind}
+		if c.Needs != "" {
+			if _, err := lookPath(c.Needs); err != nil {
+				rec.Skipped = c.Needs + " is not installed (apt-get install -y " + c.Needs + ", or run with -install)"
+				fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
+				rep.Records = append(rep.Records, rec)
+				continue
+			}
+		}
+		if !ps.Idle(10 * time.Second) {
+			fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
+		}
+		url, stop, err := c.start(ctx, env)
+		if err == nil {
+			err = waitReady(ctx, url, 15*time.Second)
+			if err != nil {
+				stop()
+			}
+		}
+		if err != nil {
+			rec.Skipped = "did not start: " + err.Error()
+			fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
+			rep.Records = append(rep.Records, rec)
+			continue
+		}
+		start := time.Now()
+		ps.Reset(start)
+		res := runLoad(ctx, url, sc.Load, start)
+		stop()
+		for _, p := range ps.list {
+			rec.ProviderServed += p.served.Load()
+			rec.ProviderRejected += p.rejected.Load()
+		}
+		rec.Successes, rec.Errors = res.Successes, res.Errors
+		rec.Share = float64(res.Successes) / rep.TheoreticalMax
+		rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
+		rec.PerSecond = res.PerSecond
+		fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d)\n",
+			c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected)
+		rep.Records = append(rep.Records, rec)
+	}
+	var best int64
+	for _, r := range rep.Records {
+		if r.Kind == "peer" && r.Skipped == "" && r.Successes > best {
+			best = r.Successes
+		}
+	}
+	if best > 0 {
+		for i := range rep.Records {
+			if rep.Records[i].Skipped == "" {
+				rep.Records[i].RatioToBestPeer = float64(rep.Records[i].Successes) / float64(best)
+			}
+		}
+	}
+	return rep, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// waitReady dials the contender's port until it accepts, up to timeout.
+func waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	host := url
+	if i := len("http://"); len(host) > i && host[:i] == "http://" {
+		host = host[i:]
+	}
+	for i := 0; i < len(host); i++ {
+		if host[i] == '/' {
+			host = host[:i]
+			break
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("nothing listening on %s after %v: %w", host, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scenario is one benchmark run's providers and load.
+//
+//	name: contest            # optional; defaults to the file name
+//	seed: 42                 # optional; seeds the providers' random delays
+//	load:
+//	  connections: 160       # closed-loop connections
+//	  warmup: 2s             # not scored
+//	  duration: 30s          # scored
+//	providers:
+//	  - name: small
+//	    stages:              # at: offset from the start of the warm-up
+//	      - {at: 0s, permits: 20, avg_rtt: 50ms}
+//	      - {at: 6s, permits: 30, avg_rtt: 40ms}
+type Scenario struct {
+	Name      string     `yaml:"name" json:"name"`
+	Seed      uint64     `yaml:"seed" json:"seed"`
+	Load      Load       `yaml:"load" json:"load"`
+	Providers []Provider `yaml:"providers" json:"providers"`
+}
+
+// Load is the closed-loop load.
+type Load struct {
+	Connections int      `yaml:"connections" json:"connections"`
+	Warmup      Duration `yaml:"warmup" json:"warmup"`
+	Duration    Duration `yaml:"duration" json:"duration"`
+}
+
+// Provider is one simulated upstream.
+type Provider struct {
+	Name   string  `yaml:"name" json:"name"`
+	Stages []Stage `yaml:"stages" json:"stages"`
+}
+
+// Stage holds from At until the next stage's At.
+type Stage struct {
+	At      Duration `yaml:"at" json:"at"`
+	Permits int      `yaml:"permits" json:"permits"`
+	AvgRTT  Duration `yaml:"avg_rtt" json:"avg_rtt"`
+}
+
+// Duration is a time.Duration written as "50ms" in YAML and JSON.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML parses a Go duration string ("50ms", "2s").
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as 50ms", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (write it like 50ms or 2s)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + time.Duration(d).String() + `"`), nil }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// LoadScenario reads and validates a scenario file.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := ParseScenario(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if sc.Name == "" {
+		base := path
+		for i := len(base) - 1; i >= 0; i-- {
+			if base[i] == '/' {
+				base = base[i+1:]
+				break
+			}
+		}
+		if i := len(base) - len(".yaml"); i > 0 && base[i:] == ".yaml" {
+			base = base[:i]
+		}
+		sc.Name = base
+	}
+	return sc, nil
+}
+
+// ParseScenario decodes a scenario strictly (unknown fields are errors)
+// and validates it.
+func ParseScenario(data []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var sc Scenario
+	if err := dec.Decode(&sc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty scenario: want load and providers")
+		}
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+// Limits that keep a scenario runnable on a laptop: beyond them the machine,
+// not the balancer, would be measured.
+const (
+	maxConnections = 5000
+	maxPermits     = 5000
+	maxProviders   = 32
+	maxRun         = time.Hour
+)
+
+// Validate checks every field and names the first bad one.
+func (sc *Scenario) Validate() error {
+	l := sc.Load
+	switch {
+	case l.Connections < 1 || l.Connections > maxConnections:
+		return fmt.Errorf("load.connections: %d is outside 1..%d", l.Connections, maxConnections)
+	case l.Warmup < 0:
+		return fmt.Errorf("load.warmup: %v is negative", l.Warmup.D())
+	case l.Duration <= 0:
+		return fmt.Errorf("load.duration: must be above 0 (got %v)", l.Duration.D())
+	case l.Warmup.D()+l.Duration.D() > maxRun:
+		return fmt.Errorf("load.duration: warmup + duration %v exceeds %v", l.Warmup.D()+l.Duration.D(), maxRun)
+	case len(sc.Providers) == 0:
+		return errors.New("providers: at least one is needed")
+	case len(sc.Providers) > maxProviders:
+		return fmt.Errorf("providers: %d is more than %d", len(sc.Providers), maxProviders)
+	}
+	seen := map[string]bool{}
+	for i, p := range sc.Providers {
+		switch {
+		case p.Name == "":
+			return fmt.Errorf("providers[%d].name: empty", i)
+		case seen[p.Name]:
+			return fmt.Errorf("providers[%d].name: %q appears twice", i, p.Name)
+		case len(p.Stages) == 0:
+			return fmt.Errorf("providers[%d].stages: at least one is needed", i)
+		case p.Stages[0].At != 0:
+			return fmt.Errorf("providers[%d].stages[0].at: the first stage must start at 0s (got %v)", i, p.Stages[0].At.D())
+		}
+		seen[p.Name] = true
+		for j, s := range p.Stages {
+			switch {
+			case j > 0 && s.At <= p.Stages[j-1].At:
+				return fmt.Errorf("providers[%d].stages[%d].at: %v is not after the previous stage's %v", i, j, s.At.D(), p.Stages[j-1].At.D())
+			case s.Permits < 0 || s.Permits > maxPermits:
+				return fmt.Errorf("providers[%d].stages[%d].permits: %d is outside 0..%d", i, j, s.Permits, maxPermits)
+			case s.AvgRTT <= 0:
+				return fmt.Errorf("providers[%d].stages[%d].avg_rtt: must be above 0 (got %v)", i, j, s.AvgRTT.D())
+			case s.AvgRTT.D() > time.Minute:
+				return fmt.Errorf("providers[%d].stages[%d].avg_rtt: %v is more than a minute", i, j, s.AvgRTT.D())
+			}
+		}
+	}
+	return nil
+}
+
+// Scaled returns a copy with every time (stage starts, warm-up, duration)
+// multiplied by f; latencies are unchanged. The short mode uses it.
+func (sc *Scenario) Scaled(f float64) *Scenario {
+	out := *sc
+	out.Load.Warmup = Duration(float64(sc.Load.Warmup) * f)
+	out.Load.Duration = Duration(float64(sc.Load.Duration) * f)
+	out.Providers = make([]Provider, len(sc.Providers))
+	for i, p := range sc.Providers {
+		q := Provider{Name: p.Name, Stages: make([]Stage, len(p.Stages))}
+		for j, s := range p.Stages {
+			s.At = Duration(float64(s.At) * f)
+			q.Stages[j] = s
+		}
+		out.Providers[i] = q
+	}
+	return &out
+}
+
+// stageAt returns p's stage in force at offset t.
+func (p *Provider) stageAt(t time.Duration) Stage {
+	s := p.Stages[0]
+	for _, x := range p.Stages[1:] {
+		if x.At.D() > t {
+			break
+		}
+		s = x
+	}
+	return s
+}
+
+// RateAt is the most successes per second the providers can complete at
+// offset t with the scenario's connections: the connections fill the
+// fastest providers' permits first (a balancer that never idles a permit
+// and never sends to a full one).
+func (sc *Scenario) RateAt(t time.Duration) float64 {
+	type slot struct {
+		permits int
+		rtt     time.Duration
+	}
+	slots := make([]slot, 0, len(sc.Providers))
+	for i := range sc.Providers {
+		s := sc.Providers[i].stageAt(t)
+		slots = append(slots, slot{s.Permits, s.AvgRTT.D()})
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
+	left := sc.Load.Connections
+	var rate float64
+	for _, s := range slots {
+		n := min(left, s.permits)
+		rate += float64(n) / s.rtt.Seconds()
+		left -= n
+	}
+	return rate
+}
+
+// changePoints lists every offset at which some provider changes stage.
+func (sc *Scenario) changePoints() []time.Duration {
+	var ts []time.Duration
+	for _, p := range sc.Providers {
+		for _, s := range p.Stages {
+			ts = append(ts, s.At.D())
+		}
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	return ts
+}
+
+// TheoreticalMax is the most successes the measured phase can hold: RateAt
+// integrated over [warmup, warmup+duration].
+func (sc *Scenario) TheoreticalMax() float64 {
+	from := sc.Load.Warmup.D()
+	to := from + sc.Load.Duration.D()
+	return sc.integrate(from, to)
+}
+
+func (sc *Scenario) integrate(from, to time.Duration) float64 {
+	pts := append(sc.changePoints(), to)
+	var total float64
+	cur := from
+	for _, p := range pts {
+		if p <= cur {
+			continue
+		}
+		end := min(p, to)
+		total += sc.RateAt(cur) * (end - cur).Seconds()
+		cur = end
+		if cur >= to {
+			break
+		}
+	}
+	return total
+}
+
+// MaxSeries is the theoretical rate for each whole second of the run (for
+// the chart).
+func (sc *Scenario) MaxSeries() []float64 {
+	n := int((sc.Load.Warmup.D() + sc.Load.Duration.D() + time.Second - 1) / time.Second)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = sc.integrate(time.Duration(i)*time.Second, time.Duration(i+1)*time.Second)
+	}
+	return out
+}

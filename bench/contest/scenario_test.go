@@ -1,0 +1,155 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestShippedScenariosAreValid(t *testing.T) {
+	files, err := filepath.Glob("scenarios/*.yaml")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("want the shipped scenarios (contest, steady, degrade): %v %v", files, err)
+	}
+	for _, f := range files {
+		sc, err := LoadScenario(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if sc.TheoreticalMax() <= 0 {
+			t.Errorf("%s: theoretical max %v", f, sc.TheoreticalMax())
+		}
+	}
+}
+
+// TestContestShape holds the contest scenario to what issue 6 asks of it.
+func TestContestShape(t *testing.T) {
+	sc, err := LoadScenario("scenarios/contest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Providers) != 3 {
+		t.Fatalf("%d providers, want 3", len(sc.Providers))
+	}
+	first := []int{sc.Providers[0].Stages[0].Permits, sc.Providers[1].Stages[0].Permits, sc.Providers[2].Stages[0].Permits}
+	if first[0]*45 != first[1]*20 || first[0]*65 != first[2]*20 {
+		t.Errorf("first-stage permits %v are not in 200:450:650 proportion", first)
+	}
+	var below, near, above bool
+	for _, at := range sc.changePoints() {
+		total := 0
+		for i := range sc.Providers {
+			s := sc.Providers[i].stageAt(at)
+			total += s.Permits
+			if s.Permits >= sc.Load.Connections {
+				t.Errorf("at %v provider %s alone can carry the load", at, sc.Providers[i].Name)
+			}
+			if at == 0 && s.AvgRTT.D() != 50*time.Millisecond {
+				t.Errorf("provider %s starts at %v, want 50ms", sc.Providers[i].Name, s.AvgRTT.D())
+			}
+		}
+		r := float64(total) / float64(sc.Load.Connections)
+		below = below || r < 0.9
+		near = near || (r >= 0.9 && r <= 1.1)
+		above = above || r > 1.1
+	}
+	if !below || !near || !above {
+		t.Errorf("capacity should swing below, near and above the load: below=%v near=%v above=%v", below, near, above)
+	}
+}
+
+func TestTheoreticalMax(t *testing.T) {
+	mk := func(conns int, warm, dur time.Duration, ps ...Provider) *Scenario {
+		return &Scenario{Load: Load{Connections: conns, Warmup: Duration(warm), Duration: Duration(dur)}, Providers: ps}
+	}
+	p := func(stages ...Stage) Provider { return Provider{Name: "p", Stages: stages} }
+	st := func(at time.Duration, permits int, rtt time.Duration) Stage {
+		return Stage{At: Duration(at), Permits: permits, AvgRTT: Duration(rtt)}
+	}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		sc   *Scenario
+		want float64
+	}{
+		{"permits bind", mk(50, 0, 2*time.Second, p(st(0, 10, 100*ms))), 200},
+		{"connections bind", mk(5, 0, 2*time.Second, p(st(0, 10, 100*ms))), 100},
+		{"warm-up not counted, stage change inside", mk(100, time.Second, 2*time.Second,
+			p(st(0, 10, 100*ms), st(2*time.Second, 20, 100*ms))), 100 + 200},
+		{"connections fill the fastest first", mk(15, 0, time.Second,
+			Provider{Name: "slow", Stages: []Stage{st(0, 10, 100*ms)}},
+			Provider{Name: "fast", Stages: []Stage{st(0, 10, 50*ms)}}), 200 + 50},
+	} {
+		if got := tc.sc.TheoreticalMax(); math.Abs(got-tc.want) > 1e-6 {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestScenarioErrorsNameTheField(t *testing.T) {
+	base := `load: {connections: 10, warmup: 1s, duration: 5s}
+providers:
+  - name: a
+    stages: [{at: 0s, permits: 5, avg_rtt: 50ms}]
+`
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"valid", base, ""},
+		{"empty", ``, "empty scenario"},
+		{"unknown field", strings.Replace(base, "warmup", "warmpu", 1), "warmpu"},
+		{"bad duration", strings.Replace(base, "avg_rtt: 50ms", "avg_rtt: fast", 1), `"fast" is not a duration`},
+		{"no connections", strings.Replace(base, "connections: 10", "connections: 0", 1), "load.connections"},
+		{"negative warmup", strings.Replace(base, "warmup: 1s", "warmup: -1s", 1), "load.warmup"},
+		{"zero duration", strings.Replace(base, "duration: 5s", "duration: 0s", 1), "load.duration"},
+		{"no providers", "load: {connections: 10, duration: 5s}\n", "providers: at least one"},
+		{"no name", strings.Replace(base, "name: a", "name: ''", 1), "providers[0].name"},
+		{"duplicate name", base + "  - name: a\n    stages: [{at: 0s, permits: 5, avg_rtt: 50ms}]\n", `providers[1].name: "a" appears twice`},
+		{"no stages", strings.Replace(base, "stages: [{at: 0s, permits: 5, avg_rtt: 50ms}]", "stages: []", 1), "providers[0].stages: at least one"},
+		{"first stage late", strings.Replace(base, "at: 0s", "at: 1s", 1), "providers[0].stages[0].at"},
+		{"stages out of order", strings.Replace(base, "}]", "}, {at: 0s, permits: 5, avg_rtt: 50ms}]", 1), "providers[0].stages[1].at"},
+		{"negative permits", strings.Replace(base, "permits: 5", "permits: -1", 1), "providers[0].stages[0].permits"},
+		{"zero rtt", strings.Replace(base, "avg_rtt: 50ms", "avg_rtt: 0s", 1), "providers[0].stages[0].avg_rtt"},
+		{"wrong type", strings.Replace(base, "connections: 10", "connections: many", 1), "many"},
+	} {
+		sc, err := ParseScenario([]byte(tc.yaml))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want == "" && sc == nil:
+			t.Errorf("%s: nil scenario", tc.name)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzParseScenario: any input is either refused with an error or is a
+// scenario that validates and whose maximum is finite (it can run).
+func FuzzParseScenario(f *testing.F) {
+	for _, p := range []string{"scenarios/contest.yaml", "scenarios/steady.yaml", "scenarios/degrade.yaml"} {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("load: {connections: 1, duration: 1ms}\nproviders: [{name: x, stages: [{at: 0s, permits: 0, avg_rtt: 1ns}]}]\n"))
+	f.Add([]byte("{{{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc, err := ParseScenario(data)
+		if err != nil {
+			return
+		}
+		if err := sc.Validate(); err != nil {
+			t.Fatalf("parsed but invalid: %v", err)
+		}
+		m := sc.TheoreticalMax()
+		if math.IsNaN(m) || math.IsInf(m, 0) || m < 0 {
+			t.Fatalf("theoretical max %v", m)
+		}
+		_ = sc.Scaled(0.5).Validate()
+	})
+}
