@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -47,6 +48,8 @@ type Server struct {
 	events chan func(now time.Time)
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	offered atomic.Uint64 // payloads handed to the sink
 
 	// Owned by the event loop goroutine.
 	core     *Core
@@ -395,6 +398,7 @@ func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
 		return
 	}
 	s.m.payloads.WithLabelValues("published").Inc()
+	s.offered.Add(1)
 	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data}); err != nil {
 		s.log.Debug("sink dropped a payload", "task", p.TaskID, "err", err) // counted by the sink
 	}
