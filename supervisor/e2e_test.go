@@ -166,4 +166,3 @@ func TestEndToEndRoomsWorkersNATS(t *testing.T) {
 		t.Fatalf("messages from %d rooms, want 6", len(seqs))
 	}
 }
-

@@ -12,12 +12,15 @@ import (
 // worker's report does), keys visited in random order:
 //
 //   - wheel/Set: the deadline computed from time.Now() on every reset;
+//
 //   - wheel/SetAfter: measured from the wheel's current tick, no clock read;
+//
 //   - AfterFunc/bykey: one time.AfterFunc per key, found by key in a map, as
 //     a server that receives an id must do;
+//
 //   - AfterFunc/handle: the *time.Timer already in hand (a lower bound).
 //
-//	go test -run '^$' -bench Reset -benchmem ./internal/wheel/
+//     go test -run '^$' -bench Reset -benchmem ./internal/wheel/
 func BenchmarkReset(b *testing.B) {
 	const timeout = 30 * time.Second
 	for _, n := range []int{100_000, 1_000_000} {
