@@ -165,6 +165,7 @@ func colsWith(alias, logCast string) string {
 // queries are built once per store.
 type queries struct {
 	cols, holdSel, holdUpd, hold, lockSel, writeRow, writeBatch string
+	setFast                                                     string
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
 	getType, listTypes, stats, insert                           string
 }
@@ -213,6 +214,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
 			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[]) RETURNING task_type)" +
 			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
+		q.setFast = pgSetFast(t)
 	} else {
 		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id" + forUpdate
 	}
@@ -244,7 +246,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
-	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.renew, &q.cancel, &q.get,
+	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
 		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert} {
 		*s = d.rebind(*s)
 	}
@@ -625,6 +627,9 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	if len(reqs) == 0 {
 		return nil, nil
+	}
+	if s.q.setFast != "" && fastSettable(reqs) {
+		return s.setFast(ctx, reqs, now)
 	}
 	var errs []error
 	var changed []*flow.Record

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -636,6 +637,11 @@ func Run(t *testing.T, f Factory) {
 		}
 	})
 
+	t.Run("SetMatchesApplySet", func(t *testing.T) {
+		t.Parallel()
+		setModel(t, f)
+	})
+
 	t.Run("ConcurrentHoldNoDoubleClaim", func(t *testing.T) {
 		t.Parallel()
 		StressHold(t, f, store.Options{}, 3, 8, 600)
@@ -746,5 +752,132 @@ func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 	}
 	if len(st) != 1 || st[0].Counts["success"] != int64(tasks) {
 		t.Fatalf("stats after the run: %v", st)
+	}
+}
+
+// setModel checks SetTasks against flow.ApplySet, the reference: random
+// batches (right and wrong leases, every status, stage changes, contexts,
+// delays, errors, tasks held twice in one batch, pending, ended and missing
+// tasks) must give the per-item errors and the stored records that
+// applying ApplySet in request order to the tasks as they were gives. Most
+// rounds carry no error and no repeated task, the batches stores may apply
+// by a faster path than lock-and-apply.
+func setModel(t *testing.T, f Factory) {
+	ctx := context.Background()
+	e := newEnv(t, f, store.Options{})
+	for round := 0; round < 30; round++ {
+		seed := uint64(round)
+		rng := mrand.New(mrand.NewPCG(seed, 7))
+		base := t0.Add(time.Duration(round) * 24 * time.Hour)
+		stages := []string{"", "a", "b"}
+		nts := make([]flow.NewTask, 7)
+		for i := range nts {
+			nts[i] = flow.NewTask{TaskStage: stages[rng.IntN(3)]}
+			if rng.IntN(2) == 0 {
+				nts[i].TaskContext = json.RawMessage(fmt.Sprintf(`{"k":%d}`, i))
+			}
+		}
+		idv := flow.NewTaskIDs(base, len(nts))
+		recs := make([]flow.Record, len(nts))
+		for i, nt := range nts {
+			nt.TaskType = e.tt.TaskType
+			recs[i] = flow.NewRecord(idv[i], nt, e.tt, base)
+		}
+		if err := e.s.CreateTasks(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		// Warm up: some tasks get a retry (crt_retry_num 1), one ends.
+		h := e.hold(base, 10, "w0")
+		var warm []flow.SetTaskRequest
+		for i, r := range h {
+			switch {
+			case i == 0:
+				warm = append(warm, flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess})
+			case rng.IntN(2) == 0:
+				warm = append(warm, flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusPending, Error: "warm"})
+			default:
+				warm = append(warm, flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusPending})
+			}
+		}
+		if errs, err := e.s.SetTasks(ctx, warm, base); err != nil || errors.Join(errs...) != nil {
+			t.Fatalf("round %d warm-up: %v %v", round, err, errs)
+		}
+		held := e.hold(base.Add(time.Hour), 10, fmt.Sprintf("w%d", round))
+		lease := map[string]string{}
+		for _, r := range held {
+			lease[r.TaskID] = r.Lease
+		}
+		// One more task stays pending.
+		extra := flow.NewRecord(flow.NewTaskIDs(base, 1)[0], flow.NewTask{TaskType: e.tt.TaskType, TaskStage: "a"}, e.tt, base.Add(48*time.Hour))
+		if err := e.s.CreateTasks(ctx, []flow.Record{extra}); err != nil {
+			t.Fatal(err)
+		}
+		pool := append(append([]string(nil), idv...), extra.TaskID, "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+		withErrors, dups := rng.IntN(4) == 0, rng.IntN(4) == 0
+		var reqs []flow.SetTaskRequest
+		used := map[string]bool{}
+		for k := 1 + rng.IntN(8); k > 0; k-- {
+			id := pool[rng.IntN(len(pool))]
+			if used[id] && !dups {
+				continue
+			}
+			used[id] = true
+			req := flow.SetTaskRequest{TaskID: id, Lease: lease[id], Status: []flow.Status{flow.StatusPending, flow.StatusSuccess, flow.StatusFailed}[rng.IntN(3)],
+				TaskStage: []string{"", "a", "b", "z"}[rng.IntN(4)], DelayMS: []int64{0, 1500}[rng.IntN(2)]}
+			if req.Lease == "" || rng.IntN(6) == 0 {
+				req.Lease = "not-the-lease"
+			}
+			if rng.IntN(2) == 0 {
+				req.TaskContext = json.RawMessage(fmt.Sprintf(`{"set":%d}`, k))
+			}
+			if withErrors && rng.IntN(2) == 0 {
+				req.Error = "boom"
+			}
+			reqs = append(reqs, req)
+		}
+		// The model: ApplySet in request order on the tasks as they are.
+		want := map[string]*flow.Record{}
+		for _, id := range pool {
+			if r, err := e.s.GetTask(ctx, id); err == nil {
+				r.ScheduleLog = append([]flow.LogEntry(nil), r.ScheduleLog...)
+				want[id] = &r
+			}
+		}
+		now := base.Add(2 * time.Hour)
+		wantErrs := make([]error, len(reqs))
+		for i, req := range reqs {
+			r, ok := want[req.TaskID]
+			if !ok {
+				wantErrs[i] = flow.ErrNotFound
+				continue
+			}
+			c := *r
+			c.ScheduleLog = append([]flow.LogEntry(nil), r.ScheduleLog...)
+			if err := flow.ApplySet(&c, req, now); err != nil {
+				wantErrs[i] = flow.ErrStaleLease
+				continue
+			}
+			*r = c
+		}
+		errs, err := e.s.SetTasks(ctx, reqs, now)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i := range reqs {
+			if !errors.Is(errs[i], wantErrs[i]) || (wantErrs[i] == nil && errs[i] != nil) {
+				t.Errorf("round %d: req %d %+v: err %v, want %v", round, i, reqs[i], errs[i], wantErrs[i])
+			}
+		}
+		for id, w := range want {
+			got := e.get(id)
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(w)
+			if string(gj) != string(wj) {
+				t.Errorf("round %d: task %s after %+v\n got  %s\n want %s", round, id, reqs, gj, wj)
+			}
+		}
+		if t.Failed() {
+			return
+		}
 	}
 }

@@ -1,0 +1,132 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+	"github.com/fulcrum-lb/fulcrum/flow/store/storetest"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+// BenchmarkCycle is the store's share of the end-to-end figure: one
+// goroutine creates tasks in batches while `workers` goroutines hold
+// batches and set them success, all at once (as River's benchmark inserts
+// and works at once). One op is one task created, held and finished; the
+// timer covers all three.
+//
+//	go test ./flow/store -run '^$' -bench Cycle -benchtime 20000x
+func BenchmarkCycle(b *testing.B) {
+	dbs := []struct {
+		name   string
+		dsn    func(testing.TB) string
+		server string // the database's process name, for its CPU time
+	}{
+		{"postgres", func(t testing.TB) string { return testenv.Postgres(t) }, "postgres"},
+		{"mysql", func(t testing.TB) string { return "mysql://" + testenv.MySQL(t) }, "mariadbd"},
+		{"sqlite", func(t testing.TB) string { return "sqlite://" + filepath.Join(t.TempDir(), "flow.db") }, ""},
+	}
+	for _, db := range dbs {
+		for _, batch := range []int{10, 100} {
+			b.Run(fmt.Sprintf("%s/batch=%d", db.name, batch), func(b *testing.B) {
+				benchCycle(b, factory(db.dsn), db.server, 8, batch)
+			})
+		}
+	}
+}
+
+func benchCycle(b *testing.B, f storetest.Factory, server string, workers, batch int) {
+	ctx := context.Background()
+	s := f.Open(b, storetest.Prefix(), store.Options{})
+	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: batch, MaxProcessingMS: 600000, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
+	if err := s.RegisterType(ctx, tt, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	var finished, created, empty atomic.Int64
+	var wg sync.WaitGroup
+	// Idle workers wait for the producer's next batch (as the server's long
+	// poll waits for OnDue) instead of polling the database.
+	var wakeMu sync.Mutex
+	wake := make(chan struct{})
+	wakeCh := func() chan struct{} { wakeMu.Lock(); defer wakeMu.Unlock(); return wake }
+	b.ResetTimer()
+	dbCPU, dbOK := procCPU(server) // before selfCPU: reading /proc costs
+	start, goCPU := time.Now(), selfCPU()
+	wg.Add(1)
+	go func() { // the producer
+		defer wg.Done()
+		for done := 0; done < b.N; done += batch {
+			n := min(batch, b.N-done)
+			now := time.Now().UTC()
+			recs := make([]flow.Record, n)
+			for i, id := range flow.NewTaskIDs(now, n) {
+				recs[i] = flow.NewRecord(id, flow.NewTask{TaskType: "bench", TaskStage: "run"}, tt, now)
+			}
+			if err := s.CreateTasks(ctx, recs); err != nil {
+				b.Error(err)
+				return
+			}
+			created.Add(int64(n))
+			wakeMu.Lock()
+			close(wake)
+			wake = make(chan struct{})
+			wakeMu.Unlock()
+		}
+	}()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for finished.Load() < int64(b.N) && !b.Failed() {
+				woken := wakeCh()
+				t := time.Now().UTC()
+				got, err := s.Hold(ctx, store.HoldParams{TaskType: "bench", WorkerID: "w", Limit: batch, Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Hour)})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					empty.Add(1)
+					select { // the producer is behind, or others hold the rest
+					case <-woken:
+					case <-time.After(5 * time.Millisecond):
+					}
+					continue
+				}
+				reqs := make([]flow.SetTaskRequest, len(got))
+				for i, r := range got {
+					reqs[i] = flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess}
+				}
+				errs, err := s.SetTasks(ctx, reqs, time.Now().UTC())
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for i, e := range errs {
+					if e != nil {
+						b.Errorf("set %s: %v", reqs[i].TaskID, e)
+						return
+					}
+				}
+				finished.Add(int64(len(got)))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed, goUsed := time.Since(start), selfCPU()-goCPU
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
+	b.ReportMetric(float64(empty.Load())*100/float64(b.N), "empty-holds/100tasks")
+	b.ReportMetric(float64(goUsed.Microseconds())/float64(b.N), "go-cpu-us/task")
+	if d, ok := procCPU(server); ok && dbOK {
+		b.ReportMetric(float64((d-dbCPU).Microseconds())/float64(b.N), "db-cpu-us/task")
+	}
+	if finished.Load() != int64(b.N) {
+		b.Fatalf("finished %d of %d", finished.Load(), b.N)
+	}
+}

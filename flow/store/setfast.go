@@ -1,0 +1,156 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// The set fast path (PostgreSQL): a batch whose outcome does not depend on
+// the task's retry counters is applied by one UPDATE, in one round trip and
+// one commit, with no row read into Go and no transaction left open while
+// the client talks. That covers what workers send almost always: success,
+// failed without an error, and pending without an error (next stage or the
+// same stage again). A set carrying an error (a retry with backoff) and a
+// batch naming one task twice take the general path (lock, flow.ApplySet,
+// write), which stays the reference: TestSetFastMatchesApplySet in the
+// conformance suite checks the two agree.
+//
+// The lease is the compare-and-swap: the UPDATE changes a row only while it
+// is processing under the request's lease, so a stale, expired-and-reheld
+// or ended task is left alone and reported per item.
+
+// fastSettable reports whether every request of the batch can take the
+// fast path.
+func fastSettable(reqs []flow.SetTaskRequest) bool {
+	seen := make(map[string]struct{}, len(reqs))
+	for _, r := range reqs {
+		if r.Error != "" || r.Lease == "" {
+			return false
+		}
+		switch r.Status {
+		case flow.StatusPending, flow.StatusSuccess, flow.StatusFailed:
+		default:
+			return false
+		}
+		if _, dup := seen[r.TaskID]; dup {
+			return false
+		}
+		seen[r.TaskID] = struct{}{}
+	}
+	return true
+}
+
+// pgSetFast is flow.ApplySet for requests without an error, in SQL:
+//   - status becomes the requested one; owner, lease and expiry clear;
+//   - pending: the stage becomes task_stage when given, crt_retry_num
+//     restarts at 0 when that changes the stage, order_time = now + delay;
+//   - success, failed: stage, retries and order_time stay;
+//   - task_context is replaced when given;
+//   - the schedule log gets {at, worker: the holder, stage: the new stage,
+//     event} and keeps its last flow.ScheduleLogSize entries.
+//
+// Arguments: ids, leases, statuses, stages, contexts, order times, now,
+// log time, NOTIFY channel, NOTIFY payload prefix.
+func pgSetFast(table string) string {
+	stage := "(CASE WHEN v.st = 1 AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
+	n := strconv.Itoa(flow.ScheduleLogSize)
+	return "WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
+		" u AS (UPDATE " + table + " t SET status = v.st, task_stage = " + stage + "," +
+		" crt_retry_num = CASE WHEN v.st = 1 AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
+		" order_time = CASE WHEN v.st = 1 THEN v.ot ELSE t.order_time END," +
+		" task_context = COALESCE(v.ctx, t.task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?," +
+		" schedule_log = (CASE WHEN jsonb_array_length(t.schedule_log) >= " + n + " THEN t.schedule_log - 0 ELSE t.schedule_log END) ||" +
+		" jsonb_build_array(jsonb_build_object('at', ?::text, 'worker', t.owner, 'stage', " + stage + ", 'event'," +
+		" CASE v.st WHEN 1 THEN '" + flow.EventPending + "' WHEN 3 THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))" +
+		" FROM v WHERE t.task_id = v.id AND t.status + 0 = 2 AND t.lease = v.lease AND t.lease <> ''" +
+		" RETURNING t.task_id, t.task_type, t.status)" +
+		// "status + 0" keeps the planner off the partial index of processing
+		// rows (status = 2): with few processing rows in its statistics it
+		// would hash-join over all of them instead of looking up 100 keys.
+		// An uncorrelated subquery runs once, when the first row is out:
+		// a NOTIFY per type that got pending tasks.
+		" SELECT u.task_id, u.task_type, u.status, (SELECT count(pg_notify(?, ? || d.task_type)) FROM (SELECT DISTINCT task_type FROM u WHERE status = 1) d) FROM u"
+}
+
+func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
+	n := len(reqs)
+	ids, leases, stages := make([]string, n), make([]string, n), make([]string, n)
+	sts := make([]int32, n)
+	ctxs := make([]*string, n)
+	ots := make([]int64, n)
+	for i, r := range reqs {
+		ids[i], leases[i], stages[i], sts[i] = r.TaskID, r.Lease, r.TaskStage, int32(r.Status)
+		if r.TaskContext != nil {
+			c := string(r.TaskContext)
+			ctxs[i] = &c
+		}
+		ots[i] = us(now.Add(time.Duration(r.DelayMS) * time.Millisecond))
+	}
+	done := make(map[string]bool, n)
+	pending := map[string]bool{}
+	var err error
+	// One statement is one transaction: a deadlock (a rescue or cancel
+	// locking the same rows in another order) aborts all of it, so a retry
+	// is safe.
+	for attempt := 0; attempt < 5; attempt++ {
+		err = s.setFastOnce(ctx, done, pending, ids, leases, sts, stages, ctxs, ots, now)
+		if err == nil || !s.d.retryable(err) || ctx.Err() != nil {
+			break
+		}
+		clear(done)
+		clear(pending)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("set %d tasks: %w", n, err)
+	}
+	for typ := range pending {
+		s.onDue(typ)
+	}
+	errs := make([]error, n)
+	for i, r := range reqs {
+		if done[r.TaskID] {
+			continue
+		}
+		// Refused: tell a missing task from a stale lease. The row is not
+		// processing under this lease and never will be again (leases are
+		// not reused), so ApplySet on what is there now gives the reason.
+		rec, gerr := s.GetTask(ctx, r.TaskID)
+		switch {
+		case errors.Is(gerr, flow.ErrNotFound):
+			errs[i] = gerr
+		case gerr != nil:
+			return nil, fmt.Errorf("set %d tasks: %w", n, gerr)
+		default:
+			if errs[i] = flow.ApplySet(&rec, r, now); errs[i] == nil {
+				errs[i] = fmt.Errorf("task %s: lease changed under the set: %w", r.TaskID, flow.ErrStaleLease)
+			}
+		}
+	}
+	return errs, nil
+}
+
+func (s *SQLStore) setFastOnce(ctx context.Context, done, pending map[string]bool, ids, leases []string, sts []int32, stages []string, ctxs []*string, ots []int64, now time.Time) error {
+	rows, err := s.w.QueryContext(ctx, s.q.setFast, ids, leases, sts, stages, ctxs, ots, us(now), logAt(now), s.d.channel(s.p), s.d.instance+":")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, typ string
+		var st int
+		var notified any
+		if err := rows.Scan(&id, &typ, &st, &notified); err != nil {
+			return err
+		}
+		done[id] = true
+		if flow.Status(st) == flow.StatusPending {
+			pending[typ] = true
+		}
+	}
+	return rows.Err()
+}
