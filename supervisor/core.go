@@ -140,22 +140,33 @@ func (c *Core) Payload(now time.Time, p *protocol.Payload) bool {
 func (c *Core) Tick(now time.Time) {
 	c.fired = c.fired[:0]
 	c.wheel.Advance(now, func(k timerKey) { c.fired = append(c.fired, k) })
+	var dead []string
+	var silent [][2]string
 	for _, k := range c.fired {
 		switch k.kind {
 		case timerWorker:
-			if c.eng.RemoveWorker(k.worker) {
-				c.WorkerDeaths++
-				c.drop = append(c.drop, k.worker)
-			}
+			dead = append(dead, k.worker)
 		case timerHolding:
 			delete(c.lastSeen, holdingKey{k.worker, k.task})
-			if c.phase == Running && c.eng.Vacate(k.worker, k.task) {
-				c.TaskTimeouts++
+			if c.phase == Running {
+				silent = append(silent, [2]string{k.worker, k.task})
 			}
 		case timerWarmup, timerQuery:
 			c.query = true
 		}
 	}
+	if len(dead) == 0 && len(silent) == 0 {
+		return
+	}
+	// Holdings of a worker that died in the same tick go with the worker.
+	for _, id := range dead {
+		if c.eng.HasWorker(id) {
+			c.drop = append(c.drop, id)
+		}
+	}
+	nd, nv := c.eng.Expire(dead, silent)
+	c.WorkerDeaths += uint64(nd)
+	c.TaskTimeouts += uint64(nv)
 }
 
 // QueryResult applies a task query's outcome. The first success ends

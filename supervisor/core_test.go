@@ -28,6 +28,7 @@ type sim struct {
 	maxLoad     map[string]int
 	alive       map[string]bool // still reporting
 	silentTask  map[[2]string]bool
+	allSilent   bool // every room stopped sending
 	lastMsg     map[string]time.Time
 	source      []protocol.Task
 	sourceErr   error
@@ -57,7 +58,7 @@ func (s *sim) report(id string, first bool) {
 	r := &protocol.Report{Type: protocol.TypeReport, WorkerID: id, MaxLoad: s.maxLoad[id]}
 	for _, tid := range keys(s.fleet[id]) {
 		seen := s.now
-		if s.silentTask[[2]string{id, tid}] {
+		if s.allSilent || s.silentTask[[2]string{id, tid}] {
 			seen = t0 // never moves
 		}
 		r.Tasks = append(r.Tasks, protocol.TaskStatus{TaskID: tid, LastSeen: seen})
@@ -273,4 +274,35 @@ func TestCoreQueryDiff(t *testing.T) {
 		t.Fatalf("tasks %v, want %v", got, want)
 	}
 	s.check(true)
+}
+
+// Every room goes silent at once (the rooms' server is down): holdings
+// time out by the hundreds per tick (reports are staggered over 10 s), each
+// tick's batch handled as one placement (away from the workers it was silent
+// on in that tick), and invariants hold throughout.
+func TestCoreAllRoomsSilentAtOnce(t *testing.T) {
+	s := newSim(t, t0, 3, tasks(0, 2_000))
+	for i := range 100 {
+		s.join(fmt.Sprintf("w%03d", i), 200)
+	}
+	s.run(40 * time.Second)
+	s.check(true)
+	before := snap(s.core.Engine())
+	s.allSilent = true
+	for end := s.now.Add(seedTimings.TaskTimeout + s.reportEvery + seedTimings.Tick); s.now.Before(end); {
+		s.step()
+		s.check(true)
+	}
+	if s.core.TaskTimeouts != 6_000 {
+		t.Fatalf("%d holdings timed out, want all 6,000 once", s.core.TaskTimeouts)
+	}
+	// Each of the 6,000 original holdings timed out once (new holdings have
+	// a full task_timeout from their add, past this window), and every task
+	// is held by k workers again.
+	after := snap(s.core.Engine())
+	for id := range before {
+		if len(after[id]) != 3 {
+			t.Fatalf("%s has holders %v", id, after[id])
+		}
+	}
 }

@@ -62,7 +62,7 @@ type task struct {
 	seq     uint64
 	spec    protocol.Task
 	holders []*worker
-	avoid   *worker // not to be placed on during the current placement
+	avoid   []*worker // not to be placed on during the current placement
 }
 
 func (t *task) heldBy(w *worker) bool {
@@ -187,41 +187,64 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 // RemoveWorker handles a dead worker: its tasks are vacated and placed on
 // other live workers; no other task moves.
 func (e *Engine) RemoveWorker(workerID string) bool {
-	w := e.workers[workerID]
-	if w == nil {
-		return false
-	}
-	delete(e.workers, workerID)
-	delete(e.out, w)
-	e.stats.Deaths++
-	for _, t := range w.tasks {
-		t.drop(w)
-		e.stats.Vacated++
-		e.deficit[t] = struct{}{}
-	}
-	w.tasks = nil
-	e.fill()
-	return true
+	dead, _ := e.Expire([]string{workerID}, nil)
+	return dead == 1
 }
 
 // Vacate handles a task gone silent on one worker: the worker is told to end
 // it and the task is placed on another worker (not that one, this time).
 func (e *Engine) Vacate(workerID, taskID string) bool {
-	w := e.workers[workerID]
-	if w == nil {
-		return false
+	_, n := e.Expire(nil, [][2]string{{workerID, taskID}})
+	return n == 1
+}
+
+// Expire applies one tick's timeouts at once: dead workers (their tasks
+// vacated) and silent holdings (worker, task: ended on that worker and
+// placed elsewhere), then places all the vacancies in one pass, so that a
+// burst of timeouts (a room server going down silences thousands of
+// holdings in the same tick) costs one placement, not one per timeout. It
+// returns how many workers and holdings it removed.
+func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated int) {
+	for _, id := range deadWorkers {
+		w := e.workers[id]
+		if w == nil {
+			continue
+		}
+		delete(e.workers, id)
+		delete(e.out, w)
+		e.stats.Deaths++
+		dead++
+		for _, t := range w.tasks {
+			t.drop(w)
+			e.stats.Vacated++
+			e.deficit[t] = struct{}{}
+		}
+		w.tasks = nil
 	}
-	t := w.tasks[taskID]
-	if t == nil {
-		return false
+	var avoided []*task
+	for _, h := range silent {
+		w := e.workers[h[0]]
+		if w == nil {
+			continue
+		}
+		t := w.tasks[h[1]]
+		if t == nil {
+			continue
+		}
+		e.release(t, w)
+		e.end(w, h[1])
+		e.stats.Vacated++
+		vacated++
+		t.avoid = append(t.avoid, w) // elsewhere this time, though w has room now
+		avoided = append(avoided, t)
 	}
-	e.release(t, w)
-	e.end(w, taskID)
-	e.stats.Vacated++
-	t.avoid = w // place it elsewhere this time, though w has room now
-	e.fill()
-	t.avoid = nil
-	return true
+	if dead > 0 || vacated > 0 {
+		e.fill()
+	}
+	for _, t := range avoided {
+		t.avoid = nil
+	}
+	return dead, vacated
 }
 
 // Assign is the seed's assignment event. remove: tasks to end (unknown ids
@@ -478,7 +501,7 @@ func (e *Engine) place(ts []*task) {
 			var got *cand
 			for len(h) > 0 {
 				c := heap.Pop(&h).(*cand)
-				if c.w == t.avoid || t.heldBy(c.w) {
+				if t.heldBy(c.w) || slices.Contains(t.avoid, c.w) {
 					skipped = append(skipped, c)
 					continue
 				}
