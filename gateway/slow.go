@@ -332,6 +332,7 @@ func (st *slowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.m.count(res.StatusCode)
 		d := &doneBody{rc: res.Body, pick: pick, start: tstart, reqStart: sr.start, t: t, outcome: outcome, up: up, g: g}
 		if rwc, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
+			d.upgraded = true
 			res.Body = &doneRWBody{doneBody: d, w: rwc}
 		} else {
 			res.Body = d
@@ -367,14 +368,19 @@ type doneBody struct {
 	t        *target
 	up       *upstream
 	g        *Gateway
-	outcome  error
-	once     sync.Once
+	upgraded bool // a switched protocol: its end is no failure
+
+	mu      sync.Mutex // Read and Close race on upgraded connections
+	outcome error
+	once    sync.Once
 }
 
 func (d *doneBody) Read(p []byte) (int, error) {
 	n, err := d.rc.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF && !d.upgraded {
+		d.mu.Lock()
 		d.outcome = err
+		d.mu.Unlock()
 	}
 	return n, err
 }
@@ -382,8 +388,11 @@ func (d *doneBody) Read(p []byte) (int, error) {
 func (d *doneBody) Close() error {
 	err := d.rc.Close()
 	d.once.Do(func() {
-		d.pick.Report(time.Since(d.start), d.outcome)
-		if d.outcome != nil {
+		d.mu.Lock()
+		outcome := d.outcome
+		d.mu.Unlock()
+		d.pick.Report(time.Since(d.start), outcome)
+		if outcome != nil {
 			(&clientConn{g: d.g}).noteEjection(d.up, d.t)
 		}
 		d.t.m.dur.Observe(time.Since(d.reqStart).Seconds())

@@ -1,0 +1,320 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+type echoed struct {
+	Header http.Header `json:"header"`
+	Host   string      `json:"host"`
+	Body   string      `json:"body"`
+	Method string      `json:"method"`
+	Proto  string      `json:"proto"`
+}
+
+func echo(t *testing.T, r resp) echoed {
+	t.Helper()
+	var e echoed
+	if err := json.Unmarshal([]byte(r.body), &e); err != nil {
+		t.Fatalf("echo body %q (%d): %v", r.body, r.code, err)
+	}
+	return e
+}
+
+// The target sees X-Forwarded-*, the original Host, a request ID, and no
+// hop-by-hop headers; the client gets the request ID back.
+func TestForwardedAndHopByHopHeaders(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	c := client()
+	r := get(t, c, "http://"+g.Addr()+"/echo", "Host", "shop.example:8443", "X-Forwarded-For", "203.0.113.9",
+		"Connection", "X-Secret", "X-Secret", "drop me", "Keep-Alive", "timeout=5", "Proxy-Authorization", "Basic x", "X-Keep", "yes", "TE", "trailers")
+	e := echo(t, r)
+	checks := map[string]string{
+		"X-Forwarded-For":     "203.0.113.9, 127.0.0.1",
+		"X-Forwarded-Proto":   "http",
+		"X-Forwarded-Host":    "shop.example:8443",
+		"X-Keep":              "yes",
+		"X-Secret":            "",
+		"Keep-Alive":          "",
+		"Proxy-Authorization": "",
+		"Te":                  "",
+	}
+	for k, want := range checks {
+		if got := e.Header.Get(k); got != want {
+			t.Errorf("target saw %s: %q, want %q", k, got, want)
+		}
+	}
+	if e.Host != "shop.example:8443" {
+		t.Errorf("target saw Host %q", e.Host)
+	}
+	id := e.Header.Get("X-Request-Id")
+	if id == "" || r.hdr.Get("X-Request-Id") != id {
+		t.Errorf("request ID: target %q, client %q", id, r.hdr.Get("X-Request-Id"))
+	}
+	r = get(t, c, "http://"+g.Addr()+"/echo", "X-Request-Id", "abc-123")
+	if got := echo(t, r).Header.Get("X-Request-Id"); got != "abc-123" {
+		t.Errorf("a client's request ID became %q", got)
+	}
+}
+
+// Bodies pass through both paths; too large ones get 413 before reaching
+// the target.
+func TestBodies(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	c := client()
+	url := "http://" + g.Addr() + "/echo"
+	if e := echo(t, do(t, c, "POST", url, strings.NewReader("hello"))); e.Body != "hello" || e.Method != "POST" {
+		t.Errorf("content-length body: %+v", e)
+	}
+	// A reader of unknown length makes the client send chunked (slow path).
+	chunked := io.MultiReader(strings.NewReader("chunked "), strings.NewReader("body"))
+	if e := echo(t, do(t, c, "POST", url, chunked)); e.Body != "chunked body" {
+		t.Errorf("chunked body: %+v", e)
+	}
+	hits := b.hits.Load()
+	if r := do(t, c, "POST", url, strings.NewReader(strings.Repeat("x", 2048))); r.code != 413 {
+		t.Errorf("2KiB body with a 1KiB limit: %d", r.code)
+	}
+	big := io.MultiReader(strings.NewReader(strings.Repeat("y", 2048)))
+	if r := do(t, c, "POST", url, big); r.code != 413 {
+		t.Errorf("2KiB chunked body with a 1KiB limit: %d", r.code)
+	}
+	if b.hits.Load() != hits {
+		t.Errorf("an oversized body reached the target")
+	}
+}
+
+// A streamed response (server-sent events) reaches the client event by
+// event, not when the target finishes.
+func TestStreamingResponse(t *testing.T) {
+	next := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+ln.Addr().String()+"\"}\n")
+	res, err := client().Get("http://" + g.Addr() + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	br := bufio.NewReader(res.Body)
+	for i := range 3 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("event %d: %q %v", i, line, err)
+		}
+		br.ReadString('\n')
+		// The target writes the next event only after we saw this one.
+		next <- struct{}{}
+	}
+}
+
+// WebSocket upgrades are relayed both ways.
+func TestWebSocket(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			c.Write(r.Context(), typ, append([]byte("echo: "), msg...))
+		}
+	})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+ln.Addr().String()+"\"}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+g.Addr()+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	for i := range 3 {
+		msg := fmt.Sprint("hello ", i)
+		if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil || string(got) != "echo: "+msg {
+			t.Fatalf("got %q %v", got, err)
+		}
+	}
+}
+
+// h2c clients (HTTP/2 without TLS) and HTTP/1.0 clients are served.
+func TestH2CAndHTTP10(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"h2c: true\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}
+	res, err := h2.Get("http://" + g.Addr() + "/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.ProtoMajor != 2 || res.StatusCode != 200 || !bytes.Contains(body, []byte(`"X-Forwarded-For"`)) {
+		t.Fatalf("h2c: %s %d %s", res.Proto, res.StatusCode, body)
+	}
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	all, _ := io.ReadAll(conn)
+	if !bytes.HasPrefix(all, []byte("HTTP/1.0 200")) || !bytes.HasSuffix(all, []byte("b1")) {
+		t.Fatalf("HTTP/1.0: %q", all)
+	}
+}
+
+// TLS is served (HTTP/1.1 and HTTP/2 by ALPN) when configured.
+func TestTLS(t *testing.T) {
+	b := newBackend(t, "b1")
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	g := start(t, base+"tls: {cert_file: "+cert+", key_file: "+key+"}\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
+	res, err := c.Get("https://" + g.Addr() + "/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var e echoed
+	json.Unmarshal(body, &e)
+	if res.ProtoMajor != 2 || e.Header.Get("X-Forwarded-Proto") != "https" {
+		t.Fatalf("TLS: %s, target saw proto %q", res.Proto, e.Header.Get("X-Forwarded-Proto"))
+	}
+}
+
+// Routes match by host and path prefix, first match wins; no match is 404.
+func TestRoutes(t *testing.T) {
+	bs := backends(t, 3)
+	g := start(t, base+`upstreams:
+  api: {targets: [{url: "`+bs[0].url()+`"}]}
+  static: {targets: [{url: "`+bs[1].url()+`"}]}
+  shop: {targets: [{url: "`+bs[2].url()+`"}]}
+routes:
+  - {match: {host: "*.shop.example"}, upstream: shop}
+  - {match: {path_prefix: /static/}, upstream: static}
+  - {match: {host: api.example, path_prefix: /}, upstream: api}
+`)
+	c := client()
+	cases := []struct{ host, path, want string }{
+		{"eu.shop.example", "/static/x", "b3"},
+		{"api.example", "/static/x", "b2"},
+		{"api.example:8080", "/v1", "b1"},
+		{"other.example", "/v1", ""},
+	}
+	for _, tc := range cases {
+		r := get(t, c, "http://"+g.Addr()+tc.path, "Host", tc.host)
+		if tc.want == "" {
+			if r.code != 404 {
+				t.Errorf("%s%s: %d, want 404", tc.host, tc.path, r.code)
+			}
+			continue
+		}
+		if r.body != tc.want {
+			t.Errorf("%s%s went to %q, want %s", tc.host, tc.path, r.body, tc.want)
+		}
+	}
+}
+
+// Status retries go to another target only when safe: GETs and small
+// buffered bodies are retried; a streamed body is not.
+func TestStatusRetriesOnlyWhenSafe(t *testing.T) {
+	bs := backends(t, 2)
+	bs[0].status.Store(503)
+	g := start(t, base+"upstreams:\n  api:\n    strategy: round_robin\n    targets:\n"+targets(bs)+"    retry: {attempts: 2, on: [503], buffer_body: 16}\n")
+	c := client()
+	url := "http://" + g.Addr() + "/"
+	for range 4 {
+		if r := get(t, c, url); r.code != 200 || r.body != "b2" {
+			t.Fatalf("GET: %d %q, want retried to b2", r.code, r.body)
+		}
+	}
+	for range 4 {
+		if r := do(t, c, "POST", url, strings.NewReader("small")); r.code != 200 {
+			t.Fatalf("POST with a buffered body: %d, want retried to 200", r.code)
+		}
+	}
+	saw503 := false
+	for range 4 {
+		r := do(t, c, "POST", url, strings.NewReader(strings.Repeat("z", 100)))
+		saw503 = saw503 || r.code == 503
+	}
+	if !saw503 {
+		t.Fatalf("a POST with a body too large to buffer was retried")
+	}
+	m := get(t, c, "http://"+g.AdminAddr()+"/metrics").body
+	if !strings.Contains(m, `fulcrum_gateway_retries_total{reason="status",upstream="api"}`) {
+		t.Errorf("metrics lack status retries")
+	}
+}
+
+// Retries stop at the budget: when every target fails, retries stay near
+// budget x requests + the floor instead of multiplying the load.
+func TestRetryBudget(t *testing.T) {
+	bs := backends(t, 3)
+	for _, b := range bs {
+		b.status.Store(503)
+	}
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n"+targets(bs)+"    retry: {attempts: 3, on: [503], budget: 0.1, min_per_second: 1}\n")
+	c := client()
+	const n = 400
+	for range n {
+		get(t, c, "http://"+g.Addr()+"/")
+	}
+	var hits int64
+	for _, b := range bs {
+		hits += b.hits.Load()
+	}
+	retries := hits - n
+	// Allowed: 10% of requests plus 1/s over the 10s window.
+	if max := int64(n/10 + 10); retries > max {
+		t.Fatalf("%d retries for %d requests, budget allows %d", retries, n, max)
+	}
+	if retries == 0 {
+		t.Fatalf("no retries at all")
+	}
+}
