@@ -1,0 +1,188 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+const issueExample = `listen: 127.0.0.1:8080
+admin: {listen: 127.0.0.1:9901, token: ""}   # token required off loopback
+upstreams:
+  api:
+    strategy: round_robin        # any balance strategy name
+    hash_key: client_ip          # client_ip | header:NAME | cookie:NAME | query:NAME | path
+    targets:
+      - {url: "http://127.0.0.1:9001", weight: 5, warmup: 30s, max_concurrency: 200}
+    health:
+      active:  {path: /healthz, interval: 5s, timeout: 2s, healthy_threshold: 2, unhealthy_threshold: 3}
+      passive: {max_failures: 5, window: 10s, eject_for: 30s, max_ejected_percent: 50}
+    retry:   {attempts: 2, on: [connect_error, 502, 503, 504]}
+    queue:   {max_wait: 1s}
+routes:
+  - {match: {host: "", path_prefix: /}, upstream: api}
+`
+
+// The issue's example parses as written, with its values.
+func TestIssueExample(t *testing.T) {
+	c, err := config.Parse([]byte(issueExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := c.Upstreams["api"]
+	tg := u.Targets[0]
+	if tg.Addr != "127.0.0.1:9001" || tg.W() != 5 || tg.Warmup.D() != 30*time.Second || tg.MaxConcurrency != 200 {
+		t.Errorf("target %+v", tg)
+	}
+	if u.Health.Active.UnhealthyThreshold != 3 || u.Health.Passive.MaxFailures != 5 || u.Health.Passive.MaxEjectFor.D() != 300*time.Second {
+		t.Errorf("health %+v %+v", u.Health.Active, u.Health.Passive)
+	}
+	if u.Retry.Attempts != 2 || len(u.Retry.Statuses) != 3 || u.Queue.MaxWait.D() != time.Second {
+		t.Errorf("retry %+v queue %+v", u.Retry, u.Queue)
+	}
+	if c.Routes[0].Upstream != "api" || c.Routes[0].Match.PathPrefix != "/" {
+		t.Errorf("routes %+v", c.Routes)
+	}
+}
+
+// Defaults fill a minimal config.
+func TestDefaults(t *testing.T) {
+	c, err := config.Parse([]byte("upstreams:\n  web:\n    targets: [{url: \"http://10.0.0.1:80\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := c.Upstreams["web"]
+	switch {
+	case c.Listen != "127.0.0.1:8080", c.Admin.Listen != "127.0.0.1:9901", !c.AccessLog.On(), c.AccessLog.Format != "text":
+		t.Errorf("top-level defaults: %+v", c)
+	case u.Strategy != "round_robin", u.HashKey != "client_ip", u.Targets[0].W() != 1:
+		t.Errorf("upstream defaults: %+v", u)
+	case u.Retry.Attempts != 2, u.Retry.Budget != 0.2, u.Retry.MinPerSecond != 10, u.Retry.BufferBody != 64<<10:
+		t.Errorf("retry defaults: %+v", u.Retry)
+	case c.Timeouts.Dial.D() != 2*time.Second, c.Timeouts.ResponseHeader.D() != 30*time.Second, c.MaxBodySize != 10<<20:
+		t.Errorf("timeouts/limits: %+v %d", c.Timeouts, c.MaxBodySize)
+	case len(c.Routes) != 1 || c.Routes[0].Upstream != "web":
+		t.Errorf("the single upstream is not routed by default: %+v", c.Routes)
+	}
+}
+
+// Bad configs are refused with the field's path and line.
+func TestBadConfigs(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string // substrings of the error
+	}{
+		{"unknown field", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\", wieght: 5}\n", []string{"upstreams.api.targets[0].wieght (line 4)", "not found"}},
+		{"unknown top field", "listne: x\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"listne (line 1)"}},
+		{"bad duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {max_wait: 5 seconds}\n", []string{"upstreams.api.queue.max_wait (line 4)", `"5 seconds" is not a duration`}},
+		{"negative duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", warmup: -1s}]\n", []string{"upstreams.api.targets[0].warmup (line 3)", "negative"}},
+		{"bad url scheme", "upstreams:\n  api:\n    targets:\n      - {url: \"ftp://a:1\"}\n", []string{"upstreams.api.targets[0].url (line 4)", "scheme must be http"}},
+		{"url with path", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1/x\"}\n", []string{"targets[0].url", "only scheme, host and port"}},
+		{"bad port", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:99999\"}\n", []string{"targets[0].url", "port"}},
+		{"duplicate target", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\"}\n      - {url: \"http://a:1/\"}\n", []string{"targets[1].url (line 5)", "repeats targets[0]"}},
+		{"no targets", "upstreams:\n  api:\n    strategy: random\n", []string{"upstreams.api.targets", "at least one target"}},
+		{"unknown strategy", "upstreams:\n  api:\n    strategy: fastest\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.strategy (line 3)", `unknown strategy "fastest"`, "round_robin"}},
+		{"bad hash key", "upstreams:\n  api:\n    hash_key: header\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.hash_key (line 3)", "needs a name"}},
+		{"bad hash kind", "upstreams:\n  api:\n    hash_key: ip\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.hash_key", "client_ip, header:NAME"}},
+		{"path with name", "upstreams:\n  api:\n    hash_key: path:x\n    targets: [{url: \"http://a:1\"}]\n", []string{"hash_key", "takes no name"}},
+		{"route to nowhere", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: /}, upstream: apx}\n", []string{"routes[0].upstream (line 5)", `no upstream named "apx"`}},
+		{"route prefix", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: api}, upstream: api}\n", []string{"routes[0].match.path_prefix", "must start with /"}},
+		{"routes needed", "upstreams:\n  a: {targets: [{url: \"http://a:1\"}]}\n  b: {targets: [{url: \"http://b:1\"}]}\n", []string{"routes", "more than one upstream"}},
+		{"retry on", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [connect_error, 404]}\n", []string{"upstreams.api.retry.on[1]", `"404"`}},
+		{"retry attempts", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 50}\n", []string{"upstreams.api.retry.attempts", "1..10"}},
+		{"ejected percent", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {max_ejected_percent: 150}}\n", []string{"health.passive.max_ejected_percent", "150"}},
+		{"max eject below eject", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {eject_for: 10s, max_eject_for: 1s}}\n", []string{"health.passive.max_eject_for", "below eject_for"}},
+		{"admin off loopback", "admin: {listen: \"0.0.0.0:9901\"}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"admin.token (line 1)", "not a loopback"}},
+		{"listen", "listen: 8080\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"listen (line 1)", "host:port"}},
+		{"size", "max_body_size: 10 parsecs\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"max_body_size (line 1)", "not a size"}},
+		{"wrong type", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", weight: heavy}]\n", []string{"line 3", "heavy"}},
+		{"yaml syntax", "upstreams:\n  api: [\n", []string{"(document)"}},
+		{"empty", "", []string{"upstreams", "at least one upstream"}},
+		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"access_log.format (line 1)", "xml"}},
+		{"several at once", "upstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"gopher://x\"}]\n", []string{"2 problems", "upstreams.api.strategy", "targets[0].url"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.yaml)
+			}
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %T is not a *config.Error: %v", err, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSizes(t *testing.T) {
+	for in, want := range map[string]int64{"1024": 1024, "64KiB": 64 << 10, "10MiB": 10 << 20, "1KB": 1000, "2 MB": 2e6, "5B": 5} {
+		if got, err := config.ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5MiB", "10XB", "99999999999999999999"} {
+		if _, err := config.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}
+
+func TestParseTargets(t *testing.T) {
+	for _, body := range []string{
+		`[{"url": "http://a:1", "weight": 3}]`,
+		`{"targets": [{"url": "http://a:1", "weight": 3}]}`,
+		"- {url: \"http://a:1\", weight: 3}\n",
+	} {
+		ts, err := config.ParseTargets([]byte(body))
+		if err != nil || len(ts) != 1 || ts[0].W() != 3 || ts[0].Addr != "a:1" {
+			t.Errorf("ParseTargets(%s) = %+v, %v", body, ts, err)
+		}
+	}
+	if _, err := config.ParseTargets([]byte(`[{"url": "http://a:1"}, {"url": ""}]`)); err == nil || !strings.Contains(err.Error(), "targets[1].url") {
+		t.Errorf("empty url: %v", err)
+	}
+}
+
+// FuzzParse: no input panics; an accepted config is whole (every route
+// names an upstream, every target has an address, every strategy exists).
+func FuzzParse(f *testing.F) {
+	f.Add(issueExample)
+	f.Add("upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n")
+	f.Add("upstreams:\n  api:\n    hash_key: cookie:s\n    strategy: hash\n    targets: [{url: \"http://a:1\", weight: 0}]\nroutes: [{match: {host: \"*.x\"}, upstream: api}]\n")
+	f.Add("listen: [\n")
+	f.Add("upstreams: {a: ~}\n")
+	f.Add("upstreams: &a {x: *a}\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := config.Parse([]byte(s))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		for i, r := range c.Routes {
+			if c.Upstreams[r.Upstream] == nil {
+				t.Fatalf("route %d names missing upstream %q", i, r.Upstream)
+			}
+		}
+		for name, u := range c.Upstreams {
+			if len(u.Targets) == 0 || u.Retry.Attempts < 1 {
+				t.Fatalf("upstream %s accepted incomplete: %+v", name, u)
+			}
+			for _, tg := range u.Targets {
+				if tg.Addr == "" || tg.W() < 0 {
+					t.Fatalf("upstream %s target %+v", name, tg)
+				}
+			}
+		}
+	})
+}
