@@ -15,8 +15,8 @@ import (
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
-// BenchmarkCycle is the store's share of the end-to-end figure: one
-// goroutine creates tasks in batches while `workers` goroutines hold
+// BenchmarkCycle is the store's share of the end-to-end figure: two
+// goroutines create tasks in batches while `workers` goroutines hold
 // batches and set them success, all at once (as River's benchmark inserts
 // and works at once). One op is one task created, held and finished; the
 // timer covers all three.
@@ -35,56 +35,59 @@ func BenchmarkCycle(b *testing.B) {
 	for _, db := range dbs {
 		for _, batch := range []int{10, 100} {
 			b.Run(fmt.Sprintf("%s/batch=%d", db.name, batch), func(b *testing.B) {
-				benchCycle(b, factory(db.dsn), db.server, 8, batch)
+				benchCycle(b, factory(db.dsn), db.server, 2, 8, batch)
 			})
 		}
 	}
 }
 
-func benchCycle(b *testing.B, f storetest.Factory, server string, workers, batch int) {
+func benchCycle(b *testing.B, f storetest.Factory, server string, producers, workers, batch int) {
 	ctx := context.Background()
 	s := f.Open(b, storetest.Prefix(), store.Options{})
 	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: batch, MaxProcessingMS: 600000, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
 	if err := s.RegisterType(ctx, tt, time.Now()); err != nil {
 		b.Fatal(err)
 	}
-	var finished, created, empty atomic.Int64
+	var finished, empty atomic.Int64
 	var wg sync.WaitGroup
-	// Idle workers wait for the producer's next batch (as the server's long
-	// poll waits for OnDue) instead of polling the database.
-	var wakeMu sync.Mutex
-	wake := make(chan struct{})
-	wakeCh := func() chan struct{} { wakeMu.Lock(); defer wakeMu.Unlock(); return wake }
+	// Each created batch wakes one idle worker (as OnDue wakes a long
+	// poll) instead of workers polling the database.
+	wake := make(chan struct{}, 1024)
 	b.ResetTimer()
 	dbCPU, dbOK := procCPU(server) // before selfCPU: reading /proc costs
 	start, goCPU := time.Now(), selfCPU()
-	wg.Add(1)
-	go func() { // the producer
-		defer wg.Done()
-		for done := 0; done < b.N; done += batch {
-			n := min(batch, b.N-done)
-			now := time.Now().UTC()
-			recs := make([]flow.Record, n)
-			for i, id := range flow.NewTaskIDs(now, n) {
-				recs[i] = flow.NewRecord(id, flow.NewTask{TaskType: "bench", TaskStage: "run"}, tt, now)
+	var next atomic.Int64 // tasks handed to producers
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				from := int(next.Add(int64(batch))) - batch
+				n := min(batch, b.N-from)
+				if n <= 0 {
+					return
+				}
+				now := time.Now().UTC()
+				recs := make([]flow.Record, n)
+				for i, id := range flow.NewTaskIDs(now, n) {
+					recs[i] = flow.NewRecord(id, flow.NewTask{TaskType: "bench", TaskStage: "run"}, tt, now)
+				}
+				if err := s.CreateTasks(ctx, recs); err != nil {
+					b.Error(err)
+					return
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
 			}
-			if err := s.CreateTasks(ctx, recs); err != nil {
-				b.Error(err)
-				return
-			}
-			created.Add(int64(n))
-			wakeMu.Lock()
-			close(wake)
-			wake = make(chan struct{})
-			wakeMu.Unlock()
-		}
-	}()
+		}()
+	}
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for finished.Load() < int64(b.N) && !b.Failed() {
-				woken := wakeCh()
 				t := time.Now().UTC()
 				got, err := s.Hold(ctx, store.HoldParams{TaskType: "bench", WorkerID: "w", Limit: batch, Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Hour)})
 				if err != nil {
@@ -94,7 +97,7 @@ func benchCycle(b *testing.B, f storetest.Factory, server string, workers, batch
 				if len(got) == 0 {
 					empty.Add(1)
 					select { // the producer is behind, or others hold the rest
-					case <-woken:
+					case <-wake:
 					case <-time.After(5 * time.Millisecond):
 					}
 					continue

@@ -605,18 +605,51 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 		_, err := tx.ExecContext(ctx, s.q.writeBatch, ids, stages, statuses, ctxs, ots, crts, owners, leases, les, logs, mts, s.d.channel(s.p), s.d.instance+":")
 		return err
 	}
-	stmt, err := tx.PrepareContext(ctx, s.q.writeRow)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, r := range recs {
-		var le int64
-		if r.LeaseExpiry != nil {
-			le = us(*r.LeaseExpiry)
+	if s.d.name == "sqlite" {
+		// In process, a prepared statement per row is cheaper than one
+		// statement joined to a list of values (measured: BenchmarkCycle).
+		stmt, err := tx.PrepareContext(ctx, s.q.writeRow)
+		if err != nil {
+			return err
 		}
-		if _, err := stmt.ExecContext(ctx, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
-			r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime), r.TaskID); err != nil {
+		defer stmt.Close()
+		for _, r := range recs {
+			var le int64
+			if r.LeaseExpiry != nil {
+				le = us(*r.LeaseExpiry)
+			}
+			if _, err := stmt.ExecContext(ctx, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
+				r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime), r.TaskID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// MySQL: one UPDATE joined to the new values per chunk, one round trip
+	// instead of one per row.
+	const chunk = 200
+	t := s.p + "tasks"
+	for i := 0; i < len(recs); i += chunk {
+		part := recs[i:min(i+chunk, len(recs))]
+		var b strings.Builder
+		args := make([]any, 0, 11*len(part))
+		b.WriteString("SELECT ? AS id, ? AS stage, ? AS st, ? AS ctx, ? AS ot, ? AS crt, ? AS owner, ? AS lease, ? AS le, ? AS log, ? AS mt")
+		for k, r := range part {
+			if k > 0 {
+				b.WriteString(" UNION ALL SELECT " + in(11))
+			}
+			var le int64
+			if r.LeaseExpiry != nil {
+				le = us(*r.LeaseExpiry)
+			}
+			args = append(args, r.TaskID, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
+				r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime))
+		}
+		// STRAIGHT_JOIN: the values first, then one primary key lookup
+		// each; otherwise the optimizer may scan the table.
+		q := "UPDATE (" + b.String() + ") v STRAIGHT_JOIN " + t + " t ON t.task_id = v.id SET t.task_stage = v.stage, t.status = v.st, t.task_context = v.ctx," +
+			" t.order_time = v.ot, t.crt_retry_num = v.crt, t.owner = v.owner, t.lease = v.lease, t.lease_expiry = v.le, t.schedule_log = v.log, t.modify_time = v.mt"
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 	}
