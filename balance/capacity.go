@@ -24,9 +24,14 @@ import (
 // forbade it). The learner combines three signals, per target:
 //
 //   - rejections: an outcome whose error is a rejection (see IsRejection)
-//     means the target ran out of permits with the in-flight count the
-//     balancer had then. The limit drops at once to a little under that
-//     count, and the count is remembered as the ceiling.
+//     means the target had no permit free. A few percent of rejections are
+//     wanted: between a permit's release at the target and the next
+//     request's arrival the target idles, and only a limit a little above
+//     its permits covers that round trip (callers retry a rejection at
+//     once). Over the last few hundred outcomes, more than 30% rejections
+//     step the limit down by 3%, and more than 50%, or half the limit in a
+//     row, mean the capacity dropped: the limit falls at once to 90% of
+//     what was in flight.
 //   - latency gradient (as Netflix's Gradient2), for targets that do not
 //     reject (none in the last 30s): the mean success latency of a window
 //     against a baseline measured at a limit known to be fine. A window
@@ -36,14 +41,20 @@ import (
 //     for five windows in a row means the target itself slowed: the
 //     baseline moves.
 //   - probing: while the target is saturated (the balancer keeps it at its
-//     limit) and neither signal fires, the limit grows, like TCP BIC: it
-//     doubles while no ceiling is known, climbs halfway to a known ceiling
-//     per window, and past the ceiling grows by a step that doubles every
-//     window. A target that is not saturated keeps its limit: there is no
-//     evidence to learn from, and no need.
+//     limit) and under 15% of its outcomes are rejections, the limit grows,
+//     like TCP BIC: it doubles while no ceiling is known, climbs halfway to
+//     the last ceiling per window, and past it grows by a step that doubles
+//     every window. A window opens only after the last change's round trip
+//     (half of it for a target that rejects), so growth is clocked by
+//     feedback. A target that is not saturated keeps its limit: there is
+//     no evidence to learn from, and no need.
 //
 // Latencies used for picking are success latencies only: a rejection
 // answers fast and must not make a full target look quick.
+//
+// Options.Params tunes the learner: initial_limit (default 20), min_limit
+// (1), max_limit (4096), tolerance (2: the latency ratio read as queueing)
+// and backoff (0.9: the cut on a capacity drop).
 type capacityStrategy struct{ cfg capacityConfig }
 
 // capacityConfig holds the learner's knobs. Options.Params may set them
@@ -209,9 +220,9 @@ func (*capacityPicker) usesLatency() {}
 // where a few percent bounce, which keeps the target's permits busy through
 // the round trip between one request and the next.
 const (
-	rejectGrow = 0.05
-	rejectCut  = 0.15
-	rejectDrop = 0.30
+	rejectGrow = 0.15
+	rejectCut  = 0.30
+	rejectDrop = 0.50
 	rejectRun  = 8
 )
 
@@ -294,10 +305,7 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 		return
 	}
 	c.rejShare -= c.rejShare / 256
-	if c.rejRun > 0 {
-		c.rejRun = 0
-		c.publish(e)
-	}
+	c.rejRun = 0
 	if float64(o.InFlight) > c.limit+1 {
 		// Still draining down to a lowered limit: what we see now is the
 		// old load's latency, and so is the next round trip's.
@@ -335,7 +343,6 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		}
 	}
 	c.lastReject = o.Now
-	defer c.publish(e)
 	if o.Now < c.holdUntil {
 		return // a pick sent before the last cut: already accounted for
 	}
@@ -367,17 +374,13 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		hold = int64(time.Millisecond)
 	}
 	c.holdUntil = o.Now + hold
+	c.publish(e)
 	c.changed(o.Now)
 }
 
-// publish sets the endpoint's permits: the learned limit less one for
-// each rejection since the last success. A rejection shows that one of
-// the permits we count as free is taken at the target; sending there again
-// before one of ours returns would only bounce.
+// publish sets the endpoint's permits to the learned limit.
 func (c *capState) publish(e *Endpoint) {
-	l := int64(math.Ceil(c.limit)) - int64(c.rejRun)
-	l = max(l, 1)
-	if e.Limit() != l {
+	if l := max(int64(math.Ceil(c.limit)), 1); e.Limit() != l {
 		e.SetLimit(l)
 	}
 }
