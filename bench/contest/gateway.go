@@ -101,8 +101,9 @@ func contenders() []contender {
 		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured)})
 	}
 	cs = append(cs,
-		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", false)},
-		contender{Name: "library capacity (configured)", Kind: "library", start: libraryContender("capacity", true)},
+		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", learned)},
+		contender{Name: "library capacity (configured)", Kind: "library", start: libraryContender("capacity", configured)},
+		contender{Name: "oracle: library capacity (stage permits)", Kind: "oracle", start: libraryContender("capacity", oracle)},
 		contender{Name: "nginx round robin", Kind: "peer", Needs: "nginx", start: nginxContender("")},
 		contender{Name: "nginx least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("least_conn;")},
 		contender{Name: "nginx random two least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("random two least_conn;")},

@@ -78,11 +78,17 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// limitMode says where a library contender's target limits come from.
+type limitMode int
+
+const (
+	learned    limitMode = iota // none configured: the strategy learns them
+	configured                  // each provider's first-stage permits, as a user would write them
+	oracle                      // the current stage's permits, updated as the stages change (reads the providers' settings, which the contest forbade: a yardstick, not a contender)
+)
+
 // libraryContender runs a forwarder with the strategy on a loopback port.
-// configured sets each target's max concurrency to its first stage's
-// permits (what a user who knows the providers would write); otherwise
-// the targets carry no limit.
-func libraryContender(strategy string, configured bool) starter {
+func libraryContender(strategy string, mode limitMode) starter {
 	return func(ctx context.Context, env *runEnv) (string, func(), error) {
 		b, err := balance.New(strategy, balance.Options{})
 		if err != nil {
@@ -91,8 +97,8 @@ func libraryContender(strategy string, configured bool) starter {
 		var targets []balance.Target
 		for i, u := range env.urls {
 			t := balance.Target{Addr: u, Weight: 1}
-			if configured {
-				t.MaxConcurrency = env.sc.Providers[i].Stages[0].Permits
+			if mode != learned {
+				t.MaxConcurrency = max(1, env.sc.Providers[i].Stages[0].Permits)
 			}
 			targets = append(targets, t)
 		}
@@ -113,6 +119,9 @@ func libraryContender(strategy string, configured bool) starter {
 		srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		done := make(chan struct{})
+		if mode == oracle {
+			go followStages(env, b, targets, done)
+		}
 		if env.verbose {
 			go traceLimits(env, b, done)
 		}
@@ -152,5 +161,27 @@ func traceLimits(env *runEnv, b *balance.Balancer, done chan struct{}) {
 			line += fmt.Sprintf("  %s %d/%d (in %d, %v)", env.sc.Providers[i].Name, s.Limit, st.Permits, s.InFlight, s.AvgLatency.Round(time.Millisecond))
 		}
 		fmt.Fprintln(env.log, line)
+	}
+}
+
+// followStages updates the targets' limits to each stage's permits when
+// the stage starts (the oracle).
+func followStages(env *runEnv, b *balance.Balancer, targets []balance.Target, done chan struct{}) {
+	select {
+	case <-env.started:
+	case <-done:
+		return
+	}
+	for _, at := range env.sc.changePoints() {
+		select {
+		case <-time.After(time.Until(env.start.Add(at))):
+		case <-done:
+			return
+		}
+		ts := append([]balance.Target(nil), targets...)
+		for i := range ts {
+			ts[i].MaxConcurrency = max(1, env.sc.Providers[i].stageAt(at).Permits)
+		}
+		_ = b.Update(ts)
 	}
 }

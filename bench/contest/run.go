@@ -31,6 +31,11 @@ type runEnv struct {
 	log     io.Writer
 	verbose bool
 	fulcrum string // path of the fulcrum binary ("" when it could not be built)
+
+	// started is closed when the measured run (warm-up included) starts,
+	// at start; the oracle follows the stages from there.
+	started chan struct{}
+	start   time.Time
 }
 
 // Record is one contender's result, one JSON record each.
@@ -48,6 +53,7 @@ type Record struct {
 	ProviderRejected int64     `json:"provider_rejected"`
 	PerSecond        []float64 `json:"per_second"`
 	Skipped          string    `json:"skipped,omitempty"`
+	LoadAvg          string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
 }
 
 // Report is a whole run.
@@ -94,6 +100,7 @@ func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only 
 		if !ps.Idle(10 * time.Second) {
 			fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
 		}
+		env.started = make(chan struct{})
 		url, stop, err := c.start(ctx, env)
 		if err == nil {
 			err = waitReady(ctx, url, 15*time.Second)
@@ -109,6 +116,8 @@ func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only 
 		}
 		start := time.Now()
 		ps.Reset(start)
+		env.start = start
+		close(env.started)
 		res := runLoad(ctx, url, sc.Load, start)
 		stop()
 		for _, p := range ps.list {
@@ -119,8 +128,9 @@ func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only 
 		rec.Share = float64(res.Successes) / rep.TheoreticalMax
 		rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
 		rec.PerSecond = res.PerSecond
-		fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d)\n",
-			c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected)
+		rec.LoadAvg = loadAvg()
+		fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d; load %s)\n",
+			c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected, rec.LoadAvg)
 		rep.Records = append(rep.Records, rec)
 	}
 	var best int64
