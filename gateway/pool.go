@@ -26,6 +26,7 @@ type upConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+	deadline  time.Time // the read deadline set on c
 }
 
 const (

@@ -318,3 +318,15 @@ func TestRetryBudget(t *testing.T) {
 		t.Fatalf("no retries at all")
 	}
 }
+
+// A target that does not answer within response_header gets 504.
+func TestResponseHeaderTimeout(t *testing.T) {
+	b := newBackend(t, "b1")
+	hold := make(chan struct{})
+	b.hold.Store(&hold)
+	defer close(hold)
+	g := start(t, base+"timeouts: {response_header: 200ms}\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	if r := get(t, client(), "http://"+g.Addr()+"/"); r.code != http.StatusGatewayTimeout {
+		t.Fatalf("got %d %q, want 504", r.code, r.body)
+	}
+}

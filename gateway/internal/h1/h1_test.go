@@ -25,8 +25,8 @@ func TestParseRequest(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, X-Foo\r\nUpgrade: websocket\r\n\r\n", true, func(r *Request) bool { return r.Upgrade && r.ConnTokens }},
 		{"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", true, func(r *Request) bool { return r.Chunked }},
 		{"GET / HTTP/1.1\nHost: x\n\n", true, nil},
-		{"GET / HTTP/1.1\r\n\r\n", false, nil},                                                   // no Host
-		{"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", false, nil},                             // two Hosts
+		{"GET / HTTP/1.1\r\n\r\n", false, nil},                                                                // no Host
+		{"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", false, nil},                                          // two Hosts
 		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", false, nil}, // smuggling
 		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", false, nil},
 		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", false, nil},
