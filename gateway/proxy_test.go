@@ -11,10 +11,14 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/fulcrum-lb/fulcrum/gateway"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
 type echoed struct {
@@ -328,5 +332,60 @@ func TestResponseHeaderTimeout(t *testing.T) {
 	g := start(t, base+"timeouts: {response_header: 200ms}\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
 	if r := get(t, client(), "http://"+g.Addr()+"/"); r.code != http.StatusGatewayTimeout {
 		t.Fatalf("got %d %q, want 504", r.code, r.body)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The access log has one JSON line per request with its request ID, on
+// both paths.
+func TestAccessLogJSON(t *testing.T) {
+	b := newBackend(t, "b1")
+	cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\naccess_log: {format: json}\nupstreams:\n  api:\n    targets:\n      - {url: \"" + b.url() + "\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuf
+	g := startCfg(t, cfg, gateway.Options{AccessLog: &buf})
+	c := client()
+	get(t, c, "http://"+g.Addr()+"/a?x=1", "X-Request-Id", "req-fast")
+	do(t, c, "POST", "http://"+g.Addr()+"/b", io.MultiReader(strings.NewReader("chunked")), "X-Request-Id", "req-slow")
+	get(t, c, "http://"+g.Addr()+"/c", "Host", "x", "X-Request-Id", "req-404")
+	eventually(t, "three log lines", func() bool { return strings.Count(buf.String(), "\n") >= 3 })
+	want := map[string]struct {
+		path   string
+		status float64
+	}{"req-fast": {"/a?x=1", 200}, "req-slow": {"/b", 200}}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		w, ok := want[m["request_id"].(string)]
+		if !ok {
+			continue
+		}
+		if m["path"] != w.path || m["status"] != w.status || m["upstream"] != "api" || m["target"] != b.addr {
+			t.Errorf("log line %v, want path %s status %v", m, w.path, w.status)
+		}
+		delete(want, m["request_id"].(string))
+	}
+	if len(want) > 0 {
+		t.Errorf("no log lines for %v in:\n%s", want, buf.String())
 	}
 }

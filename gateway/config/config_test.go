@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +186,17 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Every example config in examples/gateway parses.
+func TestExamplesParse(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/gateway/*.yaml")
+	if len(files) == 0 {
+		t.Skip("no examples")
+	}
+	for _, f := range files {
+		if _, err := config.Load(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
 }
