@@ -286,7 +286,7 @@ func (cc *clientConn) serveOne() bool {
 		}
 		cc.tried = append(cc.tried, pick.Endpoint())
 		tstart := time.Now()
-		uc, res, sent, err := cc.exchange(t, n, replayable, cfg.Timeouts.ResponseHeader.D(), isHead)
+		uc, res, sent, err := cc.exchange(t, n, replayable, cfg.Timeouts.ResponseHeader.D(), isHead, idem)
 		bodySent = bodySent || sent
 		if err != nil {
 			lat := time.Since(tstart)
@@ -414,10 +414,19 @@ func (cc *clientConn) noteEjection(up *upstream, t *target) {
 // connection that turns out closed (nothing read back) is replaced by a
 // fresh one once, when the request can be sent again. sent reports
 // whether the request body left (so it can no longer be replayed).
-func (cc *clientConn) exchange(t *target, n int64, replayable bool, headTO time.Duration, isHead bool) (*upConn, *h1.Response, bool, error) {
+func (cc *clientConn) exchange(t *target, n int64, replayable bool, headTO time.Duration, isHead, idem bool) (*upConn, *h1.Response, bool, error) {
 	uc, reused, err := t.pool.get()
 	if err != nil {
 		return nil, nil, false, err
+	}
+	if reused && !idem && !uc.alive() {
+		// A request that must not run twice goes only on a connection
+		// known to be open, so a failure below is never a stale socket.
+		uc.c.Close()
+		if uc, err = t.pool.dial(); err != nil {
+			return nil, nil, false, err
+		}
+		reused = false
 	}
 	for {
 		sent, err := cc.send(uc, n, replayable)
@@ -444,7 +453,8 @@ func (cc *clientConn) exchange(t *target, n int64, replayable bool, headTO time.
 		}
 		if reused && replayable && uc.br.Buffered() == 0 && !errors.Is(err, h1.ErrMalformed) {
 			// A stale keep-alive connection: the target closed it while
-			// idle. Try once more on a fresh connection.
+			// idle (nothing came back). Idempotent requests only (others
+			// checked the connection first): try once more on a fresh one.
 			reused = false
 			if uc, err = t.pool.dial(); err != nil {
 				return nil, nil, sent, err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -61,6 +62,20 @@ func (p *pool) dial() (*upConn, error) {
 		return nil, &connectError{addr: p.addr, err: err}
 	}
 	return &upConn{c: c, br: bufio.NewReaderSize(c, upReadBuf), bw: bufio.NewWriterSize(c, upWriteBuf)}, nil
+}
+
+// alive reports whether an idle connection is still open: a read that
+// must time out at once, not return EOF. Two syscalls, so only requests
+// that cannot be replayed blindly pay for it.
+func (uc *upConn) alive() bool {
+	if uc.br.Buffered() > 0 {
+		return false // bytes nobody asked for: not a clean connection
+	}
+	uc.deadline = time.Unix(1, 0)
+	_ = uc.c.SetReadDeadline(uc.deadline)
+	_, err := uc.br.Peek(1)
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // put returns a healthy connection whose last response was read in full.

@@ -389,3 +389,51 @@ func TestAccessLogJSON(t *testing.T) {
 		t.Errorf("no log lines for %v in:\n%s", want, buf.String())
 	}
 }
+
+// oneShot is a target that answers one request per connection and then
+// closes it without saying so: every pooled connection goes stale.
+func oneShot(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// Connections the target closed while pooled are replaced without the
+// client noticing, for GETs and POSTs alike.
+func TestStalePooledConnections(t *testing.T) {
+	addr := oneShot(t)
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+addr+"\"}\n")
+	c := client()
+	for i := range 20 {
+		var r resp
+		if i%2 == 0 {
+			r = get(t, c, "http://"+g.Addr()+"/")
+		} else {
+			r = do(t, c, "POST", "http://"+g.Addr()+"/", strings.NewReader("x"))
+		}
+		if r.code != 200 || r.body != "ok" {
+			t.Fatalf("request %d: %d %q", i, r.code, r.body)
+		}
+	}
+}
