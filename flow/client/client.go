@@ -486,11 +486,11 @@ func (c *Client) probeLoop() {
 	}
 }
 
-// alive asks a server for its stats; any answer below 500 means it is up.
+// alive asks a server for /healthz (which checks its database).
 func (c *Client) alive(server string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), c.probe)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/v1/stats", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/healthz", nil)
 	if err != nil {
 		return false
 	}
@@ -500,5 +500,5 @@ func (c *Client) alive(server string) bool {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
-	return resp.StatusCode < 500
+	return resp.StatusCode == http.StatusOK
 }

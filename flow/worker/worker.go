@@ -112,7 +112,7 @@ type Worker struct {
 	started bool
 
 	held  atomic.Int64  // tasks held (or slots reserved for a hold in flight)
-	room  chan struct{} // signalled when held drops
+	room  broadcast // notified when held drops
 	queue chan *heldTask
 
 	stop     chan struct{} // closed by Stop
@@ -136,7 +136,6 @@ func New(cfg Config) (*Worker, error) {
 		c:     cfg.Client,
 		log:   cfg.Logger.With("worker", cfg.WorkerID),
 		types: map[string]*typeState{},
-		room:  make(chan struct{}, 1),
 		queue: make(chan *heldTask, cfg.MaxBacklog),
 		stop:  make(chan struct{}),
 	}
@@ -294,7 +293,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	deadline := dctx.Done()
 	for w.held.Load() > 0 {
 		select {
-		case <-w.room:
+		case <-w.room.wait():
 		case <-poll.C:
 		case <-deadline:
 			w.log.Warn("flow worker: shutdown timeout; outcomes not reported soon are dropped", "held", w.held.Load())
@@ -324,12 +323,16 @@ func (w *Worker) stopping() bool {
 }
 
 // reserve waits for room in the backlog and reserves up to want slots. It
-// returns 0 when the worker stops.
+// waits until at least half of want is free, so a busy worker pulls in
+// batches rather than one task per freed slot (each hold is a database
+// transaction on the server). It returns 0 when the worker stops.
 func (w *Worker) reserve(want int) int {
+	least := int64(max(1, (want+1)/2))
 	for {
+		changed := w.room.wait() // before the check, so no release is missed
 		cur := w.held.Load()
 		free := int64(w.cfg.MaxBacklog) - cur
-		if free > 0 {
+		if free >= least || (free > 0 && cur == 0) {
 			n := min(int64(want), free)
 			if w.held.CompareAndSwap(cur, cur+n) {
 				return int(n)
@@ -339,7 +342,7 @@ func (w *Worker) reserve(want int) int {
 		select {
 		case <-w.stop:
 			return 0
-		case <-w.room:
+		case <-changed:
 		}
 	}
 }
@@ -350,9 +353,31 @@ func (w *Worker) unreserve(n int) {
 		return
 	}
 	w.held.Add(-int64(n))
-	select {
-	case w.room <- struct{}{}:
-	default:
+	w.room.notify()
+}
+
+// broadcast wakes every waiter at once (a sync.Cond that works in select).
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed by the next notify.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
 	}
 }
 

@@ -1,0 +1,438 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/client"
+	"github.com/fulcrum-lb/fulcrum/flow/server"
+	"github.com/fulcrum-lb/fulcrum/flow/worker"
+)
+
+// env is one real flow server on a fresh SQLite file, and a client for it.
+type env struct {
+	c   *client.Client
+	url string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	url := "http://" + s.Addr()
+	c, err := client.New([]string{url}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &env{c: c, url: url}
+}
+
+// taskType returns a TaskType config with quick retries.
+func taskType(name string) flow.TaskType {
+	return flow.TaskType{TaskType: name, ScheduleLimit: 32, ScheduleIntervalMS: 100, MaxProcessingMS: 10_000,
+		MaxRetryNum: 3, RetryIntervalMS: 1, MaxRetryIntervalMS: 5}
+}
+
+func (e *env) create(t *testing.T, typ, stage string, n int) []string {
+	t.Helper()
+	nts := make([]flow.NewTask, n)
+	for i := range nts {
+		nts[i] = flow.NewTask{TaskType: typ, TaskStage: stage, TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+	}
+	ids, err := e.c.CreateTasks(context.Background(), nts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) counts(t *testing.T, typ string) map[string]int64 {
+	t.Helper()
+	st, err := e.c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ty := range st.Types {
+		if ty.TaskType == typ {
+			return ty.Counts
+		}
+	}
+	return map[string]int64{}
+}
+
+func (e *env) get(t *testing.T, id string) *flow.Task {
+	t.Helper()
+	tk, err := e.c.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// start runs w in the background; the returned func stops it and returns
+// Run's error.
+func start(t *testing.T, w *worker.Worker) func() error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() { w.Stop(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func newWorker(t *testing.T, e *env, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	cfg.Client = e.c
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+type path struct {
+	N    int      `json:"n"`
+	Path []string `json:"path"`
+}
+
+func TestStagesRunInOrderToSuccess(t *testing.T) {
+	e := newEnv(t)
+	w := newWorker(t, e, worker.Config{Concurrency: 4})
+	w.Register(taskType("three"))
+	stages := []string{"fetch", "transform", "store"}
+	for i, st := range stages {
+		w.Handle("three", st, func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+			var p path
+			if err := tk.Decode(&p); err != nil {
+				return worker.Result{}, err
+			}
+			p.Path = append(p.Path, tk.Stage)
+			if i == len(stages)-1 {
+				return worker.Done(p), nil
+			}
+			return worker.Next(stages[i+1], p), nil
+		})
+	}
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), taskType("three")); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.create(t, "three", "fetch", 50)
+	waitFor(t, "50 successes", func() bool { return e.counts(t, "three")["success"] == 50 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		tk := e.get(t, id)
+		var p path
+		if err := json.Unmarshal(tk.TaskContext, &p); err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status != flow.StatusSuccess || !slices.Equal(p.Path, stages) || tk.CrtRetryNum != 0 {
+			t.Errorf("task %s: status %d path %v retries %d; want success after %v with no retry", id, tk.Status, p.Path, tk.CrtRetryNum, stages)
+		}
+	}
+}
+
+func TestHandlerOutcomes(t *testing.T) {
+	errBoom := errors.New("boom")
+	tests := []struct {
+		name      string
+		handler   worker.Handler
+		maxRetry  int
+		want      flow.Status
+		wantRuns  int
+		wantRetry int
+		wantCtx   string
+	}{
+		{"done keeps context when nil", func(context.Context, *worker.Task) (worker.Result, error) { return worker.Done(nil), nil },
+			3, flow.StatusSuccess, 1, 0, `{"n":0}`},
+		{"done with new context", func(context.Context, *worker.Task) (worker.Result, error) {
+			return worker.Done(map[string]int{"x": 1}), nil
+		},
+			3, flow.StatusSuccess, 1, 0, `{"x":1}`},
+		{"fail ends at once", func(context.Context, *worker.Task) (worker.Result, error) { return worker.Fail("bad input"), nil },
+			3, flow.StatusFailed, 1, 0, `{"n":0}`},
+		{"error retries then fails", func(context.Context, *worker.Task) (worker.Result, error) { return worker.Result{}, errBoom },
+			2, flow.StatusFailed, 3, 2, `{"n":0}`},
+		{"panic is an error", func(context.Context, *worker.Task) (worker.Result, error) { panic("oops") },
+			1, flow.StatusFailed, 2, 1, `{"n":0}`},
+		{"error twice then done", func(_ context.Context, tk *worker.Task) (worker.Result, error) {
+			if tk.Attempt < 2 {
+				return worker.Result{}, errBoom
+			}
+			return worker.Done(nil), nil
+		}, 3, flow.StatusSuccess, 3, 2, `{"n":0}`},
+		{"context over 4096 bytes becomes an error", func(context.Context, *worker.Task) (worker.Result, error) {
+			return worker.Done(map[string]string{"big": string(make([]byte, 5000))}), nil
+		}, 1, flow.StatusFailed, 2, 1, `{"n":0}`},
+		{"next with no stage is an error", func(context.Context, *worker.Task) (worker.Result, error) { return worker.Next("", nil), nil },
+			0, flow.StatusFailed, 1, 0, `{"n":0}`},
+	}
+	e := newEnv(t)
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			typ := fmt.Sprintf("outcome%d", i)
+			tt := taskType(typ)
+			tt.MaxRetryNum = tc.maxRetry
+			var runs atomic.Int64
+			w := newWorker(t, e, worker.Config{Concurrency: 1})
+			w.Register(tt)
+			w.Handle(typ, "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+				runs.Add(1)
+				return tc.handler(ctx, tk)
+			})
+			stop := start(t, w)
+			if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+				t.Fatal(err)
+			}
+			id := e.create(t, typ, "only", 1)[0]
+			waitFor(t, "the task to end", func() bool { s := e.get(t, id).Status; return s == flow.StatusSuccess || s == flow.StatusFailed })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			tk := e.get(t, id)
+			if tk.Status != tc.want || int(runs.Load()) != tc.wantRuns || tk.CrtRetryNum != tc.wantRetry {
+				t.Fatalf("status %d after %d runs with %d retries; want %d after %d runs with %d retries (log %+v)",
+					tk.Status, runs.Load(), tk.CrtRetryNum, tc.want, tc.wantRuns, tc.wantRetry, tk.ScheduleLog)
+			}
+			if string(tk.TaskContext) != tc.wantCtx {
+				t.Fatalf("context %s, want %s", tk.TaskContext, tc.wantCtx)
+			}
+		})
+	}
+}
+
+// A stage that runs for several lease lengths keeps its task: the worker
+// renews the lease, so the server never redelivers it.
+func TestLongStageKeepsLease(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("long")
+	tt.MaxProcessingMS = 600
+	var runs atomic.Int64
+	w := newWorker(t, e, worker.Config{Concurrency: 2})
+	w.Register(tt)
+	w.Handle("long", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		runs.Add(1)
+		first := *tk.Raw.LeaseExpiry
+		// Run until the server has seen three renewals' worth of time
+		// past the first expiry: without renewal the task would be gone.
+		for {
+			cur, err := e.c.GetTask(ctx, tk.ID)
+			if err != nil {
+				return worker.Result{}, err
+			}
+			if cur.LeaseExpiry != nil && cur.LeaseExpiry.Sub(first) > 3*600*time.Millisecond {
+				return worker.Done(nil), nil
+			}
+			if ctx.Err() != nil {
+				return worker.Result{}, context.Cause(ctx)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, "long", "only", 1)[0]
+	waitFor(t, "the task to end", func() bool { return e.get(t, id).Status >= flow.StatusSuccess })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	tk := e.get(t, id)
+	if tk.Status != flow.StatusSuccess || runs.Load() != 1 || tk.CrtRetryNum != 0 {
+		t.Fatalf("status %d, %d runs, %d retries; want success in 1 run (log %+v)", tk.Status, runs.Load(), tk.CrtRetryNum, tk.ScheduleLog)
+	}
+}
+
+// A task cancelled while its stage runs: the next renewal finds the lease
+// stale, the handler's context ends with ErrLeaseLost, and the outcome is
+// dropped (the task stays cancelled).
+func TestLeaseLostCancelsHandler(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("lost")
+	tt.MaxProcessingMS = 300
+	started := make(chan string, 1)
+	cause := make(chan error, 1)
+	w := newWorker(t, e, worker.Config{Concurrency: 1})
+	w.Register(tt)
+	w.Handle("lost", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		started <- tk.ID
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return worker.Done(map[string]bool{"should_not_land": true}), nil
+	})
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, "lost", "only", 1)[0]
+	if got := <-started; got != id {
+		t.Fatalf("started %s, want %s", got, id)
+	}
+	if err := e.c.CancelTask(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, worker.ErrLeaseLost) {
+			t.Fatalf("handler context ended with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler context never ended")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if tk := e.get(t, id); tk.Status != flow.StatusCancelled || string(tk.TaskContext) != `{"n":0}` {
+		t.Fatalf("status %d context %s; want cancelled with the context untouched", tk.Status, tk.TaskContext)
+	}
+}
+
+// On Stop the worker finishes the stage it runs and gives back the tasks it
+// held but had not started: pending, same stage, no owner, no retry counted.
+func TestStopGivesBackUnstarted(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("giveback")
+	release := make(chan struct{})
+	var ran sync.Map
+	w := newWorker(t, e, worker.Config{Concurrency: 1, MaxBacklog: 6, HoldLimit: 6})
+	w.Register(tt)
+	w.Handle("giveback", "s1", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		ran.Store(tk.ID, true)
+		<-release
+		return worker.Next("s2", nil), nil
+	})
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.create(t, "giveback", "s1", 6)
+	waitFor(t, "the worker to hold all 6 and run one", func() bool {
+		n := 0
+		ran.Range(func(any, any) bool { n++; return true })
+		return n == 1 && e.counts(t, "giveback")["processing"] == 6
+	})
+	w.Stop() // from here on nothing new starts
+	close(release)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var moved, back int
+	for _, id := range ids {
+		tk := e.get(t, id)
+		_, started := ran.Load(id)
+		switch {
+		case started && tk.Status == flow.StatusPending && tk.TaskStage == "s2":
+			moved++
+		case !started && tk.Status == flow.StatusPending && tk.TaskStage == "s1" && tk.CrtRetryNum == 0 && tk.Owner == "":
+			back++
+		default:
+			t.Errorf("task %s (started %v): status %d stage %s retries %d owner %q", id, started, tk.Status, tk.TaskStage, tk.CrtRetryNum, tk.Owner)
+		}
+	}
+	if moved != 1 || back != 5 {
+		t.Fatalf("%d finished their stage and %d were given back; want 1 and 5", moved, back)
+	}
+}
+
+// The worker never holds more than MaxBacklog tasks, and pulls again as
+// soon as there is room.
+func TestBacklogBound(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("backlog")
+	const maxBacklog = 4
+	tokens := make(chan struct{})
+	w := newWorker(t, e, worker.Config{Concurrency: 2, MaxBacklog: maxBacklog})
+	w.Register(tt)
+	w.Handle("backlog", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		<-tokens
+		return worker.Done(nil), nil
+	})
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	e.create(t, "backlog", "only", n)
+	for done := 0; done < n; done++ {
+		// Each step: the worker holds as many as it may (the backlog, or
+		// what is left), never more; one token lets one finish.
+		want := int64(min(maxBacklog, n-done))
+		waitFor(t, fmt.Sprintf("%d held after %d done", want, done), func() bool {
+			c := e.counts(t, "backlog")
+			if c["processing"] > maxBacklog {
+				t.Fatalf("worker holds %d tasks, over MaxBacklog %d", c["processing"], maxBacklog)
+			}
+			return c["processing"] == want && c["success"] == int64(done)
+		})
+		tokens <- struct{}{}
+	}
+	waitFor(t, "all done", func() bool { return e.counts(t, "backlog")["success"] == n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  worker.Config
+		want string
+	}{
+		{"no server", worker.Config{}, "Servers"},
+		{"negative concurrency", worker.Config{Servers: []string{"x:1"}, Concurrency: -1}, "Concurrency"},
+		{"negative backlog", worker.Config{Servers: []string{"x:1"}, MaxBacklog: -1}, "MaxBacklog"},
+		{"negative hold limit", worker.Config{Servers: []string{"x:1"}, HoldLimit: -1}, "HoldLimit"},
+		{"bad server URL", worker.Config{Servers: []string{"ftp://x"}}, "scheme"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := worker.New(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to name %q", err, tc.want)
+			}
+		})
+	}
+	w, err := worker.New(worker.Config{Servers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no handlers") {
+		t.Fatalf("Run without handlers: %v", err)
+	}
+}
