@@ -111,8 +111,8 @@ type Worker struct {
 	types   map[string]*typeState
 	started bool
 
-	held  atomic.Int64  // tasks held (or slots reserved for a hold in flight)
-	room  broadcast // notified when held drops
+	held  atomic.Int64 // tasks held (or slots reserved for a hold in flight)
+	room  broadcast    // notified when held drops
 	queue chan *heldTask
 
 	stop     chan struct{} // closed by Stop
