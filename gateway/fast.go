@@ -355,8 +355,8 @@ func (cc *clientConn) serveOne() bool {
 		code, msg = lastStatus, "upstream answered "+strconv.Itoa(lastStatus)+"\n"
 	}
 	cc.log(start, nil, up, "", code, attempts, logMethod, logPath)
-	if !replayable && !bodySent && n > 0 {
-		clientClose = true // the body is still unread
+	if !replayable && n > 0 {
+		clientClose = true // the body is unread, or partly read
 	}
 	return cc.local(code, msg, clientClose, nil) && !clientClose
 }
@@ -419,9 +419,9 @@ func (cc *clientConn) exchange(t *target, n int64, replayable bool, headTO time.
 	if err != nil {
 		return nil, nil, false, err
 	}
-	if reused && !idem && !uc.alive() {
-		// A request that must not run twice goes only on a connection
-		// known to be open, so a failure below is never a stale socket.
+	if reused && (!idem || !replayable) && !uc.alive() {
+		// A request that must not run twice, or whose body cannot be sent
+		// twice, goes only on a connection known to be open.
 		uc.c.Close()
 		if uc, err = t.pool.dial(); err != nil {
 			return nil, nil, false, err
@@ -762,6 +762,9 @@ func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte)
 // log writes one access log line. Method and path come from r when the
 // head is still readable, else from the copies taken before discarding.
 func (cc *clientConn) log(start time.Time, r *h1.Request, up *upstream, addr string, status, retries int, mp ...string) {
+	if addr == "" {
+		cc.g.countLocal(up, status)
+	}
 	lg := cc.g.access
 	if lg == nil {
 		return

@@ -170,6 +170,9 @@ func TestQueueOnCapacity(t *testing.T) {
 	eventually(t, "two requests at the target", func() bool { return b.cur.Load() == 2 })
 	r := get(t, c, url)
 	close(hold2)
+	eventually(t, "the local 503 counted", func() bool {
+		return strings.Contains(get(t, c, "http://"+g.AdminAddr()+"/metrics").body, `fulcrum_gateway_requests_total{code="503",target="",upstream="api"} 1`)
+	})
 	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
 		t.Fatalf("after max_wait got %d Retry-After %q, want 503 with Retry-After", r.code, r.hdr.Get("Retry-After"))
 	}

@@ -96,6 +96,16 @@ func (t *targetMetrics) count(code int) {
 	c.Inc()
 }
 
+// countLocal counts a response the gateway made itself (no route, no
+// target, at capacity, all attempts failed) under target "".
+func (g *Gateway) countLocal(up *upstream, code int) {
+	name := ""
+	if up != nil {
+		name = up.name
+	}
+	g.metrics.requests.WithLabelValues(name, "", strconv.Itoa(code)).Inc()
+}
+
 // targetCollector reports the balancers' live per-target state at scrape
 // time, so the hot path keeps no gauges of its own.
 type targetCollector struct {

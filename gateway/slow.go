@@ -35,6 +35,7 @@ type slowReq struct {
 	tried      []*balance.Endpoint
 	target     string
 	retries    int
+	failed     bool // every attempt failed: the gateway answered
 }
 
 func (g *Gateway) newSlowServer() *http.Server {
@@ -176,6 +177,9 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) slowLog(r *http.Request, sr *slowReq, status int, rid string) {
+	if sr.target == "" || (status >= 500 && sr.failed) {
+		g.countLocal(sr.up, status)
+	}
 	if g.access == nil {
 		return
 	}
@@ -280,6 +284,7 @@ func (st *slowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if lastErr != nil {
 				break
 			}
+			sr.failed = true
 			return nil, &pickError{err}
 		}
 		t := up.target(pick.Addr())
@@ -342,6 +347,7 @@ func (st *slowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if lastErr == nil {
 		lastErr = errors.New("no attempt made")
 	}
+	sr.failed = true
 	return nil, lastErr
 }
 
