@@ -351,7 +351,7 @@ func Load(path string) (*Config, error) {
 func Parse(data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &Error{Problems: []*FieldError{{Path: "(document)", Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+		return nil, decodeError(&yaml.Node{}, err) // syntax: "line N: ..."
 	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -100,7 +100,7 @@ func TestBadConfigs(t *testing.T) {
 		{"listen", "listen: 8080\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"listen (line 1)", "host:port"}},
 		{"size", "max_body_size: 10 parsecs\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"max_body_size (line 1)", "not a size"}},
 		{"wrong type", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", weight: heavy}]\n", []string{"line 3", "heavy"}},
-		{"yaml syntax", "upstreams:\n  api: [\n", []string{"(document)"}},
+		{"yaml syntax", "upstreams:\n  api: [\n", []string{"(document) (line 2)", "did not find expected"}},
 		{"empty", "", []string{"upstreams", "at least one upstream"}},
 		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"access_log.format (line 1)", "xml"}},
 		{"several at once", "upstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"gopher://x\"}]\n", []string{"2 problems", "upstreams.api.strategy", "targets[0].url"}},
