@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/internal/wheel"
@@ -61,9 +60,10 @@ type Core struct {
 	fired    []timerKey
 	lastSeen map[holdingKey]time.Time
 	source   map[string]struct{} // ids of the source's last list, for the diff
-	pending  struct {            // admin changes made while warming up
-		add    []protocol.Task
-		remove []string
+	pending  struct {            // admin changes made while warming up, net
+		add    map[string]protocol.Task
+		order  []string // ids in add, first-added first (may list removed ones)
+		remove map[string]struct{}
 	}
 	query bool     // a task query is due
 	drop  []string // dead workers, to disconnect
@@ -188,9 +188,21 @@ func (c *Core) QueryResult(now time.Time, tasks []protocol.Task, err error) {
 	if c.phase == Warming {
 		c.phase = Running
 		c.source = ids
-		c.eng.Assign(slices.Concat(tasks, c.pending.add), nil, true)
-		c.eng.Assign(nil, c.pending.remove, false)
-		c.pending.add, c.pending.remove = nil, nil
+		p := &c.pending
+		all := make([]protocol.Task, 0, len(tasks)+len(p.add))
+		for _, t := range tasks {
+			if _, gone := p.remove[t.TaskID]; !gone {
+				all = append(all, t)
+			}
+		}
+		for _, id := range p.order {
+			if t, ok := p.add[id]; ok {
+				all = append(all, t)
+				delete(p.add, id)
+			}
+		}
+		c.eng.Assign(all, nil, true)
+		p.add, p.order, p.remove = nil, nil, nil
 		return
 	}
 	var add []protocol.Task
@@ -221,8 +233,24 @@ func (c *Core) TakeQuery() bool {
 // AdminTasks adds and removes tasks at once (queued until warm-up ends).
 func (c *Core) AdminTasks(add []protocol.Task, remove []string) {
 	if c.phase == Warming {
-		c.pending.add = append(c.pending.add, add...)
-		c.pending.remove = append(c.pending.remove, remove...)
+		// Queued as the net effect, in call order: a later call undoes an
+		// earlier one on the same id (remove then add keeps the task, add
+		// then remove drops it), as it would after warm-up.
+		p := &c.pending
+		if p.add == nil {
+			p.add, p.remove = map[string]protocol.Task{}, map[string]struct{}{}
+		}
+		for _, id := range remove {
+			delete(p.add, id)
+			p.remove[id] = struct{}{}
+		}
+		for _, t := range add {
+			delete(p.remove, t.TaskID)
+			if _, ok := p.add[t.TaskID]; !ok {
+				p.order = append(p.order, t.TaskID)
+			}
+			p.add[t.TaskID] = t
+		}
 		return
 	}
 	c.eng.Assign(add, remove, false)

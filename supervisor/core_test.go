@@ -306,3 +306,45 @@ func TestCoreAllRoomsSilentAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// Admin calls during warm-up are queued as their net effect in call order:
+// the later call on an id wins, as it would after warm-up.
+func TestCoreWarmupAdminCallsNetInOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		calls func(c *Core)
+		want  map[string]bool // task -> supervised after warm-up
+	}{
+		{"remove then add keeps", func(c *Core) {
+			c.AdminTasks(nil, []string{"room-00001", "extra"})
+			c.AdminTasks([]protocol.Task{{TaskID: "room-00001"}, {TaskID: "extra"}}, nil)
+		}, map[string]bool{"room-00001": true, "extra": true}},
+		{"add then remove drops", func(c *Core) {
+			c.AdminTasks([]protocol.Task{{TaskID: "extra"}}, nil)
+			c.AdminTasks(nil, []string{"extra", "room-00002"})
+		}, map[string]bool{"extra": false, "room-00002": false, "room-00001": true}},
+		{"add, remove, add again", func(c *Core) {
+			c.AdminTasks([]protocol.Task{{TaskID: "extra"}}, nil)
+			c.AdminTasks(nil, []string{"extra"})
+			c.AdminTasks([]protocol.Task{{TaskID: "extra", Spec: []byte(`{"v":2}`)}}, nil)
+		}, map[string]bool{"extra": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, t0, 2, tasks(0, 5))
+			for i := range 3 {
+				s.join(fmt.Sprintf("w%d", i), 50)
+			}
+			tc.calls(s.core)
+			s.run(31 * time.Second)
+			if s.core.Phase() != Running {
+				t.Fatalf("phase %v", s.core.Phase())
+			}
+			s.check(true)
+			for id, want := range tc.want {
+				if got := s.core.Engine().HasTask(id); got != want {
+					t.Errorf("%s supervised: %v, want %v", id, got, want)
+				}
+			}
+		})
+	}
+}

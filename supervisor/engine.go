@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"cmp"
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -24,16 +23,28 @@ import (
 // adds capacity fills the deficit.
 //
 // Each event appends to per-worker instruction sets; Flush hands them out.
+//
+// The hot paths (placing a holding, dropping one) touch no map: a worker
+// keeps its tasks in a slice and each of a task's (at most k) holdings
+// records its index there, so both directions are O(1) or O(k). Maps are
+// used only to find a worker or a task by the id a message carries.
 type Engine struct {
 	k       int
-	seq     uint64
+	seq     uint64 // tasks made
+	ord     uint64 // workers made
 	workers map[string]*worker
 	tasks   map[string]*task
-	deficit map[*task]struct{} // tasks with fewer than k holders
-	out     map[*worker]*outbox
+	deficit []*task   // every task with inDef set is here (and maybe others, dropped at the next fill)
+	outq    []*worker // workers with pending instructions
 	stats   EngineStats
 	// scratch, reused between events
-	heap candHeap
+	heap    candHeap
+	skipped []cand
+	ts      []*task
+	// avoid: during one Expire, the workers a task went silent on, which
+	// it is not placed on again this time (kept here, not in every task,
+	// because it is empty but for that moment).
+	avoid map[*task][]*worker
 }
 
 // EngineStats counts what the engine did since it was made.
@@ -51,42 +62,51 @@ type EngineStats struct {
 
 type worker struct {
 	id      string
+	ord     uint64 // join order: the placement's deterministic tie-break
 	maxLoad int
-	tasks   map[string]*task
+	held    []*task  // the tasks it holds; see holding.pos
 	claims  []string // tasks reported while warming up, kept by a reset
+	box     outbox   // instructions not yet flushed
+	queued  bool     // in Engine.outq
+	dead    bool
 }
 
-func (w *worker) free() int { return w.maxLoad - len(w.tasks) }
+func (w *worker) free() int { return w.maxLoad - len(w.held) }
+
+// holding is one of a task's holders; pos is the task's index in w.held.
+type holding struct {
+	w   *worker
+	pos int
+}
 
 type task struct {
 	seq     uint64
 	spec    protocol.Task
-	holders []*worker
-	avoid   []*worker // not to be placed on during the current placement
+	holders []holding
+	inDef   bool // fewer than k holders
+	listed  bool // in Engine.deficit
 }
 
 func (t *task) heldBy(w *worker) bool {
 	for _, h := range t.holders {
-		if h == w {
+		if h.w == w {
 			return true
 		}
 	}
 	return false
 }
 
-func (t *task) drop(w *worker) {
-	for i, h := range t.holders {
-		if h == w {
-			t.holders = slices.Delete(t.holders, i, i+1)
-			return
-		}
-	}
-}
-
+// outbox is a worker's pending instruction set, as a log of operations;
+// Flush keeps the last per task, so appending is all an event pays.
 type outbox struct {
 	reset bool
-	add   map[string]protocol.Task
-	end   map[string]struct{}
+	ops   []op
+}
+
+type op struct {
+	id  string
+	t   *task // the task to add (its spec is read at Flush); nil for an end
+	end bool
 }
 
 // Outgoing is one instruction set to send to one worker.
@@ -104,8 +124,6 @@ func NewEngine(k int) (*Engine, error) {
 		k:       k,
 		workers: map[string]*worker{},
 		tasks:   map[string]*task{},
-		deficit: map[*task]struct{}{},
-		out:     map[*worker]*outbox{},
 	}, nil
 }
 
@@ -117,14 +135,20 @@ func (e *Engine) Stats() EngineStats { return e.stats }
 
 // ---- events ----
 
+func (e *Engine) newWorker(id string) *worker {
+	e.ord++
+	w := &worker{id: id, ord: e.ord}
+	e.workers[id] = w
+	return w
+}
+
 // Claim records, while warming up, what a worker reports it runs and its max
 // load, without assigning anything: the reset at the end of warm-up keeps
 // these sessions where it can.
 func (e *Engine) Claim(workerID string, maxLoad int, running []string) {
 	w := e.workers[workerID]
 	if w == nil {
-		w = &worker{id: workerID, tasks: map[string]*task{}}
-		e.workers[workerID] = w
+		w = e.newWorker(workerID)
 	}
 	w.maxLoad = maxLoad
 	w.claims = append(w.claims[:0], running...)
@@ -143,8 +167,7 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 	w := e.workers[workerID]
 	grew := false
 	if w == nil {
-		w = &worker{id: workerID, tasks: map[string]*task{}}
-		e.workers[workerID] = w
+		w = e.newWorker(workerID)
 		grew = true
 	}
 	w.claims = nil
@@ -153,31 +176,31 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 	switch {
 	case maxLoad > old:
 		grew = true
-	case len(w.tasks) > maxLoad:
-		e.shed(w, len(w.tasks)-maxLoad)
+	case len(w.held) > maxLoad:
+		e.shed(w, len(w.held)-maxLoad)
 		grew = true // what it shed must be placed elsewhere
 	}
 	for _, id := range running {
-		if _, ok := w.tasks[id]; ok {
+		t := e.tasks[id]
+		if t != nil && t.heldBy(w) {
 			continue
 		}
-		t := e.tasks[id]
 		if t != nil && len(t.holders) < e.k && w.free() > 0 {
 			e.hold(t, w)
 			e.stats.Adopted++
-			e.box(w).addTask(t.spec)
+			e.add(w, t)
 			continue
 		}
 		e.stats.Rejected++
 		e.end(w, id)
 	}
 	if resync {
-		b := e.box(w)
-		b.reset = true
-		for _, t := range w.tasks {
-			b.addTask(t.spec)
+		e.queue(w)
+		w.box.reset = true
+		w.box.ops = w.box.ops[:0]
+		for _, t := range w.held {
+			w.box.ops = append(w.box.ops, op{id: t.spec.TaskID, t: t})
 		}
-		clear(b.end)
 	}
 	if grew {
 		e.fill()
@@ -211,39 +234,43 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 			continue
 		}
 		delete(e.workers, id)
-		delete(e.out, w)
+		w.dead = true // Flush skips its box
 		e.stats.Deaths++
 		dead++
-		for _, t := range w.tasks {
-			t.drop(w)
+		for _, t := range w.held {
+			for i, h := range t.holders {
+				if h.w == w {
+					t.holders = slices.Delete(t.holders, i, i+1)
+					break
+				}
+			}
 			e.stats.Vacated++
-			e.deficit[t] = struct{}{}
+			e.markDeficit(t)
 		}
-		w.tasks = nil
+		w.held = nil
 	}
-	var avoided []*task
 	for _, h := range silent {
 		w := e.workers[h[0]]
 		if w == nil {
 			continue
 		}
-		t := w.tasks[h[1]]
-		if t == nil {
+		t := e.tasks[h[1]]
+		if t == nil || !t.heldBy(w) {
 			continue
 		}
 		e.release(t, w)
 		e.end(w, h[1])
 		e.stats.Vacated++
 		vacated++
-		t.avoid = append(t.avoid, w) // elsewhere this time, though w has room now
-		avoided = append(avoided, t)
+		if e.avoid == nil {
+			e.avoid = map[*task][]*worker{}
+		}
+		e.avoid[t] = append(e.avoid[t], w) // elsewhere this time, though w has room now
 	}
 	if dead > 0 || vacated > 0 {
 		e.fill()
 	}
-	for _, t := range avoided {
-		t.avoid = nil
-	}
+	clear(e.avoid)
 	return dead, vacated
 }
 
@@ -257,15 +284,31 @@ func (e *Engine) Assign(add []protocol.Task, remove []string, reset bool) {
 	for _, id := range remove {
 		e.removeTask(id)
 	}
+	if len(e.tasks) == 0 && len(add) > 64 {
+		e.tasks = make(map[string]*task, len(add)) // one allocation, not a growth series
+	}
+	// New tasks and their holder slots come from two slabs: two
+	// allocations for the whole list instead of two per task.
+	var slab []task
+	var slots []holding
 	for _, spec := range add {
 		if t := e.tasks[spec.TaskID]; t != nil {
 			t.spec = spec
 			continue
 		}
+		if len(slab) == 0 {
+			n := min(len(add), 1<<14)
+			slab = make([]task, n)
+			slots = make([]holding, n*e.k)
+		}
+		t := &slab[0]
+		slab = slab[1:]
 		e.seq++
-		t := &task{seq: e.seq, spec: spec}
+		t.seq, t.spec = e.seq, spec
+		t.holders = slots[:0:e.k]
+		slots = slots[e.k:]
 		e.tasks[spec.TaskID] = t
-		e.deficit[t] = struct{}{}
+		e.markDeficit(t)
 	}
 	if reset {
 		e.reset()
@@ -273,55 +316,56 @@ func (e *Engine) Assign(add []protocol.Task, remove []string, reset bool) {
 	e.fill()
 }
 
-// RemoveTasks removes tasks by id; it reports how many existed.
 func (e *Engine) removeTask(id string) bool {
 	t := e.tasks[id]
 	if t == nil {
 		return false
 	}
-	for _, w := range t.holders {
-		delete(w.tasks, id)
-		e.end(w, id)
+	for _, h := range t.holders {
+		e.unheld(h)
+		e.end(h.w, id)
 	}
 	t.holders = nil
+	t.inDef = false // its entry in e.deficit is dropped by the next fill
 	delete(e.tasks, id)
-	delete(e.deficit, t)
 	e.stats.Removed++
 	return true
 }
 
 func (e *Engine) reset() {
 	e.stats.Resets++
-	keep := map[*task][]*worker{}
-	ws := e.sortedWorkers()
-	for _, w := range ws {
-		for id, t := range w.tasks {
-			keep[t] = append(keep[t], w)
-			delete(w.tasks, id)
+	// What each worker should keep, in worker-id order: the tasks it holds,
+	// then the ones it claimed. Sorted (stably) by task age below, so a
+	// worker whose max load cannot take all of them keeps the oldest.
+	type keep struct {
+		t *task
+		w *worker
+	}
+	var keeps []keep
+	for _, w := range e.sortedWorkers() {
+		for _, t := range w.held {
+			keeps = append(keeps, keep{t, w})
 		}
 		for _, id := range w.claims {
-			if t := e.tasks[id]; t != nil && !slices.Contains(keep[t], w) {
-				keep[t] = append(keep[t], w)
+			if t := e.tasks[id]; t != nil {
+				keeps = append(keeps, keep{t, w})
 			}
 		}
 		w.claims = nil
-		b := e.box(w)
-		b.reset = true
-		clear(b.add)
-		clear(b.end)
+		w.held = w.held[:0]
+		e.queue(w)
+		w.box.reset = true
+		w.box.ops = w.box.ops[:0]
 	}
-	for _, t := range e.sortedTasks() {
+	for _, t := range e.tasks {
 		t.holders = t.holders[:0]
-		for _, w := range keep[t] {
-			if len(t.holders) < e.k && w.free() > 0 {
-				e.hold(t, w)
-				e.box(w).addTask(t.spec)
-			}
-		}
-		if len(t.holders) < e.k {
-			e.deficit[t] = struct{}{}
-		} else {
-			delete(e.deficit, t)
+		e.markDeficit(t)
+	}
+	slices.SortStableFunc(keeps, func(a, b keep) int { return cmp.Compare(a.t.seq, b.t.seq) })
+	for _, kp := range keeps {
+		if len(kp.t.holders) < e.k && kp.w.free() > 0 && !kp.t.heldBy(kp.w) {
+			e.hold(kp.t, kp.w)
+			e.add(kp.w, kp.t)
 		}
 	}
 }
@@ -333,7 +377,7 @@ func (e *Engine) Rebalance(threshold float64) int {
 	ws := e.sortedWorkers()
 	total, capacity := 0, 0
 	for _, w := range ws {
-		total += len(w.tasks)
+		total += len(w.held)
 		capacity += w.maxLoad
 	}
 	if total == 0 || capacity == 0 {
@@ -358,10 +402,10 @@ func (e *Engine) Rebalance(threshold float64) int {
 		over, under := 0, 0
 		for i := range bands {
 			b := &bands[i]
-			if d := len(b.w.tasks) - b.upper; d > over {
+			if d := len(b.w.held) - b.upper; d > over {
 				donor, over = b, d
 			}
-			if d := b.lower - len(b.w.tasks); d > under {
+			if d := b.lower - len(b.w.held); d > under {
 				recv, under = b, d
 			}
 		}
@@ -372,7 +416,7 @@ func (e *Engine) Rebalance(threshold float64) int {
 			slack := 0
 			for i := range bands {
 				if b := &bands[i]; b != recv {
-					if d := len(b.w.tasks) - b.lower; d > slack {
+					if d := len(b.w.held) - b.lower; d > slack {
 						donor, slack = b, d
 					}
 				}
@@ -382,7 +426,7 @@ func (e *Engine) Rebalance(threshold float64) int {
 			room := 0
 			for i := range bands {
 				if b := &bands[i]; b != donor {
-					if d := b.upper - len(b.w.tasks); d > room {
+					if d := b.upper - len(b.w.held); d > room {
 						recv, room = b, d
 					}
 				}
@@ -397,10 +441,10 @@ func (e *Engine) Rebalance(threshold float64) int {
 	return moved
 }
 
-// moveOne moves one task from a to b that b does not hold.
+// moveOne moves one task from a to b that b does not hold: the newest.
 func (e *Engine) moveOne(a, b *worker) bool {
 	var pick *task
-	for _, t := range a.tasks {
+	for _, t := range a.held {
 		if !t.heldBy(b) && (pick == nil || t.seq > pick.seq) {
 			pick = t
 		}
@@ -411,17 +455,14 @@ func (e *Engine) moveOne(a, b *worker) bool {
 	e.release(pick, a)
 	e.end(a, pick.spec.TaskID)
 	e.hold(pick, b)
-	e.box(b).addTask(pick.spec)
+	e.add(b, pick)
 	e.stats.Moved++
 	return true
 }
 
 // shed vacates n of w's tasks, newest first, because its max load dropped.
 func (e *Engine) shed(w *worker, n int) {
-	ts := make([]*task, 0, len(w.tasks))
-	for _, t := range w.tasks {
-		ts = append(ts, t)
-	}
+	ts := slices.Clone(w.held)
 	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(b.seq, a.seq) })
 	for _, t := range ts[:n] {
 		e.release(t, w)
@@ -433,18 +474,50 @@ func (e *Engine) shed(w *worker, n int) {
 // ---- placement ----
 
 func (e *Engine) hold(t *task, w *worker) {
-	t.holders = append(t.holders, w)
-	w.tasks[t.spec.TaskID] = t
+	t.holders = append(t.holders, holding{w: w, pos: len(w.held)})
+	w.held = append(w.held, t)
 	e.stats.Placed++
 	if len(t.holders) >= e.k {
-		delete(e.deficit, t)
+		t.inDef = false
 	}
 }
 
+// unheld takes h's task out of its worker's list: the last task fills the
+// gap, and its holding on that worker learns its new index.
+func (e *Engine) unheld(h holding) {
+	w := h.w
+	last := len(w.held) - 1
+	if h.pos != last {
+		moved := w.held[last]
+		w.held[h.pos] = moved
+		for i := range moved.holders {
+			if moved.holders[i].w == w {
+				moved.holders[i].pos = h.pos
+				break
+			}
+		}
+	}
+	w.held[last] = nil
+	w.held = w.held[:last]
+}
+
 func (e *Engine) release(t *task, w *worker) {
-	t.drop(w)
-	delete(w.tasks, t.spec.TaskID)
-	e.deficit[t] = struct{}{}
+	for i, h := range t.holders {
+		if h.w == w {
+			e.unheld(h)
+			t.holders = slices.Delete(t.holders, i, i+1)
+			break
+		}
+	}
+	e.markDeficit(t)
+}
+
+func (e *Engine) markDeficit(t *task) {
+	t.inDef = len(t.holders) < e.k
+	if t.inDef && !t.listed {
+		t.listed = true
+		e.deficit = append(e.deficit, t)
+	}
 }
 
 // fill places every task in deficit, oldest first.
@@ -452,14 +525,27 @@ func (e *Engine) fill() {
 	if len(e.deficit) == 0 {
 		return
 	}
-	ts := make([]*task, 0, len(e.deficit))
-	for t := range e.deficit {
+	// Drop entries no longer in deficit (filled or removed).
+	live := e.deficit[:0]
+	for _, t := range e.deficit {
+		if t.inDef {
+			live = append(live, t)
+		} else {
+			t.listed = false
+		}
+	}
+	clear(e.deficit[len(live):])
+	e.deficit = live
+	ts := e.ts[:0]
+	for _, t := range e.deficit {
 		if len(t.holders) < len(e.workers) {
 			ts = append(ts, t)
 		}
 	}
 	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
 	e.place(ts)
+	clear(ts)
+	e.ts = ts[:0]
 }
 
 // place gives each task up to k holders, following the seed: a worker's
@@ -481,50 +567,55 @@ func (e *Engine) place(ts []*task) {
 	for _, w := range e.workers {
 		if f := w.free(); f > 0 {
 			totalFree += f
-			h = append(h, &cand{w: w, free: f})
+			h = append(h, cand{w: w, free: f})
 		}
 	}
 	if totalFree == 0 || needed == 0 {
-		e.heap = h
+		e.heap = h[:0]
 		return
 	}
-	for _, c := range h {
+	for i := range h {
+		c := &h[i]
 		c.quota = int(math.Ceil(float64(needed) * float64(c.free) / float64(totalFree)))
+		c.w.held = slices.Grow(c.w.held, min(c.quota, c.free))
 	}
-	heap.Init(&h)
-	var skipped []*cand
+	h.init()
+	skipped := e.skipped[:0]
 	for round := 1; round <= e.k && len(h) > 0; round++ {
 		for _, t := range ts {
 			if len(t.holders) >= round || len(t.holders) >= e.k {
 				continue
 			}
-			var got *cand
-			for len(h) > 0 {
-				c := heap.Pop(&h).(*cand)
-				if t.heldBy(c.w) || slices.Contains(t.avoid, c.w) {
-					skipped = append(skipped, c)
-					continue
+			// The top is the worker with the most share left; one that
+			// holds (or must avoid) this task is set aside for it.
+			var avoid []*worker
+			if len(e.avoid) > 0 {
+				avoid = e.avoid[t]
+			}
+			for len(h) > 0 && (t.heldBy(h[0].w) || slices.Contains(avoid, h[0].w)) {
+				skipped = append(skipped, h.pop())
+			}
+			if len(h) > 0 {
+				c := &h[0]
+				e.hold(t, c.w)
+				e.add(c.w, t)
+				c.quota--
+				c.free--
+				if c.free == 0 {
+					h.pop()
+				} else {
+					h.down(0)
 				}
-				got = c
-				break
 			}
 			for _, c := range skipped {
-				heap.Push(&h, c)
+				h.push(c)
 			}
 			skipped = skipped[:0]
-			if got == nil {
-				continue
-			}
-			e.hold(t, got.w)
-			e.box(got.w).addTask(t.spec)
-			got.quota--
-			got.free--
-			if got.free > 0 {
-				heap.Push(&h, got)
-			}
 		}
 	}
+	clear(h[:cap(h)])
 	e.heap = h[:0]
+	e.skipped = skipped
 }
 
 type cand struct {
@@ -532,81 +623,153 @@ type cand struct {
 	quota, free int
 }
 
-type candHeap []*cand
+// candHeap is a max-heap of candidates by share left, then free capacity,
+// then join order; written out (not container/heap) because it runs once
+// per holding placed and the interface calls were a sixth of the time.
+type candHeap []cand
 
-func (h candHeap) Len() int { return len(h) }
-func (h candHeap) Less(i, j int) bool {
-	if h[i].quota != h[j].quota {
-		return h[i].quota > h[j].quota
+func (h candHeap) less(i, j int) bool {
+	a, b := &h[i], &h[j]
+	if a.quota != b.quota {
+		return a.quota > b.quota
 	}
-	if h[i].free != h[j].free {
-		return h[i].free > h[j].free
+	if a.free != b.free {
+		return a.free > b.free
 	}
-	return h[i].w.id < h[j].w.id
+	return a.w.ord < b.w.ord
 }
-func (h candHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *candHeap) Push(x any)   { *h = append(*h, x.(*cand)) }
-func (h *candHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h candHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h candHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (h *candHeap) push(c cand) {
+	*h = append(*h, c)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *candHeap) pop() cand {
+	s := *h
+	c := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = cand{}
+	*h = s[:n]
+	h.down(0)
 	return c
 }
 
 // ---- instructions ----
 
-func (e *Engine) box(w *worker) *outbox {
-	b := e.out[w]
-	if b == nil {
-		b = &outbox{add: map[string]protocol.Task{}, end: map[string]struct{}{}}
-		e.out[w] = b
+func (e *Engine) queue(w *worker) {
+	if !w.queued {
+		w.queued = true
+		e.outq = append(e.outq, w)
 	}
-	return b
 }
 
-// addTask and end keep a task out of both lists at once, so an instruction
-// set means the same whatever order a worker applies it in.
-func (b *outbox) addTask(t protocol.Task) {
-	delete(b.end, t.TaskID)
-	b.add[t.TaskID] = t
+func (e *Engine) add(w *worker, t *task) {
+	e.queue(w)
+	w.box.ops = append(w.box.ops, op{id: t.spec.TaskID, t: t})
 }
 
 func (e *Engine) end(w *worker, id string) {
-	b := e.box(w)
-	delete(b.add, id)
-	b.end[id] = struct{}{}
+	e.queue(w)
+	w.box.ops = append(w.box.ops, op{id: id, end: true})
 	e.stats.Ended++
 }
 
 // Flush returns the instruction sets built since the last Flush, one per
-// worker, sorted by worker id, with tasks sorted by id.
+// live worker, sorted by worker id, with tasks sorted by id. Of several
+// operations on one task, the last stands, and a task is never in both
+// lists, so an instruction set means the same whatever order a worker
+// applies it in.
 func (e *Engine) Flush() []Outgoing {
-	if len(e.out) == 0 {
+	if len(e.outq) == 0 {
 		return nil
 	}
-	outs := make([]Outgoing, 0, len(e.out))
-	for w, b := range e.out {
-		if !b.reset && len(b.add) == 0 && len(b.end) == 0 {
+	nadd, nend := 0, 0
+	for _, w := range e.outq {
+		for _, o := range w.box.ops {
+			if o.end {
+				nend++
+			} else {
+				nadd++
+			}
+		}
+	}
+	// One slab for every set's add list and one for the end lists.
+	adds := make([]protocol.Task, 0, nadd)
+	ends := make([]string, 0, nend)
+	outs := make([]Outgoing, 0, len(e.outq))
+	for _, w := range e.outq {
+		b := &w.box
+		w.queued = false
+		if w.dead || (!b.reset && len(b.ops) == 0) {
+			b.ops, b.reset = b.ops[:0], false
 			continue
 		}
+		// Sort by id, keeping the order of operations on one id, and keep
+		// the last of each.
+		slices.SortStableFunc(b.ops, func(x, y op) int { return cmp.Compare(x.id, y.id) })
+		a0, e0 := len(adds), len(ends)
+		for i, o := range b.ops {
+			if i+1 < len(b.ops) && b.ops[i+1].id == o.id {
+				continue
+			}
+			if o.end {
+				ends = append(ends, o.id)
+			} else {
+				adds = append(adds, o.t.spec)
+			}
+		}
 		in := protocol.Instruction{Type: protocol.TypeInstruction, Reset: b.reset}
-		if len(b.add) > 0 {
-			in.Add = make([]protocol.Task, 0, len(b.add))
-			for _, t := range b.add {
-				in.Add = append(in.Add, t)
-			}
-			slices.SortFunc(in.Add, func(a, b protocol.Task) int { return cmp.Compare(a.TaskID, b.TaskID) })
+		if len(adds) > a0 {
+			in.Add = adds[a0:len(adds):len(adds)]
 		}
-		if len(b.end) > 0 {
-			in.End = make([]string, 0, len(b.end))
-			for id := range b.end {
-				in.End = append(in.End, id)
-			}
-			slices.Sort(in.End)
+		if len(ends) > e0 {
+			in.End = ends[e0:len(ends):len(ends)]
 		}
+		if cap(b.ops) > 64 {
+			b.ops = nil // a full assignment's log is not kept for the small ones that follow
+		} else {
+			clear(b.ops)
+			b.ops = b.ops[:0]
+		}
+		b.reset = false
 		outs = append(outs, Outgoing{WorkerID: w.id, Instruction: in})
 	}
-	clear(e.out)
+	clear(e.outq)
+	e.outq = e.outq[:0]
 	slices.SortFunc(outs, func(a, b Outgoing) int { return cmp.Compare(a.WorkerID, b.WorkerID) })
 	return outs
 }
@@ -634,7 +797,7 @@ func (e *Engine) Workers() []WorkerInfo {
 	ws := e.sortedWorkers()
 	out := make([]WorkerInfo, len(ws))
 	for i, w := range ws {
-		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.tasks), Free: max(0, w.free())}
+		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free())}
 	}
 	return out
 }
@@ -645,8 +808,8 @@ func (e *Engine) Tasks() []TaskInfo {
 	out := make([]TaskInfo, len(ts))
 	for i, t := range ts {
 		hs := make([]string, len(t.holders))
-		for j, w := range t.holders {
-			hs[j] = w.id
+		for j, h := range t.holders {
+			hs[j] = h.w.id
 		}
 		slices.Sort(hs)
 		out[i] = TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs, Missing: e.k - len(t.holders)}
@@ -661,8 +824,8 @@ func (e *Engine) Holders(id string) []string {
 		return nil
 	}
 	hs := make([]string, len(t.holders))
-	for i, w := range t.holders {
-		hs[i] = w.id
+	for i, h := range t.holders {
+		hs[i] = h.w.id
 	}
 	slices.Sort(hs)
 	return hs
@@ -671,7 +834,8 @@ func (e *Engine) Holders(id string) []string {
 // Holds reports whether worker holds task.
 func (e *Engine) Holds(workerID, taskID string) bool {
 	w := e.workers[workerID]
-	return w != nil && w.tasks[taskID] != nil
+	t := e.tasks[taskID]
+	return w != nil && t != nil && t.heldBy(w)
 }
 
 // HasWorker reports whether a worker is live.
@@ -691,10 +855,13 @@ func (e *Engine) TaskIDs() []string {
 
 // Counts reports live workers, tasks, tasks in deficit and missing holdings.
 func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
-	for t := range e.deficit {
-		missing += e.k - len(t.holders)
+	for _, t := range e.deficit {
+		if t.inDef {
+			deficitTasks++
+			missing += e.k - len(t.holders)
+		}
 	}
-	return len(e.workers), len(e.tasks), len(e.deficit), missing
+	return len(e.workers), len(e.tasks), deficitTasks, missing
 }
 
 func (e *Engine) sortedWorkers() []*worker {
@@ -711,6 +878,6 @@ func (e *Engine) sortedTasks() []*task {
 	for _, t := range e.tasks {
 		ts = append(ts, t)
 	}
-	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.spec.TaskID, b.spec.TaskID) })
 	return ts
 }

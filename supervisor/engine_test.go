@@ -18,13 +18,7 @@ func (f fleet) apply(outs []Outgoing) {
 	for _, o := range outs {
 		run := f[o.WorkerID]
 		if run == nil || o.Instruction.Reset {
-			keep := map[string]bool{}
-			for _, t := range o.Instruction.Add {
-				if run[t.TaskID] || true {
-					keep[t.TaskID] = true
-				}
-			}
-			run = keep
+			run = map[string]bool{} // a reset ends everything not in add
 		}
 		for _, t := range o.Instruction.Add {
 			run[t.TaskID] = true
@@ -60,31 +54,41 @@ func check(t fataler, e *Engine, f fleet, full bool, silent ...[2]string) {
 	f.apply(e.Flush())
 	live := len(e.workers)
 	for id, w := range e.workers {
-		if len(w.tasks) > w.maxLoad {
-			t.Fatalf("worker %s holds %d > max load %d", id, len(w.tasks), w.maxLoad)
+		if len(w.held) > w.maxLoad {
+			t.Fatalf("worker %s holds %d > max load %d", id, len(w.held), w.maxLoad)
 		}
-		for tid, tk := range w.tasks {
+		for pos, tk := range w.held {
+			tid := tk.spec.TaskID
 			if !tk.heldBy(w) || e.tasks[tid] != tk {
 				t.Fatalf("worker %s holds %s but the task does not list it", id, tid)
 			}
+			for _, h := range tk.holders {
+				if h.w == w && h.pos != pos {
+					t.Fatalf("task %s: holding on %s says index %d, it is at %d", tid, id, h.pos, pos)
+				}
+			}
 		}
-		if run := f[id]; !maps.Equal(run, setOf(w.tasks)) {
-			t.Fatalf("worker %s runs %v, engine says it holds %v", id, keys(run), keys(setOf(w.tasks)))
+		if held := w.taskSet(); len(held) != len(w.held) {
+			t.Fatalf("worker %s holds a task twice: %d tasks, %d distinct", id, len(w.held), len(held))
+		}
+		if run := f[id]; !maps.Equal(run, setOf(w.taskSet())) {
+			t.Fatalf("worker %s runs %v, engine says it holds %v", id, keys(run), keys(w.taskSet()))
 		}
 	}
 	for id, tk := range e.tasks {
 		seen := map[*worker]bool{}
-		for _, w := range tk.holders {
+		for _, h := range tk.holders {
+			w := h.w
 			if seen[w] {
 				t.Fatalf("task %s held twice by %s", id, w.id)
 			}
 			seen[w] = true
-			if e.workers[w.id] != w || w.tasks[id] != tk {
+			if e.workers[w.id] != w || w.taskSet()[id] != tk {
 				t.Fatalf("task %s lists holder %s that does not hold it", id, w.id)
 			}
 		}
 		want := min(e.k, live)
-		_, inDeficit := e.deficit[tk]
+		inDeficit := tk.inDef && slices.Contains(e.deficit, tk)
 		if inDeficit != (len(tk.holders) < e.k) {
 			t.Fatalf("task %s: %d holders, in deficit set: %v", id, len(tk.holders), inDeficit)
 		}
@@ -101,6 +105,15 @@ func check(t fataler, e *Engine, f fleet, full bool, silent ...[2]string) {
 			}
 		}
 	}
+}
+
+// taskSet is what w holds, by task id.
+func (w *worker) taskSet() map[string]*task {
+	m := make(map[string]*task, len(w.held))
+	for _, t := range w.held {
+		m[t.spec.TaskID] = t
+	}
+	return m
 }
 
 func setOf(m map[string]*task) map[string]bool {
@@ -186,7 +199,7 @@ func TestFleetInvariants(t *testing.T) {
 	e.Report("w001", 100, keys(f["w001"]), false)
 	check(t, e, f, true)
 	sticky(t, before, snap(e), "w001")
-	if n := len(e.workers["w001"].tasks); n != 100 {
+	if n := len(e.workers["w001"].held); n != 100 {
 		t.Fatalf("w001 holds %d after lowering max load to 100", n)
 	}
 	// A task goes silent on one worker: it moves to another.
@@ -221,12 +234,12 @@ func assertBalanced(t testing.TB, e *Engine, th float64) {
 	t.Helper()
 	total, capacity := 0, 0
 	for _, w := range e.workers {
-		total += len(w.tasks)
+		total += len(w.held)
 		capacity += w.maxLoad
 	}
 	for _, w := range e.workers {
 		fair := float64(total) * float64(w.maxLoad) / float64(capacity)
-		if l := float64(len(w.tasks)); l > fair*(1+th)+1 || l < fair*(1-th)-1 {
+		if l := float64(len(w.held)); l > fair*(1+th)+1 || l < fair*(1-th)-1 {
 			t.Fatalf("worker %s load %v outside %v of fair share %.1f", w.id, l, th, fair)
 		}
 	}
@@ -278,7 +291,7 @@ func TestEngineProperties(t *testing.T) {
 			case 5: // a task goes silent on a worker
 				if ws := keys(e.workers); len(ws) > 0 {
 					w := rapid.SampledFrom(ws).Draw(rt, "worker")
-					if ts := keys(e.workers[w].tasks); len(ts) > 0 {
+					if ts := keys(e.workers[w].taskSet()); len(ts) > 0 {
 						id := rapid.SampledFrom(ts).Draw(rt, "task")
 						e.Vacate(w, id)
 						gone = append(gone, w)
@@ -337,7 +350,7 @@ func TestPlacementProportionalToFreeCapacity(t *testing.T) {
 	check(t, e, f, true)
 	for id, l := range loads {
 		want := 600 * l / 1000
-		if got := len(e.workers[id].tasks); got < want-2 || got > want+1 {
+		if got := len(e.workers[id].held); got < want-2 || got > want+1 {
 			t.Errorf("worker %s (max %d) got %d holdings, want about %d", id, l, got, want)
 		}
 	}

@@ -127,14 +127,25 @@ func TestMatchesModel(t *testing.T) {
 			rt.Fatal(err)
 		}
 		model := map[int]time.Time{}
+		handles := map[int]Handle{} // the last Handle each key got; stale once it fired or was cancelled
 		now := time.Duration(0)
 		for i := 0; i < 200; i++ {
-			switch rapid.IntRange(0, 2).Draw(rt, "op") {
-			case 0:
+			switch op := rapid.IntRange(0, 3).Draw(rt, "op"); op {
+			case 0, 3:
 				k := rapid.IntRange(0, 20).Draw(rt, "key")
 				d := time.Duration(rapid.IntRange(-500, 5000).Draw(rt, "ms")) * time.Millisecond
 				dl := t0.Add(now + d)
-				w.Set(k, dl)
+				if op == 3 { // reset through a Handle, which may be stale
+					_, armed := model[k]
+					if got := w.Reset(handles[k], dl); got != armed {
+						rt.Fatalf("Reset(handle of %d) = %v, armed: %v", k, got, armed)
+					}
+					if !armed {
+						break
+					}
+				} else {
+					handles[k] = w.Set(k, dl)
+				}
 				// A deadline at or before the current tick fires at the next one.
 				if next := t0.Add(now - now%tick + tick); dl.Before(next) && !dl.After(t0.Add(now-now%tick)) {
 					dl = next
