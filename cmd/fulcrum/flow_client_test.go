@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/client"
+	"github.com/fulcrum-lb/fulcrum/flow/server"
 )
 
 func TestParseTaskLines(t *testing.T) {
@@ -77,6 +84,102 @@ func TestParseStatus(t *testing.T) {
 		got, err := parseStatus(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("parseStatus(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// runFlow runs `fulcrum flow args...` with stdin and returns stdout.
+func runFlow(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(append([]string{"flow"}, args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestFlowClientCommands(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	url := "http://" + s.Addr()
+	c, err := client.New([]string{url}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterTask(ctx, flow.TaskType{TaskType: "cli", ScheduleLimit: 5, ScheduleIntervalMS: 100,
+		MaxProcessingMS: 1000, MaxRetryNum: 1, RetryIntervalMS: 10, MaxRetryIntervalMS: 10}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runFlow(t, "", "submit", "cli", "fetch", "--context", `{"url":"x"}`, "--priority", "2", "--server", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	got, err := c.GetTask(ctx, id)
+	if err != nil || got.TaskStage != "fetch" || string(got.TaskContext) != `{"url":"x"}` || got.Priority != 2 {
+		t.Fatalf("submitted task = %+v, %v", got, err)
+	}
+
+	lines := "{\"task_type\":\"cli\",\"task_stage\":\"a\"}\n{\"task_type\":\"cli\",\"task_stage\":\"b\",\"task_context\":{\"n\":2}}\n"
+	out, err = runFlow(t, lines, "submit", "--file", "-", "--batch", "1", "-o", "json", "--server", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created flow.CreateTaskResponse
+	if err := json.Unmarshal([]byte(out), &created); err != nil || len(created.TaskIDs) != 2 {
+		t.Fatalf("submit --file -o json printed %q (%v)", out, err)
+	}
+
+	out, err = runFlow(t, "", "get", id, "-o", "json", "--server", url)
+	var tk flow.Task
+	if err != nil || json.Unmarshal([]byte(out), &tk) != nil || tk.TaskID != id {
+		t.Fatalf("get -o json = %q, %v", out, err)
+	}
+	out, err = runFlow(t, "", "get", id, "--server", url)
+	if err != nil || !strings.Contains(out, "task_stage") || !strings.Contains(out, "pending") || !strings.Contains(out, "schedule log:") {
+		t.Fatalf("get table = %q, %v", out, err)
+	}
+
+	out, err = runFlow(t, "", "ls", "--type", "cli", "--limit", "1", "--all", "-o", "json", "--server", url)
+	var list flow.TaskListResponse
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Tasks) != 3 {
+		t.Fatalf("ls --all = %q, %v", out, err)
+	}
+	out, err = runFlow(t, "", "ls", "--type", "cli", "--stage", "b", "--status", "pending", "--server", url)
+	if err != nil || strings.Count(out, "\n") != 2 || !strings.Contains(out, created.TaskIDs[1]) {
+		t.Fatalf("ls --stage b = %q, %v; want a header and one row", out, err)
+	}
+
+	out, err = runFlow(t, "", "stats", "--server", url)
+	if err != nil || !strings.Contains(out, "PENDING") || !regexp.MustCompile(`cli\s+3\s+0\s+0\s+0\s+0`).MatchString(out) {
+		t.Fatalf("stats = %q, %v", out, err)
+	}
+
+	// Errors name what is wrong.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "cli"}, "TYPE and STAGE"},
+		{[]string{"submit", "cli", "a", "--context", "{bad"}, "--context"},
+		{[]string{"submit", "nope", "a"}, "nope"},
+		{[]string{"get", strings.Repeat("0", 26)}, "404"},
+		{[]string{"ls", "--status", "done"}, "--status"},
+		{[]string{"stats", "-o", "yaml"}, "--output"},
+	} {
+		_, err := runFlow(t, "", append(tc.args, "--server", url)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("flow %v: err = %v, want it to mention %q", tc.args, err, tc.want)
 		}
 	}
 }
