@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -129,7 +130,7 @@ func targets(bs []*backend, extra ...string) string {
 const base = "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\naccess_log: {enabled: false}\n"
 
 // start parses cfgText and runs a gateway on ephemeral ports.
-func start(t *testing.T, cfgText string) *gateway.Gateway {
+func start(t testing.TB, cfgText string) *gateway.Gateway {
 	t.Helper()
 	cfg, err := config.Parse([]byte(cfgText))
 	if err != nil {
@@ -138,8 +139,11 @@ func start(t *testing.T, cfgText string) *gateway.Gateway {
 	return startCfg(t, cfg, gateway.Options{})
 }
 
-func startCfg(t *testing.T, cfg *config.Config, o gateway.Options) *gateway.Gateway {
+func startCfg(t testing.TB, cfg *config.Config, o gateway.Options) *gateway.Gateway {
 	t.Helper()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	g, err := gateway.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
