@@ -183,3 +183,26 @@ func TestQueueOnCapacity(t *testing.T) {
 		}
 	}
 }
+
+// Under many more clients than permits, every request is served through
+// the queue and no target ever holds more than its max_concurrency.
+func TestCapacityStress(t *testing.T) {
+	bs := backends(t, 3)
+	g := start(t, base+"upstreams:\n  api:\n    strategy: least_active\n    targets:\n"+
+		targets(bs, ", max_concurrency: 2", ", max_concurrency: 3", ", max_concurrency: 1")+"    queue: {max_wait: 10s}\n")
+	var done atomic.Int64
+	failed := load(t, "http://"+g.Addr()+"/", 24, 40, &done)
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %s", len(failed), done.Load(), failed[0])
+	}
+	var total int64
+	for i, limit := range []int64{2, 3, 1} {
+		if p := bs[i].peak.Load(); p > limit {
+			t.Errorf("%s peaked at %d requests at once, above its max_concurrency %d", bs[i].name, p, limit)
+		}
+		total += bs[i].hits.Load()
+	}
+	if total != 24*40 {
+		t.Errorf("targets saw %d requests, want %d", total, 24*40)
+	}
+}
