@@ -284,7 +284,7 @@ func scanRecord(sc scanner) (flow.Record, error) {
 		r.LeaseExpiry = &t
 	}
 	if len(logb) > 0 {
-		if err := json.Unmarshal(logb, &r.ScheduleLog); err != nil {
+		if r.ScheduleLog, err = parseLog(logb); err != nil {
 			return r, fmt.Errorf("task %s: schedule_log: %w", r.TaskID, err)
 		}
 	}

@@ -642,6 +642,11 @@ func Run(t *testing.T, f Factory) {
 		setModel(t, f)
 	})
 
+	t.Run("SetRacesCancel", func(t *testing.T) {
+		t.Parallel()
+		setRacesCancel(t, f)
+	})
+
 	t.Run("ConcurrentHoldNoDoubleClaim", func(t *testing.T) {
 		t.Parallel()
 		StressHold(t, f, store.Options{}, 3, 8, 600)
@@ -880,4 +885,71 @@ func setModel(t *testing.T, f Factory) {
 			return
 		}
 	}
+}
+
+// setRacesCancel sets held tasks success in batches while another goroutine
+// cancels the same tasks: the lease is the only thing between them, so for
+// every task exactly one wins, and what each was told matches what is
+// stored.
+func setRacesCancel(t *testing.T, f Factory) {
+	ctx := context.Background()
+	e := newEnv(t, f, store.Options{})
+	const n = 200
+	nts := make([]flow.NewTask, n)
+	e.create(nts...)
+	var held []flow.Record
+	for len(held) < n {
+		h := e.hold(t0, n, "w")
+		if len(h) == 0 {
+			t.Fatalf("held %d of %d", len(held), n)
+		}
+		held = append(held, h...)
+	}
+	setErr := make([]error, n)
+	cancelErr := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n; i += 20 {
+			var reqs []flow.SetTaskRequest
+			for _, r := range held[i : i+20] {
+				reqs = append(reqs, flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess})
+			}
+			errs, err := e.s.SetTasks(ctx, reqs, t0.Add(time.Second))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			copy(setErr[i:], errs)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := n - 1; i >= 0; i-- { // from the other end, so they meet
+			cancelErr[i] = e.s.CancelTask(ctx, held[i].TaskID, t0.Add(time.Second))
+		}
+	}()
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	won := map[flow.Status]int{}
+	for i, r := range held {
+		got := e.get(r.TaskID)
+		won[got.Status]++
+		switch got.Status {
+		case flow.StatusSuccess:
+			if setErr[i] != nil || !errors.Is(cancelErr[i], flow.ErrStaleLease) {
+				t.Errorf("task %s ended success; set err %v, cancel err %v", r.TaskID, setErr[i], cancelErr[i])
+			}
+		case flow.StatusCancelled:
+			if !errors.Is(setErr[i], flow.ErrStaleLease) || cancelErr[i] != nil {
+				t.Errorf("task %s ended cancelled; set err %v, cancel err %v", r.TaskID, setErr[i], cancelErr[i])
+			}
+		default:
+			t.Errorf("task %s is %s after a set and a cancel", r.TaskID, got.Status)
+		}
+	}
+	t.Logf("success %d, cancelled %d", won[flow.StatusSuccess], won[flow.StatusCancelled])
 }
