@@ -206,3 +206,27 @@ func TestCapacityStress(t *testing.T) {
 		t.Errorf("targets saw %d requests, want %d", total, 24*40)
 	}
 }
+
+// max_ejected_percent caps ejections: with every target failing, at most
+// that share is ejected and the rest keep serving (here: answering 503).
+func TestMaxEjectedPercent(t *testing.T) {
+	bs := backends(t, 4)
+	for _, b := range bs {
+		b.status.Store(503)
+	}
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n"+targets(bs)+
+		"    health:\n      passive: {max_failures: 2, eject_for: 1m, max_ejected_percent: 50}\n    retry: {attempts: 1}\n")
+	c := client()
+	for range 60 {
+		get(t, c, "http://"+g.Addr()+"/")
+	}
+	ejected := 0
+	for _, v := range view(t, g, "api") {
+		if v.Ejected {
+			ejected++
+		}
+	}
+	if ejected != 2 {
+		t.Fatalf("%d of 4 failing targets ejected, want 2 (max_ejected_percent 50)", ejected)
+	}
+}
