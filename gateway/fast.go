@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -164,8 +163,6 @@ func (g *Gateway) handOff(cc *clientConn) bool {
 	return g.handoff.give(&bufferedConn{Conn: cc.c, r: br})
 }
 
-var idempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true}
-
 func isIdempotent(m []byte) bool {
 	switch string(m) { // no allocation: the compiler compares in place
 	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
@@ -276,7 +273,11 @@ func (cc *clientConn) serveOne() bool {
 				hdr = retryAfter(up.cfg.Queue.MaxWait.D())
 			}
 			cc.log(start, nil, up, "", code, 0, logMethod, logPath)
-			return cc.skipBody(n-int64(len(cc.body))*b2i(replayable && n > 0)) && cc.local(code, msg, clientClose, hdr)
+			unread := n
+			if replayable {
+				unread = 0 // buffered already (or no body)
+			}
+			return cc.skipBody(unread) && cc.local(code, msg, clientClose, hdr)
 		}
 		t := up.target(pick.Addr())
 		if t == nil { // removed between pick and lookup
@@ -359,13 +360,6 @@ func (cc *clientConn) serveOne() bool {
 		clientClose = true // the body is unread, or partly read
 	}
 	return cc.local(code, msg, clientClose, nil) && !clientClose
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func retryAfter(wait time.Duration) []byte {
@@ -791,5 +785,3 @@ func (cc *clientConn) log(start time.Time, r *h1.Request, up *upstream, addr str
 		slog.Duration("duration", time.Since(start)),
 	)
 }
-
-var _ = os.Stdout

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -458,5 +457,3 @@ func (l *handoffListener) give(c net.Conn) bool {
 		return false
 	}
 }
-
-var _ = slices.Contains[[]string]

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
-	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
 )
 
 // The slow path: net/http serves what the fast path hands over (HTTP/2,
@@ -412,5 +411,3 @@ type doneRWBody struct {
 }
 
 func (d *doneRWBody) Write(p []byte) (int, error) { return d.w.Write(p) }
-
-var _ = h1.NoBody
