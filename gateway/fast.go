@@ -303,8 +303,9 @@ func (cc *clientConn) serveOne() bool {
 			continue
 		}
 		status := res.Status
-		if up.statuses[status] && attempt+1 < attempts && (idem || replayable) {
-			// Retry elsewhere: drop this response.
+		if up.statuses[status] && attempt+1 < attempts && replayable {
+			// Retry elsewhere (no body, or one small enough to have been
+			// buffered, so it can be sent again): drop this response.
 			lastErr, lastStatus = errStatus(status), status
 			pick.Report(time.Since(tstart), errStatus(status))
 			cc.noteEjection(up, t)
