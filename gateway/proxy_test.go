@@ -199,6 +199,19 @@ func TestH2CAndHTTP10(t *testing.T) {
 	if res.ProtoMajor != 2 || res.StatusCode != 200 || !bytes.Contains(body, []byte(`"X-Forwarded-For"`)) {
 		t.Fatalf("h2c: %s %d %s", res.Proto, res.StatusCode, body)
 	}
+	req, _ := http.NewRequest("GET", "http://"+g.Addr()+"/echo", nil)
+	req.Header.Set("X-Forwarded-For", "203.0.113.9")
+	res, err = h2.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	var e echoed
+	json.Unmarshal(body, &e)
+	if got := e.Header.Get("X-Forwarded-For"); got != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("h2c: target saw X-Forwarded-For %q", got)
+	}
 	conn, err := net.Dial("tcp", g.Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -56,6 +56,11 @@ func (g *Gateway) newSlowServer() *http.Server {
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Keep the client's chain, as the fast path does (Rewrite
+			// starts from a request stripped of X-Forwarded-*).
+			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = prior
+			}
 			pr.SetXForwarded()
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "upstream" // the transport sets the picked target
