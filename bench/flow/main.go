@@ -1,0 +1,420 @@
+// Command flow benchmarks the flow task service end to end and beside River
+// on the same PostgreSQL, in one run:
+//
+//	cd bench && go run ./flow -pg postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//
+// End to end: tasks/s to create N one-stage tasks and work them to success
+// (create in batches, hold, run a no-op stage, set success) through the HTTP
+// API with the worker SDK, on SQLite and on PostgreSQL; then River (used as a
+// library, in process, no HTTP) with the same job shape on the same
+// PostgreSQL. Hold latency: W workers (1, 8, 64) each looping hold one task,
+// set success, over a pre-filled table; p50 and p99 of the hold call.
+//
+// Each run gets fresh databases (created and dropped on the PostgreSQL
+// server) and a fresh SQLite file, so runs do not see each other's rows.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/client"
+	"github.com/fulcrum-lb/fulcrum/flow/server"
+	"github.com/fulcrum-lb/fulcrum/flow/worker"
+)
+
+func main() {
+	var (
+		pg        = flag.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN (a database on it is created per run); empty skips PostgreSQL and River")
+		tasks     = flag.Int("tasks", 20000, "tasks per end-to-end run")
+		holdTasks = flag.Int("hold-tasks", 3000, "tasks per hold-latency run")
+		workers   = flag.Int("workers", 2, "SDK workers in the end-to-end runs")
+		conc      = flag.Int("concurrency", 64, "handlers per SDK worker")
+		runs      = flag.Int("runs", 3, "rounds of the end-to-end runs (the table shows medians)")
+		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
+		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	)
+	flag.Parse()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench flow:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	ctx := context.Background()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := run(ctx, *pg, *tasks, *holdTasks, *workers, *conc, *riverMax, *runs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench flow:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+type e2eRow struct {
+	system, db string
+	perSec     float64   // median
+	all        []float64 // every round
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+type holdRow struct {
+	db       string
+	workers  int
+	perSec   float64
+	p50, p99 time.Duration
+}
+
+func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs int) error {
+	if runs < 1 || n < 1 || holdN < 1 || workers < 1 || conc < 1 || riverMax < 1 {
+		return errors.New("-runs, -tasks, -hold-tasks, -workers, -concurrency and -river-workers must be positive")
+	}
+	dir, err := os.MkdirTemp("", "bench-flow-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	type db struct{ name, dsn string }
+	var pgDBs []string
+	newPG := func(tag string) (string, error) {
+		d, err := createPG(ctx, pg, tag)
+		if err == nil {
+			pgDBs = append(pgDBs, d)
+		}
+		return d, err
+	}
+	defer func() {
+		for _, d := range pgDBs {
+			dropPG(pg, d)
+		}
+	}()
+
+	// Each round runs every system once, on fresh databases, one after the
+	// other, so a busy machine slows them alike; the table shows medians.
+	results := map[string][]float64{}
+	keys := []string{"flow/sqlite"}
+	if pg != "" {
+		keys = append(keys, "flow/postgres", "river/postgres")
+	}
+	for round := 1; round <= runs; round++ {
+		dbs := []db{{"sqlite", "sqlite://" + filepath.Join(dir, fmt.Sprintf("e2e%d.db", round))}}
+		if pg != "" {
+			d, err := newPG("flow")
+			if err != nil {
+				return err
+			}
+			dbs = append(dbs, db{"postgres", d})
+		}
+		for _, d := range dbs {
+			fmt.Fprintf(os.Stderr, "round %d: fulcrum flow on %s, %d tasks...\n", round, d.name, n)
+			r, err := flowE2E(ctx, d.dsn, n, workers, conc)
+			if err != nil {
+				return fmt.Errorf("flow on %s: %w", d.name, err)
+			}
+			results["flow/"+d.name] = append(results["flow/"+d.name], r)
+		}
+		if pg != "" {
+			d, err := newPG("river")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "round %d: River on postgres, %d jobs...\n", round, n)
+			r, err := riverE2E(ctx, d, n, riverMax)
+			if err != nil {
+				return fmt.Errorf("river: %w", err)
+			}
+			results["river/postgres"] = append(results["river/postgres"], r)
+		}
+	}
+	var rows []e2eRow
+	var river float64
+	for _, k := range keys {
+		system, dbName, _ := strings.Cut(k, "/")
+		name := "fulcrum flow (HTTP, SDK)"
+		if system == "river" {
+			name = "River (in process)"
+		}
+		med := median(results[k])
+		if system == "river" {
+			river = med
+		}
+		rows = append(rows, e2eRow{name, dbName, med, results[k]})
+	}
+
+	var holds []holdRow
+	holdDBs := []db{{"sqlite", "sqlite://" + filepath.Join(dir, "hold.db")}}
+	if pg != "" {
+		d, err := newPG("hold")
+		if err != nil {
+			return err
+		}
+		holdDBs = append(holdDBs, db{"postgres", d})
+	}
+	for _, d := range holdDBs {
+		for _, w := range []int{1, 8, 64} {
+			fmt.Fprintf(os.Stderr, "hold latency: %s, %d workers...\n", d.name, w)
+			r, err := holdLatency(ctx, d.dsn, holdN, w)
+			if err != nil {
+				return fmt.Errorf("hold latency on %s with %d workers: %w", d.name, w, err)
+			}
+			r.db = d.name
+			holds = append(holds, r)
+		}
+	}
+
+	out := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(out, "end to end, %d one-stage tasks (create, hold, stage, set success), median of %d rounds\n", n, runs)
+	fmt.Fprintln(out, "system\tdb\ttasks/s\tvs River (postgres)\tevery round")
+	for _, r := range rows {
+		ratio := "-"
+		if river > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.perSec/river)
+		}
+		var each []string
+		for _, x := range r.all {
+			each = append(each, fmt.Sprintf("%.0f", x))
+		}
+		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%s\n", r.system, r.db, r.perSec, ratio, strings.Join(each, " "))
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "hold latency, %d tasks, each worker: hold 1, set success, repeat\n", holdN)
+	fmt.Fprintln(out, "db\tworkers\tholds/s\tp50\tp99")
+	for _, h := range holds {
+		fmt.Fprintf(out, "%s\t%d\t%.0f\t%v\t%v\n", h.db, h.workers, h.perSec, h.p50.Round(10*time.Microsecond), h.p99.Round(10*time.Microsecond))
+	}
+	return out.Flush()
+}
+
+// flowE2E creates n tasks in batches while workers SDK workers work them,
+// and returns tasks per second from the first create to the last success.
+func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: dsn})
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Close()
+	c, err := client.New([]string{"http://" + srv.Addr()}, client.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: 500, ScheduleIntervalMS: 100, MaxProcessingMS: 60_000,
+		MaxRetryNum: 3, RetryIntervalMS: 100, MaxRetryIntervalMS: 1000}
+	if err := c.RegisterTask(ctx, tt); err != nil {
+		return 0, err
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	var ws []*worker.Worker
+	var wg sync.WaitGroup
+	for i := range workers {
+		w, err := worker.New(worker.Config{Client: c, WorkerID: fmt.Sprintf("bench-%d", i),
+			Concurrency: conc, MaxBacklog: 4 * conc, HoldLimit: 2 * conc})
+		if err != nil {
+			return 0, err
+		}
+		w.Handle("bench", "work", func(context.Context, *worker.Task) (worker.Result, error) {
+			return worker.Done(nil), nil
+		})
+		ws = append(ws, w)
+		wg.Add(1)
+		go func() { defer wg.Done(); w.Run(ctx) }()
+	}
+	start := time.Now()
+	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
+		nts := make([]flow.NewTask, 0, to-from)
+		for i := from; i < to; i++ {
+			nts = append(nts, flow.NewTask{TaskType: "bench", TaskStage: "work", TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		}
+		_, err := c.CreateTasks(ctx, nts)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	created := time.Since(start)
+	// Count successes as the server sees them.
+	go func() {
+		for ctx.Err() == nil {
+			st, err := c.Stats(ctx)
+			if err == nil {
+				for _, t := range st.Types {
+					if t.TaskType == "bench" && t.Counts["success"] >= int64(n) {
+						done.Store(t.Counts["success"])
+						close(all)
+						return
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-all:
+	case <-time.After(10 * time.Minute):
+		return 0, errors.New("tasks did not finish in 10 minutes")
+	}
+	elapsed := time.Since(start)
+	fmt.Fprintf(os.Stderr, "  created all in %v, all succeeded after %v\n", created.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	for _, w := range ws {
+		w.Stop()
+	}
+	wg.Wait()
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// createAll calls create over [0, n) in batches of 500, four at a time.
+func createAll(ctx context.Context, n int, create func(ctx context.Context, from, to int) error) error {
+	const batch, par = 500, 4
+	sem := make(chan struct{}, par)
+	errc := make(chan error, n/batch+1)
+	var wg sync.WaitGroup
+	for from := 0; from < n; from += batch {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := create(ctx, from, min(from+batch, n)); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// holdLatency pre-creates n tasks, then w goroutines each loop hold(1) and
+// set success until a hold comes back empty.
+func holdLatency(ctx context.Context, dsn string, n, w int) (holdRow, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: dsn})
+	if err != nil {
+		return holdRow{}, err
+	}
+	defer srv.Close()
+	c, err := client.New([]string{"http://" + srv.Addr()}, client.Options{})
+	if err != nil {
+		return holdRow{}, err
+	}
+	defer c.Close()
+	typ := fmt.Sprintf("hold%d", w)
+	if err := c.RegisterTask(ctx, flow.TaskType{TaskType: typ, ScheduleLimit: 10, ScheduleIntervalMS: 100,
+		MaxProcessingMS: 60_000, MaxRetryNum: 1, RetryIntervalMS: 100, MaxRetryIntervalMS: 100}); err != nil {
+		return holdRow{}, err
+	}
+	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
+		nts := make([]flow.NewTask, to-from)
+		for i := range nts {
+			nts[i] = flow.NewTask{TaskType: typ, TaskStage: "work"}
+		}
+		_, err := c.CreateTasks(ctx, nts)
+		return err
+	}); err != nil {
+		return holdRow{}, err
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	errc := make(chan error, w)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
+			for {
+				t0 := time.Now()
+				got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: typ, Limit: 1, WorkerID: fmt.Sprintf("h%d", i)})
+				if err != nil {
+					errc <- err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				if err := c.SetTask(ctx, flow.SetTaskRequest{TaskID: got[0].TaskID, Lease: got[0].Lease, Status: flow.StatusSuccess}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errc)
+	if err := <-errc; err != nil {
+		return holdRow{}, err
+	}
+	if len(lat) != n {
+		return holdRow{}, fmt.Errorf("held %d tasks, created %d", len(lat), n)
+	}
+	slices.Sort(lat)
+	return holdRow{workers: w, perSec: float64(n) / elapsed.Seconds(), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}, nil
+}
+
+// createPG creates a fresh database on the server of dsn and returns its DSN.
+func createPG(ctx context.Context, dsn, tag string) (string, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	name := fmt.Sprintf("bench_flow_%s_%d", tag, time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func dropPG(dsn, fresh string) {
+	u, err := url.Parse(fresh)
+	if err != nil {
+		return
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	db.Exec("DROP DATABASE IF EXISTS " + u.Path[1:] + " WITH (FORCE)")
+}

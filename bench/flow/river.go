@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// noopArgs is the River job with the same shape as the flow bench task: a
+// small JSON payload and a stage that does nothing.
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "bench" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// riverE2E inserts n jobs in batches (InsertManyFast, River's quickest
+// insert) while a River client with maxWorkers (River's benchmark uses
+// 2000) works them, and returns jobs
+// per second from the first insert to the last completion event.
+func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (float64, error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	mig, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return 0, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		// River's own benchmark (cmd/river bench) settings, much faster than
+		// the client's defaults (100ms fetch cooldown, 1s poll).
+		FetchCooldown:     2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers:           workers,
+	})
+	if err != nil {
+		return 0, err
+	}
+	events, unsub := rc.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 1000})
+	defer unsub()
+	if err := rc.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer rc.Stop(context.WithoutCancel(ctx))
+	start := time.Now()
+	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
+		params := make([]river.InsertManyParams, 0, to-from)
+		for i := from; i < to; i++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
+		}
+		_, err := rc.InsertManyFast(ctx, params)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	timeout := time.After(10 * time.Minute)
+	for got := 0; got < n; {
+		select {
+		case ev := <-events:
+			if ev == nil {
+				return 0, errors.New("river closed the event channel")
+			}
+			got++
+		case <-timeout:
+			return 0, errors.New("jobs did not finish in 10 minutes")
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
