@@ -104,7 +104,11 @@ func (w *Worker) reportLoop(ctx context.Context) {
 
 func (w *Worker) send(ctx context.Context, batch []*outcome) {
 	if len(batch) == 1 {
-		w.settle(batch[0], w.c.SetTask(ctx, batch[0].req))
+		err := w.c.SetTask(ctx, batch[0].req)
+		if retryable(err) {
+			w.log.Warn("flow worker: report failed; retrying", "tasks", 1, "err", err)
+		}
+		w.settle(batch[0], err)
 		return
 	}
 	reqs := make([]flow.SetTaskRequest, len(batch))
@@ -125,10 +129,21 @@ func (w *Worker) send(ctx context.Context, batch []*outcome) {
 			w.settle(o, w.c.SetTask(ctx, o.req))
 		}
 	default:
+		w.log.Warn("flow worker: report failed; retrying", "tasks", len(batch), "err", err)
 		for _, o := range batch {
 			w.settle(o, err)
 		}
 	}
+}
+
+// retryable reports whether a set's error calls for sending it again: a
+// transport failure, a 5xx or a 429.
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, client.ErrStaleLease) || errors.Is(err, client.ErrNotFound) {
+		return false
+	}
+	var apiErr *client.APIError
+	return !errors.As(err, &apiErr) || apiErr.Status >= 500 || apiErr.Status == http.StatusTooManyRequests
 }
 
 // settle acts on the answer to one outcome.
@@ -162,7 +177,7 @@ func (w *Worker) settle(o *outcome, err error) {
 		}
 		o.tries++
 		d := min(50*time.Millisecond<<min(o.tries, 6), 2*time.Second)
-		w.log.Warn("flow worker: report failed; retrying", "task_id", o.h.task.ID, "in", d, "err", err)
+		w.log.Debug("flow worker: report failed; retrying", "task_id", o.h.task.ID, "in", d, "err", err)
 		time.AfterFunc(jitter(d), func() { w.out.push(o) })
 	}
 }

@@ -257,7 +257,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer dispatcher.Done(); w.dispatchLoop(hardCtx, runners, slots) }()
 
 	<-w.stop
-	w.log.Info("flow worker stopping", "held", w.held.Load())
+	w.log.Info("flow worker stopping", "backlog", w.held.Load())
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.ShutdownTimeout)
 	defer dcancel()
 	go func() {
@@ -393,8 +393,10 @@ func (w *Worker) pullLoop(ctx, netCtx context.Context, taskType string, ts *type
 		leaseDur = time.Duration(ts.cfg.MaxProcessingMS) * time.Millisecond
 	}
 	// The long-poll wait: at least a second so an idle worker costs little,
-	// at most 30s so a stop is never held up long.
-	wait := min(max(interval, time.Second), 30*time.Second)
+	// at most 10s because a stop waits for the hold in flight (cancelling it
+	// could strand tasks the server was claiming just then until their
+	// leases expire).
+	wait := min(max(interval, time.Second), 10*time.Second)
 	backoff := interval
 	for !w.stopping() {
 		n := w.reserve(w.cfg.HoldLimit)
@@ -455,7 +457,11 @@ func (w *Worker) enqueue(ctx context.Context, h *heldTask) {
 		w.giveBack(h)
 		return
 	}
-	w.queue <- h // never blocks: the backlog reservation bounds the queue
+	select {
+	case w.queue <- h: // room is certain unless a server returned more than asked
+	default:
+		w.giveBack(h)
+	}
 }
 
 // dispatchLoop hands queued tasks to the pool, at most Concurrency at a
