@@ -35,12 +35,12 @@ type backend struct {
 	closed atomic.Bool
 }
 
-func newBackend(t *testing.T, name string) *backend {
+func newBackend(t testing.TB, name string) *backend {
 	t.Helper()
 	return newBackendAt(t, name, "127.0.0.1:0")
 }
 
-func newBackendAt(t *testing.T, name, addr string) *backend {
+func newBackendAt(t testing.TB, name, addr string) *backend {
 	t.Helper()
 	var ln net.Listener
 	var err error
