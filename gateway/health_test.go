@@ -230,3 +230,26 @@ func TestMaxEjectedPercent(t *testing.T) {
 		t.Fatalf("%d of 4 failing targets ejected, want 2 (max_ejected_percent 50)", ejected)
 	}
 }
+
+// A target that turns healthy again starts its warm-up over: its effective
+// weight falls below that of a target that stayed up.
+func TestWarmupRestartsWhenHealthyAgain(t *testing.T) {
+	bs := backends(t, 2)
+	g := start(t, base+`upstreams:
+  api:
+    targets:
+`+targets(bs, ", weight: 1000, warmup: 20s", ", weight: 1000, warmup: 20s")+`    health:
+      active: {path: /healthz, interval: 20ms, timeout: 1s, healthy_threshold: 1, unhealthy_threshold: 1}
+`)
+	// Let both warm a little, so a restart is visible.
+	eventually(t, "some warm-up", func() bool { return view(t, g, "api")[bs[0].url()].EffectiveWeight >= 100 })
+	bs[1].health.Store(500)
+	eventually(t, "b2 unhealthy", func() bool { return !view(t, g, "api")[bs[1].url()].Healthy })
+	bs[1].health.Store(0)
+	eventually(t, "b2 healthy", func() bool { return view(t, g, "api")[bs[1].url()].Healthy })
+	v := view(t, g, "api")
+	a, b := v[bs[0].url()], v[bs[1].url()]
+	if !b.Warming || b.EffectiveWeight >= a.EffectiveWeight {
+		t.Fatalf("recovered b2: warming %v weight %d; b1 (up all along) %d", b.Warming, b.EffectiveWeight, a.EffectiveWeight)
+	}
+}
