@@ -7,6 +7,11 @@
 #   bench/proxy/run.sh                 # ROUNDS=3 DURATION=8s CONNS=64 THREADS=2
 #   ROUNDS=5 bench/proxy/run.sh
 #
+# Rows: direct = wrk straight at one upstream (the ceiling); fulcrum =
+# default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
+# (one event loop, as the proxy's share of a 2-core box shared with wrk and
+# the upstreams is about one core); stdproxy = httputil.ReverseProxy.
+#
 # Rounds are interleaved (every proxy once per round) and the median round
 # is reported, so a noisy neighbour hurts every proxy alike. Needs root or
 # the tools installed (apt-get install wrk nginx-light haproxy caddy).
@@ -16,7 +21,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
-ONLY=${ONLY:-"direct fulcrum nginx haproxy caddy stdproxy"}
+ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -121,7 +126,7 @@ CADDY
 
 port_of() {
 	case $1 in
-	direct) echo 19001 ;; fulcrum) echo 18080 ;; nginx) echo 18081 ;;
+	direct) echo 19001 ;; fulcrum | fulcrum-1p) echo 18080 ;; nginx) echo 18081 ;;
 	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
 	esac
 }
@@ -130,6 +135,7 @@ start() {
 	case $1 in
 	direct) return 0 ;;
 	fulcrum) "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum.log" 2>&1 & ;;
+	fulcrum-1p) GOMAXPROCS=1 "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum-1p.log" 2>&1 & ;;
 	nginx) nginx -c "$work/nginx.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
 	haproxy) haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
