@@ -32,6 +32,7 @@ type backend struct {
 	cur    atomic.Int64 // requests in progress
 	peak   atomic.Int64 // most requests in progress at once
 	hold   atomic.Pointer[chan struct{}]
+	delay  atomic.Int64 // ns to wait before answering
 	closed atomic.Bool
 }
 
@@ -76,6 +77,9 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if n <= p || b.peak.CompareAndSwap(p, n) {
 			break
 		}
+	}
+	if d := b.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
 	}
 	if h := b.hold.Load(); h != nil {
 		select {
