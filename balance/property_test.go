@@ -354,3 +354,39 @@ func TestRadixSortSorts(t *testing.T) {
 		}
 	})
 }
+
+// One slow sample must not starve a target for the whole window: a target
+// left unpicked is re-measured within 16 x n picks.
+func TestShortestResponseReMeasuresStarvedTarget(t *testing.T) {
+	clk := newFakeClock()
+	b := mustNew(t, "shortest_response", Options{Clock: clk.Now}, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	// a answers slowly once, b fast: b is preferred from then on.
+	for _, addr := range []string{"a", "b"} {
+		for {
+			p := mustPick(t, b, "")
+			if p.Addr() == addr {
+				lat := time.Millisecond
+				if addr == "a" {
+					lat = 100 * time.Millisecond
+				}
+				p.Report(lat, nil)
+				break
+			}
+			p.Report(time.Millisecond, nil)
+		}
+	}
+	picksOfA := 0
+	for range 16 * 2 * 4 {
+		p := mustPick(t, b, "")
+		if p.Addr() == "a" {
+			picksOfA++
+		}
+		p.Report(time.Millisecond, nil)
+	}
+	if picksOfA == 0 {
+		t.Fatal("a never re-measured after one slow sample")
+	}
+	if picksOfA > 8 {
+		t.Fatalf("a picked %d of 128 times though its window average is 100x b's", picksOfA)
+	}
+}
