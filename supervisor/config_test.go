@@ -102,6 +102,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"type":"report","worker_id":"w1","max_load":10,"tasks":[{"task_id":"a","last_seen":"2026-01-02T15:04:05Z"}]}`,
 		`{"type":"payload","worker_id":"w1","task_id":"a","message_id":"a:1","data":{"x":1}}`,
 		`{"type":"payload","worker_id":"w1","task_id":"a","data":"text"}`,
+		`{"type":"report","worker_id":"w1","max_load":9223372036854775807}`,
 		`{"type":"instruction"}`, `{"type":5}`, `[]`, `null`, `{"type":"report","tasks":null}`,
 	} {
 		f.Add([]byte(s))
@@ -116,7 +117,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		switch m := msg.(type) {
 		case *protocolReport:
-			if m.WorkerID == "" || m.MaxLoad < 1 {
+			if m.WorkerID == "" || m.MaxLoad < 1 || m.MaxLoad > maxMaxLoad {
 				t.Fatalf("accepted report %+v", m)
 			}
 			// The engine takes whatever decodes.
@@ -126,7 +127,7 @@ func FuzzDecodeMessage(f *testing.F) {
 			for i, ts := range m.Tasks {
 				ids[i] = ts.TaskID
 			}
-			e.Report(m.WorkerID, min(m.MaxLoad, 1000), ids, true)
+			e.Report(m.WorkerID, m.MaxLoad, ids, true)
 			check(t, e, fleet{}, false)
 		case *protocolPayload:
 			if m.WorkerID == "" || m.TaskID == "" || len(m.Data) == 0 {

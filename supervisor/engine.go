@@ -104,9 +104,8 @@ type outbox struct {
 }
 
 type op struct {
-	id  string
-	t   *task // the task to add (its spec is read at Flush); nil for an end
-	end bool
+	id string
+	t  *task // the task to add (its spec is read at Flush); nil: end id
 }
 
 // Outgoing is one instruction set to send to one worker.
@@ -291,6 +290,7 @@ func (e *Engine) Assign(add []protocol.Task, remove []string, reset bool) {
 	// allocations for the whole list instead of two per task.
 	var slab []task
 	var slots []holding
+	e.deficit = slices.Grow(e.deficit, len(add))
 	for _, spec := range add {
 		if t := e.tasks[spec.TaskID]; t != nil {
 			t.spec = spec
@@ -536,7 +536,7 @@ func (e *Engine) fill() {
 	}
 	clear(e.deficit[len(live):])
 	e.deficit = live
-	ts := e.ts[:0]
+	ts := slices.Grow(e.ts[:0], len(e.deficit))
 	for _, t := range e.deficit {
 		if len(t.holders) < len(e.workers) {
 			ts = append(ts, t)
@@ -546,6 +546,18 @@ func (e *Engine) fill() {
 	e.place(ts)
 	clear(ts)
 	e.ts = ts[:0]
+	// Keep only what is still short, so Counts (run after every event
+	// for the metrics) walks the deficit, not every task placed.
+	live = e.deficit[:0]
+	for _, t := range e.deficit {
+		if t.inDef {
+			live = append(live, t)
+		} else {
+			t.listed = false
+		}
+	}
+	clear(e.deficit[len(live):])
+	e.deficit = live
 }
 
 // place gives each task up to k holders, following the seed: a worker's
@@ -577,7 +589,9 @@ func (e *Engine) place(ts []*task) {
 	for i := range h {
 		c := &h[i]
 		c.quota = int(math.Ceil(float64(needed) * float64(c.free) / float64(totalFree)))
-		c.w.held = slices.Grow(c.w.held, min(c.quota, c.free))
+		n := min(c.quota, c.free)
+		c.w.held = slices.Grow(c.w.held, n)
+		c.w.box.ops = slices.Grow(c.w.box.ops, n)
 	}
 	h.init()
 	skipped := e.skipped[:0]
@@ -704,7 +718,7 @@ func (e *Engine) add(w *worker, t *task) {
 
 func (e *Engine) end(w *worker, id string) {
 	e.queue(w)
-	w.box.ops = append(w.box.ops, op{id: id, end: true})
+	w.box.ops = append(w.box.ops, op{id: id})
 	e.stats.Ended++
 }
 
@@ -720,7 +734,7 @@ func (e *Engine) Flush() []Outgoing {
 	nadd, nend := 0, 0
 	for _, w := range e.outq {
 		for _, o := range w.box.ops {
-			if o.end {
+			if o.t == nil {
 				nend++
 			} else {
 				nadd++
@@ -746,7 +760,7 @@ func (e *Engine) Flush() []Outgoing {
 			if i+1 < len(b.ops) && b.ops[i+1].id == o.id {
 				continue
 			}
-			if o.end {
+			if o.t == nil {
 				ends = append(ends, o.id)
 			} else {
 				adds = append(adds, o.t.spec)

@@ -53,6 +53,10 @@ func check(t fataler, e *Engine, f fleet, full bool, silent ...[2]string) {
 	t.Helper()
 	f.apply(e.Flush())
 	live := len(e.workers)
+	sets := make(map[*worker]map[string]*task, live)
+	for _, w := range e.workers {
+		sets[w] = w.taskSet()
+	}
 	for id, w := range e.workers {
 		if len(w.held) > w.maxLoad {
 			t.Fatalf("worker %s holds %d > max load %d", id, len(w.held), w.maxLoad)
@@ -68,12 +72,19 @@ func check(t fataler, e *Engine, f fleet, full bool, silent ...[2]string) {
 				}
 			}
 		}
-		if held := w.taskSet(); len(held) != len(w.held) {
+		if held := sets[w]; len(held) != len(w.held) {
 			t.Fatalf("worker %s holds a task twice: %d tasks, %d distinct", id, len(w.held), len(held))
 		}
-		if run := f[id]; !maps.Equal(run, setOf(w.taskSet())) {
-			t.Fatalf("worker %s runs %v, engine says it holds %v", id, keys(run), keys(w.taskSet()))
+		if run := f[id]; !maps.Equal(run, setOf(sets[w])) {
+			t.Fatalf("worker %s runs %v, engine says it holds %v", id, keys(run), keys(sets[w]))
 		}
+	}
+	listed := make(map[*task]bool, len(e.deficit))
+	for _, tk := range e.deficit {
+		if listed[tk] {
+			t.Fatalf("task %s listed twice in the deficit list", tk.spec.TaskID)
+		}
+		listed[tk] = true
 	}
 	for id, tk := range e.tasks {
 		seen := map[*worker]bool{}
@@ -83,12 +94,12 @@ func check(t fataler, e *Engine, f fleet, full bool, silent ...[2]string) {
 				t.Fatalf("task %s held twice by %s", id, w.id)
 			}
 			seen[w] = true
-			if e.workers[w.id] != w || w.taskSet()[id] != tk {
+			if e.workers[w.id] != w || sets[w][id] != tk {
 				t.Fatalf("task %s lists holder %s that does not hold it", id, w.id)
 			}
 		}
 		want := min(e.k, live)
-		inDeficit := tk.inDef && slices.Contains(e.deficit, tk)
+		inDeficit := tk.inDef && listed[tk]
 		if inDeficit != (len(tk.holders) < e.k) {
 			t.Fatalf("task %s: %d holders, in deficit set: %v", id, len(tk.holders), inDeficit)
 		}

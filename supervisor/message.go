@@ -13,6 +13,9 @@ import (
 const (
 	maxIDBytes     = 256
 	maxReportTasks = 1_000_000
+	// maxMaxLoad bounds a worker's max load, so that sums of free capacity
+	// over a fleet cannot overflow (a worker could claim 2^63-1).
+	maxMaxLoad = 1_000_000
 )
 
 // decodeMessage decodes and validates one worker message: a *protocol.Report
@@ -34,6 +37,9 @@ func decodeMessage(data []byte) (any, error) {
 		}
 		if r.MaxLoad < 1 {
 			return nil, fmt.Errorf("report: max_load must be positive, got %d", r.MaxLoad)
+		}
+		if r.MaxLoad > maxMaxLoad {
+			return nil, fmt.Errorf("report: max_load %d is above %d", r.MaxLoad, maxMaxLoad)
 		}
 		if len(r.Tasks) > maxReportTasks {
 			return nil, fmt.Errorf("report: %d tasks, more than %d", len(r.Tasks), maxReportTasks)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package supervisor
+
+const raceOn = false
