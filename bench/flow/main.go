@@ -47,8 +47,8 @@ func main() {
 		pg        = flag.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN (a database on it is created per run); empty skips PostgreSQL and River")
 		tasks     = flag.Int("tasks", 20000, "tasks per end-to-end run")
 		holdTasks = flag.Int("hold-tasks", 3000, "tasks per hold-latency run")
-		workers   = flag.Int("workers", 2, "SDK workers in the end-to-end runs")
-		conc      = flag.Int("concurrency", 64, "handlers per SDK worker")
+		workers   = flag.Int("workers", 4, "SDK workers in the end-to-end runs")
+		conc      = flag.Int("concurrency", 256, "handlers per SDK worker")
 		runs      = flag.Int("runs", 3, "rounds of the end-to-end runs (the table shows medians)")
 		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -235,8 +235,9 @@ func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, er
 	if err := c.RegisterTask(ctx, tt); err != nil {
 		return 0, err
 	}
-	var done atomic.Int64
+	var done, ran atomic.Int64
 	all := make(chan struct{})
+	allRan := make(chan struct{})
 	var ws []*worker.Worker
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -246,6 +247,9 @@ func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, er
 			return 0, err
 		}
 		w.Handle("bench", "work", func(context.Context, *worker.Task) (worker.Result, error) {
+			if ran.Add(1) == int64(n) {
+				close(allRan)
+			}
 			return worker.Done(nil), nil
 		})
 		ws = append(ws, w)
@@ -263,9 +267,14 @@ func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, er
 	}); err != nil {
 		return 0, err
 	}
-	created := time.Since(start)
-	// Count successes as the server sees them.
+	// Count successes as the server sees them, once every stage has run
+	// (asking for stats all along would load the server being measured).
 	go func() {
+		select {
+		case <-allRan:
+		case <-ctx.Done():
+			return
+		}
 		for ctx.Err() == nil {
 			st, err := c.Stats(ctx)
 			if err == nil {
@@ -277,7 +286,7 @@ func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, er
 					}
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	select {
@@ -286,7 +295,6 @@ func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, er
 		return 0, errors.New("tasks did not finish in 10 minutes")
 	}
 	elapsed := time.Since(start)
-	fmt.Fprintf(os.Stderr, "  created all in %v, all succeeded after %v\n", created.Round(time.Millisecond), elapsed.Round(time.Millisecond))
 	for _, w := range ws {
 		w.Stop()
 	}
