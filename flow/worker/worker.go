@@ -529,6 +529,12 @@ func (w *Worker) runOne(hardCtx context.Context, h *heldTask) {
 		h.release()
 		return
 	}
+	if err != nil && hardCtx.Err() != nil {
+		// The shutdown deadline cancelled the stage: not the task's fault,
+		// so it goes back without counting a retry.
+		w.giveBack(h)
+		return
+	}
 	w.out.push(&outcome{h: h, req: h.setRequest(res, err)})
 }
 

@@ -436,3 +436,36 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("Run without handlers: %v", err)
 	}
 }
+
+// A stage still running when ShutdownTimeout runs out has its context
+// cancelled; if it then fails, the task goes back without a retry counted.
+func TestShutdownTimeoutCancelsAndGivesBack(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("slowstop")
+	started := make(chan struct{})
+	var cause atomic.Value
+	w := newWorker(t, e, worker.Config{Concurrency: 1, ShutdownTimeout: 100 * time.Millisecond})
+	w.Register(tt)
+	w.Handle("slowstop", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		close(started)
+		<-ctx.Done()
+		cause.Store(context.Cause(ctx))
+		return worker.Result{}, ctx.Err()
+	})
+	stop := start(t, w)
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	id := e.create(t, "slowstop", "only", 1)[0]
+	<-started
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := cause.Load().(error); !errors.Is(c, context.Canceled) {
+		t.Fatalf("handler context ended with %v, want context.Canceled", c)
+	}
+	tk := e.get(t, id)
+	if tk.Status != flow.StatusPending || tk.CrtRetryNum != 0 || tk.Owner != "" {
+		t.Fatalf("status %d retries %d owner %q; want pending, no retry, no owner (log %+v)", tk.Status, tk.CrtRetryNum, tk.Owner, tk.ScheduleLog)
+	}
+}
