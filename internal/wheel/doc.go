@@ -8,4 +8,9 @@
 // rewrites the key's deadline, and the entry moves to its new slot lazily
 // when the wheel next visits the old one. A timeout fires at the first tick
 // at or after its deadline: never early, at most one tick late.
+//
+// Set returns a Handle; Reset and ResetAfter through it skip the key lookup
+// (one slice index instead of a map probe). A Handle goes stale when its
+// timeout fires or is cancelled, and a stale one is refused rather than
+// applied to whatever key reuses the entry.
 package wheel
