@@ -818,17 +818,51 @@ func (e *Engine) Workers() []WorkerInfo {
 
 // Tasks lists the supervised tasks, sorted by id.
 func (e *Engine) Tasks() []TaskInfo {
-	ts := e.sortedTasks()
-	out := make([]TaskInfo, len(ts))
-	for i, t := range ts {
-		hs := make([]string, len(t.holders))
-		for j, h := range t.holders {
-			hs[j] = h.w.id
+	ts := e.TasksUnsorted(false)
+	SortTasks(ts)
+	return ts
+}
+
+// TasksUnsorted lists the supervised tasks (only those in deficit when
+// deficitOnly) in no particular order, holders unsorted: the copy the event
+// loop must make, leaving the sorting (SortTasks) to the caller's goroutine.
+// deficitOnly walks the deficit, not every task.
+func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
+	src := e.deficit
+	if !deficitOnly {
+		src = make([]*task, 0, len(e.tasks))
+		for _, t := range e.tasks {
+			src = append(src, t)
 		}
-		slices.Sort(hs)
-		out[i] = TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs, Missing: e.k - len(t.holders)}
+	}
+	n, nh := 0, 0
+	for _, t := range src {
+		if !deficitOnly || t.inDef {
+			n++
+			nh += len(t.holders)
+		}
+	}
+	out := make([]TaskInfo, 0, n)
+	hs := make([]string, 0, nh) // one slab for every task's holders
+	for _, t := range src {
+		if deficitOnly && !t.inDef {
+			continue
+		}
+		h0 := len(hs)
+		for _, h := range t.holders {
+			hs = append(hs, h.w.id)
+		}
+		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: e.k - len(t.holders)})
 	}
 	return out
+}
+
+// SortTasks sorts a task list by id, and each task's holders.
+func SortTasks(ts []TaskInfo) {
+	for _, t := range ts {
+		slices.Sort(t.Holders)
+	}
+	slices.SortFunc(ts, func(a, b TaskInfo) int { return cmp.Compare(a.ID, b.ID) })
 }
 
 // Holders returns the ids of the workers holding task id, sorted.
@@ -885,13 +919,4 @@ func (e *Engine) sortedWorkers() []*worker {
 	}
 	slices.SortFunc(ws, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
 	return ws
-}
-
-func (e *Engine) sortedTasks() []*task {
-	ts := make([]*task, 0, len(e.tasks))
-	for _, t := range e.tasks {
-		ts = append(ts, t)
-	}
-	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.spec.TaskID, b.spec.TaskID) })
-	return ts
 }

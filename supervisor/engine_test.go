@@ -331,8 +331,10 @@ func TestDeficitFilledWhenCapacityAppears(t *testing.T) {
 	if _, _, d, missing := e.Counts(); d != 10 || missing != 10 {
 		t.Fatalf("one worker, k=2: deficit %d tasks / %d holdings, want 10/10", d, missing)
 	}
+	assertDeficitListing(t, e)
 	e.Report("b", 4, nil, true) // room for 4 second holders
 	check(t, e, f, false)
+	assertDeficitListing(t, e)
 	if _, _, _, missing := e.Counts(); missing != 6 {
 		t.Fatalf("missing %d holdings, want 6", missing)
 	}
@@ -414,5 +416,22 @@ func TestRebalanceMovesFewest(t *testing.T) {
 	assertBalanced(t, e, 0.1)
 	if got := e.Rebalance(0.1); got != 0 {
 		t.Fatalf("second rebalance moved %d, want 0", got)
+	}
+}
+
+// assertDeficitListing: the deficit-only listing (GET /tasks?deficit=true)
+// is exactly the tasks of the full listing that miss holders.
+func assertDeficitListing(t *testing.T, e *Engine) {
+	t.Helper()
+	var want []TaskInfo
+	for _, ti := range e.Tasks() {
+		if ti.Missing > 0 {
+			want = append(want, ti)
+		}
+	}
+	got := e.TasksUnsorted(true)
+	SortTasks(got)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("deficit listing %v, want %v", got, want)
 	}
 }
