@@ -99,9 +99,10 @@ type HoldTasksResponse struct {
 }
 
 // SetTaskRequest is the body of POST /v1/set_task. Status pending with a
-// TaskStage hands the task to that stage; success and failed end it; Error
-// with Status pending (or failed while retries are left) reschedules with
-// backoff. DelayMS postpones the next stage.
+// TaskStage hands the task to that stage; success and failed end it (Error
+// with failed says why); Error with Status pending reschedules the stage with
+// backoff while retries are left, else fails the task. DelayMS postpones the
+// next stage.
 type SetTaskRequest struct {
 	TaskID      string          `json:"task_id"`
 	Lease       string          `json:"lease"`

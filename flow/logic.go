@@ -92,7 +92,7 @@ func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
 	r.ModifyTime = now
 	delay := time.Duration(req.DelayMS) * time.Millisecond
 	switch {
-	case req.Error != "" && (req.Status == StatusPending || req.Status == StatusFailed):
+	case req.Error != "" && req.Status == StatusPending:
 		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
 			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
 		}

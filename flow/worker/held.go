@@ -152,11 +152,8 @@ func (h *heldTask) setRequest(res Result, err error) flow.SetTaskRequest {
 				}
 				req.Status, req.TaskStage = flow.StatusPending, res.Stage
 			case flow.StatusFailed:
-				// The wire contract reads failed-with-error as "retry if
-				// retries are left", so a final failure goes without one;
-				// the reason is logged here instead.
-				req.Status = flow.StatusFailed
-				h.w.log.Info("flow worker: task failed by handler", "task_id", h.task.ID, "stage", h.task.Stage, "reason", res.Reason)
+				// Failed is final; the reason goes to the schedule log.
+				req.Status, req.Error = flow.StatusFailed, res.Reason
 			default:
 				err = errors.New("handler returned status " + statusName(res.Status) + "; want pending, success or failed")
 			}

@@ -58,8 +58,8 @@ type Result struct {
 	Context any
 	// Delay postpones the next stage.
 	Delay time.Duration
-	// Reason says why, for StatusFailed. The worker logs it; the server
-	// does not store it (an error on a set means "retry").
+	// Reason says why, for StatusFailed; the server keeps it in the task's
+	// schedule log.
 	Reason string
 }
 

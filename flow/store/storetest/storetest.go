@@ -270,10 +270,13 @@ func Run(t *testing.T, f Factory) {
 						t.Fatalf("log %+v", r.ScheduleLog)
 					}
 				}},
-			{"failed with error and retries left retries", 0, flow.SetTaskRequest{Status: flow.StatusFailed, Error: "x"}, nil,
+			{"failed with error ends and keeps the reason", 0, flow.SetTaskRequest{Status: flow.StatusFailed, Error: "bad input"}, nil,
 				func(t *testing.T, r flow.Record) {
-					if r.Status != flow.StatusPending || r.CrtRetryNum != 1 || !r.OrderTime.Equal(later.Add(time.Second)) {
+					if r.Status != flow.StatusFailed || r.CrtRetryNum != 0 {
 						t.Fatalf("%+v", r)
+					}
+					if last := r.ScheduleLog[len(r.ScheduleLog)-1]; last.Event != flow.EventFailed || last.Error != "bad input" {
+						t.Fatalf("log %+v", r.ScheduleLog)
 					}
 				}},
 			{"error with retries exhausted fails", 2, flow.SetTaskRequest{Status: flow.StatusPending, Error: "again"}, nil,
