@@ -33,8 +33,8 @@ func testConfig(tasks []protocol.Task) Config {
 	c.Token = testToken
 	c.Tick = 10 * time.Millisecond
 	c.Warmup = 200 * time.Millisecond
-	c.WorkerTimeout = 600 * time.Millisecond
-	c.TaskTimeout = 600 * time.Millisecond
+	c.WorkerTimeout = 2 * time.Second
+	c.TaskTimeout = 2 * time.Second
 	c.QueryInterval = time.Minute
 	c.QueryRetry = 50 * time.Millisecond
 	c.Redundancy = 3
