@@ -266,6 +266,15 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (*flow.Task, error)
 	return &t, nil
 }
 
+// GetTaskType returns a task type's config (GET /v1/get_task_type).
+func (c *Client) GetTaskType(ctx context.Context, taskType string) (*flow.TaskType, error) {
+	var t flow.TaskType
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/get_task_type", query: url.Values{"task_type": {taskType}}, out: &t, idempotent: true}); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // ListFilter selects tasks for ListTasks. Zero fields do not filter.
 type ListFilter struct {
 	TaskType  string

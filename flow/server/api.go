@@ -65,6 +65,7 @@ func (s *Server) routes() http.Handler {
 		"/v1/renew_lease":   {http.MethodPost, s.renewLease},
 		"/v1/cancel_task":   {http.MethodPost, s.cancelTask},
 		"/v1/get_task":      {http.MethodGet, s.getTask},
+		"/v1/get_task_type": {http.MethodGet, s.getTaskType},
 		"/v1/get_task_list": {http.MethodGet, s.getTaskList},
 		"/v1/stats":         {http.MethodGet, s.stats},
 		"/healthz":          {http.MethodGet, s.health},
@@ -455,6 +456,20 @@ func (s *Server) getTask(_ http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return view(rec), nil
+}
+
+// getTaskType answers a type's config, so a worker that did not register
+// the type itself can learn its schedule_interval and lease length.
+func (s *Server) getTaskType(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q, err := query(r, "task_type")
+	if err != nil {
+		return nil, err
+	}
+	name := q.Get("task_type")
+	if err := flow.ValidateTaskTypeName(name); err != nil {
+		return nil, err
+	}
+	return s.st.GetType(r.Context(), name)
 }
 
 // List page sizes.

@@ -141,6 +141,13 @@ func TestThreeStagesEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := start(t, Config{})
 	register(t, s, video)
+	var typ flow.TaskType
+	do(t, s, "/v1/get_task_type?task_type=video", nil, &typ, 200)
+	want := video
+	want.ScheduleIntervalMS = typ.ScheduleIntervalMS // unset at register: the default fills it
+	if typ != want || typ.ScheduleIntervalMS <= 0 {
+		t.Fatalf("get_task_type = %+v, registered %+v", typ, video)
+	}
 	id := create(t, s, flow.NewTask{TaskType: "video", TaskStage: "download", TaskContext: json.RawMessage(`{"url":"http://v/1"}`)})[0]
 	steps := []struct {
 		stage  string
@@ -236,6 +243,8 @@ func TestErrors(t *testing.T) {
 		{"get: no id", "GET", "/v1/get_task", ``, 400, "task_id: required"},
 		{"get: unknown", "GET", "/v1/get_task?task_id=" + missing, ``, 404, "not found"},
 		{"get: unknown parameter", "GET", "/v1/get_task?id=" + missing, ``, 400, `unknown parameter "id"`},
+		{"get type: none", "GET", "/v1/get_task_type", ``, 400, "task_type: required"},
+		{"get type: unknown", "GET", "/v1/get_task_type?task_type=nope", ``, 404, "unknown task type"},
 		{"list: negative limit", "GET", "/v1/get_task_list?limit=-1", ``, 400, "limit: -1 is negative"},
 		{"list: bad limit", "GET", "/v1/get_task_list?limit=ten", ``, 400, `limit: "ten" is not a number`},
 		{"list: bad status", "GET", "/v1/get_task_list?status=done", ``, 400, `status: unknown status "done"`},
