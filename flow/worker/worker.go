@@ -214,11 +214,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer w.c.Close()
 	}
 	for name, ts := range types {
-		if ts.cfg == nil {
+		if ts.cfg != nil {
+			if err := w.c.RegisterTask(ctx, *ts.cfg); err != nil {
+				return fmt.Errorf("flow worker: register task type %q: %w", name, err)
+			}
 			continue
 		}
-		if err := w.c.RegisterTask(ctx, *ts.cfg); err != nil {
-			return fmt.Errorf("flow worker: register task type %q: %w", name, err)
+		// Not registered here: learn the type's pace and lease from the
+		// server. A type the server does not know cannot be pulled.
+		tt, err := w.c.GetTaskType(ctx, name)
+		switch {
+		case errors.Is(err, client.ErrNotFound):
+			return fmt.Errorf("flow worker: task type %q: not registered on the server (call Register or register_task first): %w", name, err)
+		case err != nil:
+			w.log.Warn("flow worker: reading the task type's config failed; using the worker's defaults", "task_type", name, "err", err)
+		default:
+			ts.cfg = tt
 		}
 	}
 

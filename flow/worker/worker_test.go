@@ -469,3 +469,35 @@ func TestShutdownTimeoutCancelsAndGivesBack(t *testing.T) {
 		t.Fatalf("status %d retries %d owner %q; want pending, no retry, no owner (log %+v)", tk.Status, tk.CrtRetryNum, tk.Owner, tk.ScheduleLog)
 	}
 }
+
+// A worker handling a type it did not Register learns the type from the
+// server; a type the server does not know is refused at Run, by name.
+func TestUnregisteredTypeComesFromServerOrIsRefused(t *testing.T) {
+	e := newEnv(t)
+	if err := e.c.RegisterTask(context.Background(), taskType("known")); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.create(t, "known", "only", 3)
+	w := newWorker(t, e, worker.Config{})
+	ran := make(chan string, len(ids))
+	w.Handle("known", "only", func(_ context.Context, task *worker.Task) (worker.Result, error) {
+		ran <- task.ID
+		return worker.Done(nil), nil
+	})
+	stop := start(t, w)
+	for range ids {
+		<-ran
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	w2 := newWorker(t, e, worker.Config{})
+	w2.Handle("nobody-registered-this", "only", func(context.Context, *worker.Task) (worker.Result, error) {
+		return worker.Done(nil), nil
+	})
+	err := w2.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `"nobody-registered-this": not registered on the server`) {
+		t.Fatalf("Run with an unknown type = %v", err)
+	}
+}
