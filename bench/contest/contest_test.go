@@ -35,6 +35,10 @@ func TestShortContest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	minShare := 0.5
+	if raceEnabled {
+		minShare = 0.2
+	}
 	got := map[string]Record{}
 	for _, r := range rep.Records {
 		got[r.Contender] = r
@@ -53,10 +57,10 @@ func TestShortContest(t *testing.T) {
 		switch {
 		case !ok || r.Skipped != "":
 			t.Errorf("%s did not run: %+v", name, r)
-		case r.Share < 0.5:
+		case r.Share < minShare:
 			// Loose: seconds-long runs on a shared 2-core machine. A
 			// balancer that lost its permits or its queue scores far less.
-			t.Errorf("%s: %.1f%% of the maximum in the short run, want at least 50%%", name, 100*r.Share)
+			t.Errorf("%s: %.1f%% of the maximum in the short run, want at least %.0f%%", name, 100*r.Share, 100*minShare)
 		}
 	}
 	// The outputs: JSON with one record per contender, an SVG that parses,

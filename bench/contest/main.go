@@ -26,6 +26,7 @@ type options struct {
 	install  bool
 	fulcrum  string
 	verbose  bool
+	rounds   int
 }
 
 func main() {
@@ -37,6 +38,7 @@ func main() {
 	flag.BoolVar(&o.install, "install", false, "apt-get install nginx, haproxy and caddy when missing")
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print per-target state after library contenders")
+	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -87,7 +89,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	}
 	fmt.Fprintf(w, "scenario %s: %d providers, %d connections, warm-up %v, measured %v, theoretical max %.0f\n",
 		sc.Name, len(sc.Providers), sc.Load.Connections, sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
-	rep, err := runAll(ctx, sc, o.short, cs, only, env)
+	rep, err := runAll(ctx, sc, o.short, o.rounds, cs, only, env)
 	if err != nil {
 		return rep, err
 	}

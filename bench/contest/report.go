@@ -12,9 +12,9 @@ import (
 
 // printTable writes the results table.
 func printTable(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "\nscenario %s%s: %d connections, theoretical max %.0f successes in %v\n",
+	fmt.Fprintf(w, "\nscenario %s%s: %d connections, theoretical max %.0f successes in %v (best of %d)\n",
 		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], rep.Scenario.Load.Connections,
-		rep.TheoreticalMax, rep.Scenario.Load.Duration.D())
+		rep.TheoreticalMax, rep.Scenario.Load.Duration.D(), rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tsuccesses\tof max\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\t")
 	for _, r := range rep.Records {

@@ -54,6 +54,7 @@ type Record struct {
 	PerSecond        []float64 `json:"per_second"`
 	Skipped          string    `json:"skipped,omitempty"`
 	LoadAvg          string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
+	Rounds           int       `json:"rounds,omitempty"`        // runs this record is the best of
 }
 
 // Report is a whole run.
@@ -65,12 +66,16 @@ type Report struct {
 	Started        time.Time `json:"started"`
 	CPUs           int       `json:"cpus"`
 	LoadAvg        string    `json:"loadavg_before"`
+	Rounds         int       `json:"rounds"`
 	Records        []Record  `json:"records"`
 }
 
 // runAll runs every contender whose name matches only, in turn, against
 // the same providers.
-func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only *regexp.Regexp, env *runEnv) (*Report, error) {
+//
+// With rounds above 1 each contender runs that many times and keeps its
+// best run: on a shared machine, interference only ever lowers a score.
+func runAll(ctx context.Context, sc *Scenario, short bool, rounds int, cs []contender, only *regexp.Regexp, env *runEnv) (*Report, error) {
 	ps, err := startProviders(sc)
 	if err != nil {
 		return nil, err
@@ -79,60 +84,100 @@ func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only 
 	env.sc, env.urls = sc, ps.URLs()
 	rep := &Report{
 		Scenario: sc, Short: short, TheoreticalMax: sc.TheoreticalMax(), MaxPerSecond: sc.MaxSeries(),
-		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(),
+		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), Rounds: max(rounds, 1),
 	}
+	var sel []contender
 	for _, c := range cs {
-		if only != nil && !only.MatchString(c.Name) {
-			continue
+		if only == nil || only.MatchString(c.Name) {
+			sel = append(sel, c)
 		}
-		if ctx.Err() != nil {
-			return rep, ctx.Err()
-		}
-		rec := Record{Contender: c.Name, Kind: c.Kind}
-		if c.Needs != "" {
-			if _, err := lookPath(c.Needs); err != nil {
-				rec.Skipped = c.Needs + " is not installed (apt-get install -y " + c.Needs + ", or run with -install)"
-				fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
-				rep.Records = append(rep.Records, rec)
-				continue
-			}
-		}
-		if !ps.Idle(10 * time.Second) {
-			fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
-		}
-		env.started = make(chan struct{})
-		url, stop, err := c.start(ctx, env)
-		if err == nil {
-			err = waitReady(ctx, url, 15*time.Second)
-			if err != nil {
-				stop()
-			}
-		}
-		if err != nil {
-			rec.Skipped = "did not start: " + err.Error()
-			fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
-			rep.Records = append(rep.Records, rec)
-			continue
-		}
-		start := time.Now()
-		ps.Reset(start)
-		env.start = start
-		close(env.started)
-		res := runLoad(ctx, url, sc.Load, start)
-		stop()
-		for _, p := range ps.list {
-			rec.ProviderServed += p.served.Load()
-			rec.ProviderRejected += p.rejected.Load()
-		}
-		rec.Successes, rec.Errors = res.Successes, res.Errors
-		rec.Share = float64(res.Successes) / rep.TheoreticalMax
-		rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
-		rec.PerSecond = res.PerSecond
-		rec.LoadAvg = loadAvg()
-		fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d; load %s)\n",
-			c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected, rec.LoadAvg)
-		rep.Records = append(rep.Records, rec)
 	}
+	best := make([]*Record, len(sel))
+	for round := range max(rounds, 1) {
+		if rounds > 1 {
+			fmt.Fprintf(env.log, "round %d of %d\n", round+1, rounds)
+		}
+		// Each round starts one further along, so that no contender always
+		// runs at the same point of a machine's busy spell.
+		for k := range sel {
+			i := (k + round) % len(sel)
+			rec, err := runOne(ctx, sel[i], ps, rep, env)
+			if err != nil {
+				return rep, err
+			}
+			if best[i] == nil || rec.Successes > best[i].Successes {
+				rec.Rounds = best[i].roundsPlus1()
+				best[i] = &rec
+			} else {
+				best[i].Rounds++
+			}
+		}
+	}
+	for _, r := range best {
+		rep.Records = append(rep.Records, *r)
+	}
+	rankPeers(rep)
+	return rep, nil
+}
+
+func (r *Record) roundsPlus1() int {
+	if r == nil {
+		return 1
+	}
+	return r.Rounds + 1
+}
+
+// runOne runs one contender once.
+func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *runEnv) (Record, error) {
+	if ctx.Err() != nil {
+		return Record{}, ctx.Err()
+	}
+	rec := Record{Contender: c.Name, Kind: c.Kind}
+	if c.Needs != "" {
+		if _, err := lookPath(c.Needs); err != nil {
+			rec.Skipped = c.Needs + " is not installed (apt-get install -y " + c.Needs + ", or run with -install)"
+			fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
+			return rec, nil
+		}
+	}
+	if !ps.Idle(10 * time.Second) {
+		fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
+	}
+	env.started = make(chan struct{})
+	url, stop, err := c.start(ctx, env)
+	if err == nil {
+		err = waitReady(ctx, url, 15*time.Second)
+		if err != nil {
+			stop()
+		}
+	}
+	if err != nil {
+		rec.Skipped = "did not start: " + err.Error()
+		fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
+		return rec, nil
+	}
+	start := time.Now()
+	ps.Reset(start)
+	env.start = start
+	close(env.started)
+	res := runLoad(ctx, url, rep.Scenario.Load, start)
+	stop()
+	for _, p := range ps.list {
+		rec.ProviderServed += p.served.Load()
+		rec.ProviderRejected += p.rejected.Load()
+	}
+	rec.Successes, rec.Errors = res.Successes, res.Errors
+	rec.Share = float64(res.Successes) / rep.TheoreticalMax
+	rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
+	rec.PerSecond = res.PerSecond
+	rec.LoadAvg = loadAvg()
+	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d; load %s)\n",
+		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected, rec.LoadAvg)
+	return rec, nil
+}
+
+// rankPeers fills every record's ratio to the best peer.
+func rankPeers(rep *Report) {
 	var best int64
 	for _, r := range rep.Records {
 		if r.Kind == "peer" && r.Skipped == "" && r.Successes > best {
@@ -146,7 +191,6 @@ func runAll(ctx context.Context, sc *Scenario, short bool, cs []contender, only 
 			}
 		}
 	}
-	return rep, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
