@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // PUT /upstreams/{name}/targets replaces the set: targets that stay keep
@@ -197,14 +198,14 @@ func TestShutdownDrains(t *testing.T) {
 		}
 		got <- resp{code: res.StatusCode, body: string(buf[:n]), hdr: hdr}
 	}()
-	eventually(t, "request at the target", func() bool { return b.cur.Load() == 1 })
+	testenv.Eventually(t, "request at the target", func() bool { return b.cur.Load() == 1 })
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		shut <- g.Shutdown(ctx)
 	}()
-	eventually(t, "listener closed", func() bool {
+	testenv.Eventually(t, "listener closed", func() bool {
 		_, err := http.Get("http://" + g.Addr() + "/")
 		return err != nil
 	})

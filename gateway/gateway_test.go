@@ -200,18 +200,6 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) resp {
 	return do(t, c, "GET", url, nil, hdr...)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // view fetches the admin view of one upstream's targets by URL.
 func view(t *testing.T, g *gateway.Gateway, up string) map[string]gateway.TargetView {
 	t.Helper()

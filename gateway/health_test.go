@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // Active checks take a failing target out after unhealthy_threshold
@@ -22,7 +24,7 @@ func TestActiveHealthChecks(t *testing.T) {
 	c := client()
 	url := "http://" + g.Addr() + "/"
 	bs[1].health.Store(500)
-	eventually(t, "b2 marked unhealthy", func() bool { return !view(t, g, "api")[bs[1].url()].Healthy })
+	testenv.Eventually(t, "b2 marked unhealthy", func() bool { return !view(t, g, "api")[bs[1].url()].Healthy })
 	before := bs[1].hits.Load()
 	for range 20 {
 		if r := get(t, c, url); r.code != 200 || r.body != "b1" {
@@ -33,8 +35,8 @@ func TestActiveHealthChecks(t *testing.T) {
 		t.Fatalf("unhealthy b2 got %d requests", n)
 	}
 	bs[1].health.Store(0)
-	eventually(t, "b2 healthy again", func() bool { return view(t, g, "api")[bs[1].url()].Healthy })
-	eventually(t, "b2 back in rotation", func() bool { return get(t, c, url).body == "b2" })
+	testenv.Eventually(t, "b2 healthy again", func() bool { return view(t, g, "api")[bs[1].url()].Healthy })
+	testenv.Eventually(t, "b2 back in rotation", func() bool { return get(t, c, url).body == "b2" })
 	m := get(t, c, "http://"+g.AdminAddr()+"/metrics").body
 	if !strings.Contains(m, `fulcrum_gateway_health_checks_total{result="fail",target="`+bs[1].addr+`",upstream="api"}`) {
 		t.Errorf("metrics lack failed health checks for b2")
@@ -68,7 +70,7 @@ func TestPassiveEjectionAndBackoff(t *testing.T) {
 		return 0
 	}
 	first := ejectedFor()
-	eventually(t, "first ejection to end", func() bool { return !view(t, g, "api")[bs[1].url()].Ejected })
+	testenv.Eventually(t, "first ejection to end", func() bool { return !view(t, g, "api")[bs[1].url()].Ejected })
 	second := ejectedFor()
 	t.Logf("left of the ejections when seen: %v then %v", first, second)
 	// Observed right after it began, what is left of the second ejection
@@ -139,13 +141,13 @@ func TestQueueOnCapacity(t *testing.T) {
 			results <- resp{code: res.StatusCode}
 		}()
 	}
-	eventually(t, "two requests at the target", func() bool { return b.cur.Load() == 2 })
-	eventually(t, "the third request in the queue", func() bool {
+	testenv.Eventually(t, "two requests at the target", func() bool { return b.cur.Load() == 2 })
+	testenv.Eventually(t, "the third request in the queue", func() bool {
 		return strings.Contains(get(t, c, "http://"+g.AdminAddr()+"/metrics").body, `fulcrum_gateway_queue_waiting{upstream="api"} 1`)
 	})
 	// Release one permit: the queued request takes it.
 	hold <- struct{}{}
-	eventually(t, "the queued request to reach the target", func() bool { return b.hits.Load() == 3 })
+	testenv.Eventually(t, "the queued request to reach the target", func() bool { return b.hits.Load() == 3 })
 	close(hold)
 	for range 3 {
 		if r := <-results; r.code != 200 {
@@ -167,10 +169,10 @@ func TestQueueOnCapacity(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "two requests at the target", func() bool { return b.cur.Load() == 2 })
+	testenv.Eventually(t, "two requests at the target", func() bool { return b.cur.Load() == 2 })
 	r := get(t, c, url)
 	close(hold2)
-	eventually(t, "the local 503 counted", func() bool {
+	testenv.Eventually(t, "the local 503 counted", func() bool {
 		return strings.Contains(get(t, c, "http://"+g.AdminAddr()+"/metrics").body, `fulcrum_gateway_requests_total{code="503",target="",upstream="api"} 1`)
 	})
 	if r.code != http.StatusServiceUnavailable || r.hdr.Get("Retry-After") == "" {
@@ -242,11 +244,11 @@ func TestWarmupRestartsWhenHealthyAgain(t *testing.T) {
       active: {path: /healthz, interval: 20ms, timeout: 1s, healthy_threshold: 1, unhealthy_threshold: 1}
 `)
 	// Let both warm a little, so a restart is visible.
-	eventually(t, "some warm-up", func() bool { return view(t, g, "api")[bs[0].url()].EffectiveWeight >= 100 })
+	testenv.Eventually(t, "some warm-up", func() bool { return view(t, g, "api")[bs[0].url()].EffectiveWeight >= 100 })
 	bs[1].health.Store(500)
-	eventually(t, "b2 unhealthy", func() bool { return !view(t, g, "api")[bs[1].url()].Healthy })
+	testenv.Eventually(t, "b2 unhealthy", func() bool { return !view(t, g, "api")[bs[1].url()].Healthy })
 	bs[1].health.Store(0)
-	eventually(t, "b2 healthy", func() bool { return view(t, g, "api")[bs[1].url()].Healthy })
+	testenv.Eventually(t, "b2 healthy", func() bool { return view(t, g, "api")[bs[1].url()].Healthy })
 	v := view(t, g, "api")
 	a, b := v[bs[0].url()], v[bs[1].url()]
 	if !b.Warming || b.EffectiveWeight >= a.EffectiveWeight {

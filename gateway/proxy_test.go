@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 type echoed struct {
@@ -379,7 +380,7 @@ func TestAccessLogJSON(t *testing.T) {
 	get(t, c, "http://"+g.Addr()+"/a?x=1", "X-Request-Id", "req-fast")
 	do(t, c, "POST", "http://"+g.Addr()+"/b", io.MultiReader(strings.NewReader("chunked")), "X-Request-Id", "req-slow")
 	get(t, c, "http://"+g.Addr()+"/c", "Host", "x", "X-Request-Id", "req-404")
-	eventually(t, "three log lines", func() bool { return strings.Count(buf.String(), "\n") >= 3 })
+	testenv.Eventually(t, "three log lines", func() bool { return strings.Count(buf.String(), "\n") >= 3 })
 	want := map[string]struct {
 		path   string
 		status float64

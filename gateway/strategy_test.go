@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // Round robin is exact: weights 5,1,1 give 5:1:1 in every period, in
@@ -186,7 +188,7 @@ func TestWarmupRamp(t *testing.T) {
 		return float64(bs[1].hits.Load()-before) / float64(n)
 	}
 	early := share(100)
-	eventually(t, "warm-up to end", func() bool { return !view(t, g, "api")[bs[1].url()].Warming })
+	testenv.Eventually(t, "warm-up to end", func() bool { return !view(t, g, "api")[bs[1].url()].Warming })
 	late := share(200)
 	t.Logf("new target's share: %.2f during warm-up, %.2f after", early, late)
 	if early > 0.3 {

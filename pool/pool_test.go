@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // waitFor polls cond until it holds or a generous deadline passes.
@@ -18,18 +20,6 @@ import (
 type tb interface {
 	Helper()
 	Fatalf(format string, args ...any)
-}
-
-func waitFor(t tb, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-		time.Sleep(100 * time.Microsecond)
-	}
 }
 
 func allZero(p *Pool) func() bool {
@@ -129,7 +119,7 @@ func TestRunPlacesOnLeastLoaded(t *testing.T) {
 	}
 	close(gate)
 	done.Wait()
-	waitFor(t, "loads back to zero", allZero(p))
+	testenv.Eventually(t, "loads back to zero", allZero(p))
 	checkHeap(t, p)
 }
 
@@ -163,7 +153,7 @@ func TestPanicBecomesErrorAndLoadIsReleased(t *testing.T) {
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Fatalf("errors.Is(%v, %v) = false", err, tt.is)
 			}
-			waitFor(t, "loads back to zero", allZero(p))
+			testenv.Eventually(t, "loads back to zero", allZero(p))
 			// The runner survived: both runners still run work.
 			if err := p.RunMultiple(context.Background(), 2, 1, func(context.Context, int) error { return nil }); err != nil {
 				t.Fatalf("RunMultiple after panic: %v", err)
@@ -189,7 +179,7 @@ func TestPanicBecomesErrorAndLoadIsReleased(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Value != "multi" {
 		t.Fatalf("RunMultiple = %v, want *PanicError(multi)", err)
 	}
-	waitFor(t, "loads back to zero", allZero(p))
+	testenv.Eventually(t, "loads back to zero", allZero(p))
 }
 
 func TestCancellation(t *testing.T) {
@@ -213,7 +203,7 @@ func TestCancellation(t *testing.T) {
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v, want context.Canceled", err)
 		}
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 		if !sawCancel.Load() {
 			t.Fatal("function did not see the cancellation")
 		}
@@ -227,7 +217,7 @@ func TestCancellation(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Run = %v, want DeadlineExceeded", err)
 		}
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 	})
 	t.Run("function ignoring context keeps its load until it returns", func(t *testing.T) {
 		p := New(1)
@@ -253,7 +243,7 @@ func TestCancellation(t *testing.T) {
 		}
 		close(release)
 		<-finished
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 	})
 	t.Run("queued function is skipped", func(t *testing.T) {
 		p := New(1)
@@ -282,7 +272,7 @@ func TestCancellation(t *testing.T) {
 		if ran.Load() {
 			t.Fatal("function whose context ended while queued was run")
 		}
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 	})
 	t.Run("RunMultiple returns on cancel, loads held until functions end", func(t *testing.T) {
 		p := New(3)
@@ -310,7 +300,7 @@ func TestCancellation(t *testing.T) {
 			t.Fatalf("loads = %v, want [0 10 10]", got)
 		}
 		close(release)
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 	})
 }
 
@@ -495,7 +485,7 @@ func TestForeignRunners(t *testing.T) {
 		if err := p.RunMultiple(ctx, 3, 1, func(context.Context, int) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "loads back to zero", allZero(p))
+		testenv.Eventually(t, "loads back to zero", allZero(p))
 		err = p.Close(ctx)
 		if !errors.Is(err, closeErr) || !strings.Contains(err.Error(), "runner 1") {
 			t.Fatalf("Close = %v, want runner 1's close error", err)
@@ -529,7 +519,7 @@ func TestForeignRunners(t *testing.T) {
 			t.Fatalf("load = %v, want [9] while fn still runs", got)
 		}
 		close(release)
-		waitFor(t, "load released", allZero(p))
+		testenv.Eventually(t, "load released", allZero(p))
 	})
 }
 

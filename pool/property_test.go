@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"pgregory.net/rapid"
 )
 
@@ -113,7 +114,7 @@ func propertyRun(t *rapid.T, kind string) {
 				want += l
 			}
 			want += k * load
-			waitFor(t, "RunMultiple to place its work", func() bool {
+			testenv.Eventually(t, "RunMultiple to place its work", func() bool {
 				got := 0
 				for _, l := range p.Loads() {
 					got += l
@@ -166,7 +167,7 @@ func propertyRun(t *rapid.T, kind string) {
 			close(queues[r][i].gate)
 			queues[r] = slices.Delete(queues[r], i, i+1)
 			want := model()
-			waitFor(t, "load released", func() bool { return slices.Equal(p.Loads(), want) })
+			testenv.Eventually(t, "load released", func() bool { return slices.Equal(p.Loads(), want) })
 		},
 		"": func(t *rapid.T) {
 			checkHeap(t, p)

@@ -120,7 +120,7 @@ func kill9(t *testing.T, db, prefix string) {
 		}()
 	}
 	// Kill once a good number of writes were acknowledged.
-	eventually(t, "100 acknowledged creates", func() bool { mu.Lock(); defer mu.Unlock(); return len(created) >= 100 })
+	testenv.Eventually(t, "100 acknowledged creates", func() bool { mu.Lock(); defer mu.Unlock(); return len(created) >= 100 })
 	cmd.Process.Kill() // SIGKILL
 	cmd.Wait()
 	wg.Wait()

@@ -124,18 +124,6 @@ func getTask(t testing.TB, s *Server, id string) flow.Task {
 	return out
 }
 
-// eventually polls cond until it holds or 20 s pass.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A task goes through three stages, one failure with a retry, and ends.
 func TestThreeStagesEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -161,7 +149,7 @@ func TestThreeStagesEndToEnd(t *testing.T) {
 	}
 	for i, st := range steps {
 		var got []flow.Task
-		eventually(t, "the task to be due", func() bool { got = hold(t, s, "video", 10, 0); return len(got) > 0 })
+		testenv.Eventually(t, "the task to be due", func() bool { got = hold(t, s, "video", 10, 0); return len(got) > 0 })
 		if len(got) != 1 || got[0].TaskID != id || got[0].TaskStage != st.stage || got[0].Lease == "" {
 			t.Fatalf("step %d: held %+v", i, got)
 		}
@@ -370,7 +358,7 @@ func TestHoldWaitWokenByCreateAndByDelay(t *testing.T) {
 
 // waitForWaiter returns once a hold is parked on the waker for typ.
 func waitForWaiter(t testing.TB, s *Server, typ string) {
-	eventually(t, "a waiting hold", func() bool {
+	testenv.Eventually(t, "a waiting hold", func() bool {
 		s.wake.mu.Lock()
 		defer s.wake.mu.Unlock()
 		_, ok := s.wake.ch[typ]
@@ -408,10 +396,10 @@ func TestLeaseExpiryRescueAndPrune(t *testing.T) {
 	id := create(t, s, flow.NewTask{TaskType: "video"})[0]
 	first := hold(t, s, "video", 1, 0)[0]
 	// The worker "crashes": the lease runs out and the task comes back.
-	eventually(t, "the task to be rescued", func() bool { return getTask(t, s, id).Status == flow.StatusPending })
+	testenv.Eventually(t, "the task to be rescued", func() bool { return getTask(t, s, id).Status == flow.StatusPending })
 	register(t, s, video) // a long lease from now on, so the next hold is not rescued too
 	var again []flow.Task
-	eventually(t, "the task to be held again", func() bool { again = hold(t, s, "video", 1, 0); return len(again) == 1 })
+	testenv.Eventually(t, "the task to be held again", func() bool { again = hold(t, s, "video", 1, 0); return len(again) == 1 })
 	if again[0].TaskID != id || again[0].CrtRetryNum != 1 || again[0].Lease == first.Lease {
 		t.Fatalf("re-held %+v", again[0])
 	}
@@ -422,7 +410,7 @@ func TestLeaseExpiryRescueAndPrune(t *testing.T) {
 	// Renew keeps the second lease alive past max_processing_time.
 	do(t, s, "/v1/renew_lease", flow.RenewLeaseRequest{TaskID: id, Lease: again[0].Lease, ExtendMS: 60000}, nil, 200)
 	do(t, s, "/v1/set_task", flow.SetTaskRequest{TaskID: id, Lease: again[0].Lease, Status: flow.StatusSuccess}, nil, 200)
-	eventually(t, "the finished task to be pruned", func() bool {
+	testenv.Eventually(t, "the finished task to be pruned", func() bool {
 		code, _ := call(t, "GET", s.URL()+"/v1/get_task?task_id="+id, "")
 		return code == 404
 	})

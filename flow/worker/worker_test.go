@@ -17,6 +17,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow/client"
 	"github.com/fulcrum-lb/fulcrum/flow/server"
 	"github.com/fulcrum-lb/fulcrum/flow/worker"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // env is one real flow server on a fresh SQLite file, and a client for it.
@@ -60,18 +61,6 @@ func (e *env) create(t *testing.T, typ, stage string, n int) []string {
 		t.Fatal(err)
 	}
 	return ids
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func (e *env) counts(t *testing.T, typ string) map[string]int64 {
@@ -151,7 +140,7 @@ func TestStagesRunInOrderToSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := e.create(t, "three", "fetch", 50)
-	waitFor(t, "50 successes", func() bool { return e.counts(t, "three")["success"] == 50 })
+	testenv.Eventually(t, "50 successes", func() bool { return e.counts(t, "three")["success"] == 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +209,7 @@ func TestHandlerOutcomes(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := e.create(t, typ, "only", 1)[0]
-			waitFor(t, "the task to end", func() bool { s := e.get(t, id).Status; return s == flow.StatusSuccess || s == flow.StatusFailed })
+			testenv.Eventually(t, "the task to end", func() bool { s := e.get(t, id).Status; return s == flow.StatusSuccess || s == flow.StatusFailed })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -269,7 +258,7 @@ func TestLongStageKeepsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := e.create(t, "long", "only", 1)[0]
-	waitFor(t, "the task to end", func() bool { return e.get(t, id).Status >= flow.StatusSuccess })
+	testenv.Eventually(t, "the task to end", func() bool { return e.get(t, id).Status >= flow.StatusSuccess })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +331,7 @@ func TestStopGivesBackUnstarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := e.create(t, "giveback", "s1", 6)
-	waitFor(t, "the worker to hold all 6 and run one", func() bool {
+	testenv.Eventually(t, "the worker to hold all 6 and run one", func() bool {
 		n := 0
 		ran.Range(func(any, any) bool { n++; return true })
 		return n == 1 && e.counts(t, "giveback")["processing"] == 6
@@ -393,7 +382,7 @@ func TestBacklogBound(t *testing.T) {
 		// Each step: the worker holds as many as it may (the backlog, or
 		// what is left), never more; one token lets one finish.
 		want := int64(min(maxBacklog, n-done))
-		waitFor(t, fmt.Sprintf("%d held after %d done", want, done), func() bool {
+		testenv.Eventually(t, fmt.Sprintf("%d held after %d done", want, done), func() bool {
 			c := e.counts(t, "backlog")
 			if c["processing"] > maxBacklog {
 				t.Fatalf("worker holds %d tasks, over MaxBacklog %d", c["processing"], maxBacklog)
@@ -402,7 +391,7 @@ func TestBacklogBound(t *testing.T) {
 		})
 		tokens <- struct{}{}
 	}
-	waitFor(t, "all done", func() bool { return e.counts(t, "backlog")["success"] == n })
+	testenv.Eventually(t, "all done", func() bool { return e.counts(t, "backlog")["success"] == n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -85,10 +85,10 @@ func TestDemoEndToEnd(t *testing.T) {
 		defer mu.Unlock()
 		return len(count), len(rooms)
 	}
-	waitFor(t, "messages from all six rooms", func() bool { n, r := received(); return r == 6 && n > 100 })
+	testenv.Eventually(t, "messages from all six rooms", func() bool { n, r := received(); return r == 6 && n > 100 })
 	stops["w1"]() // a worker dies; its rooms move to the others
 	before, _ := received()
-	waitFor(t, "messages keep coming after the death", func() bool { n, _ := received(); return n > before+300 })
+	testenv.Eventually(t, "messages keep coming after the death", func() bool { n, _ := received(); return n > before+300 })
 
 	mu.Lock()
 	defer mu.Unlock()

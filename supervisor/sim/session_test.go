@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/worker"
 )
@@ -71,7 +72,7 @@ func TestRoomSessionThroughWorker(t *testing.T) {
 	go func() { _ = w.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	waitFor(t, "payloads from both rooms and a last_seen", func() bool {
+	testenv.Eventually(t, "payloads from both rooms and a last_seen", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		rooms := map[string]bool{}

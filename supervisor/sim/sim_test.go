@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
 
@@ -26,17 +27,6 @@ func newSim(t *testing.T, c Config) (*Server, *httptest.Server) {
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { cancel(); srv.Close() })
 	return s, srv
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // The room list is a task list the supervisor's http source accepts, and
@@ -97,12 +87,12 @@ func TestWatchersSeeTheSameStream(t *testing.T) {
 			})
 		}()
 	}
-	waitFor(t, "three watchers", func() bool { return s.Stats().Watchers == watchers })
+	testenv.Eventually(t, "three watchers", func() bool { return s.Stats().Watchers == watchers })
 	// Messages from now on go to all three.
 	mu.Lock()
 	base := len(seen[0])
 	mu.Unlock()
-	waitFor(t, "messages and heartbeats at every watcher", func() bool {
+	testenv.Eventually(t, "messages and heartbeats at every watcher", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range seen {
@@ -147,7 +137,7 @@ func TestRoomGoneAndUnknown(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- Watch(context.Background(), nil, srv.URL+"/rooms/room-3/events", func(Event) {}) }()
-	waitFor(t, "a watcher", func() bool { return s.Stats().Watchers == 1 })
+	testenv.Eventually(t, "a watcher", func() bool { return s.Stats().Watchers == 1 })
 	resp, err = http.Post(srv.URL+"/rooms?count=2", "", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 var uniq atomic.Int64
@@ -144,18 +143,6 @@ func (r *received) distinct() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.count)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // kinds are the real brokers every sink test runs against.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
 )
 
@@ -74,7 +75,7 @@ func TestRedundantWorkersExactlyOnceThroughBrokers(t *testing.T) {
 		}
 	}
 	for name, got := range map[string]*received{"rabbitmq": rgot, "nats": ngot} {
-		waitFor(t, name+" sentinel", 30*time.Second, func() bool { return got.has(sentinel.MessageID) })
+		testenv.EventuallyWithin(t, name+" sentinel", 30*time.Second, func() bool { return got.has(sentinel.MessageID) })
 		got.mu.Lock()
 		for _, p := range stream {
 			id := messageID(Message{MessageID: p.id, Data: p.data})

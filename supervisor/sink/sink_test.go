@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 func testLog(t *testing.T) *slog.Logger {
@@ -93,7 +95,7 @@ func TestBrokerExactlyOnce(t *testing.T) {
 			if s.Published() != n+1 || s.Dropped() != 0 {
 				t.Fatalf("published %d dropped %d, want %d and 0", s.Published(), s.Dropped(), n+1)
 			}
-			waitFor(t, "the sentinel", 30*time.Second, func() bool { return got.has(sentinel.MessageID) })
+			testenv.EventuallyWithin(t, "the sentinel", 30*time.Second, func() bool { return got.has(sentinel.MessageID) })
 			got.mu.Lock()
 			defer got.mu.Unlock()
 			for i := 0; i < n; i++ {
@@ -128,7 +130,7 @@ func TestBrokerReconnect(t *testing.T) {
 			for i := 0; i < n/2; i++ {
 				_ = s.Publish(context.Background(), msg(i))
 			}
-			waitFor(t, "some messages confirmed", 30*time.Second, func() bool { return s.Published() > 0 })
+			testenv.EventuallyWithin(t, "some messages confirmed", 30*time.Second, func() bool { return s.Published() > 0 })
 			p.setRefuse(true)
 			p.sever()
 			for i := n / 2; i < n; i++ { // these wait in the buffer while the broker is unreachable
@@ -141,7 +143,7 @@ func TestBrokerReconnect(t *testing.T) {
 				t.Fatalf("published %d of %d before the broker came back: the cut did not hold anything back", s.Published(), n)
 			}
 			p.setRefuse(false)
-			waitFor(t, "the sentinel after reconnect", 60*time.Second, func() bool { return got.has(sentinel.MessageID) })
+			testenv.EventuallyWithin(t, "the sentinel after reconnect", 60*time.Second, func() bool { return got.has(sentinel.MessageID) })
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +203,7 @@ func TestBrokerBufferFull(t *testing.T) {
 			if s.Published()+s.Dropped() != n {
 				t.Fatalf("published %d + dropped %d != offered %d", s.Published(), s.Dropped(), n)
 			}
-			waitFor(t, "every published message at the consumer", 30*time.Second, func() bool { return uint64(got.distinct()) == s.Published() })
+			testenv.EventuallyWithin(t, "every published message at the consumer", 30*time.Second, func() bool { return uint64(got.distinct()) == s.Published() })
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -140,17 +141,6 @@ func reportTasks(r protocol.Report) []string {
 	return ids
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // fakeRoom is a Session that records starts and stops and emits on demand.
 type fakeRoom struct {
 	mu      sync.Mutex
@@ -243,15 +233,15 @@ func TestReportsAndInstructions(t *testing.T) {
 	w, stop := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 3, Session: room, ReportInterval: 50 * time.Millisecond})
 
 	// The first report comes at once, then one per interval.
-	waitFor(t, "three reports", func() bool { _, n := sup.lastReport(); return n >= 3 })
+	testenv.Eventually(t, "three reports", func() bool { _, n := sup.lastReport(); return n >= 3 })
 	r, _ := sup.lastReport()
 	if r.Type != protocol.TypeReport || r.WorkerID != "w1" || r.MaxLoad != 3 || len(r.Tasks) != 0 {
 		t.Fatalf("report = %+v", r)
 	}
 
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1", "r2")})
-	waitFor(t, "r1 and r2 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r1", "r2"}) })
-	waitFor(t, "a report with r1, r2", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r1", "r2"}) })
+	testenv.Eventually(t, "r1 and r2 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r1", "r2"}) })
+	testenv.Eventually(t, "a report with r1, r2", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r1", "r2"}) })
 
 	// Payloads carry the worker and task; non-JSON data becomes a string.
 	room.out("r1").Emit("m1", []byte(`{"text":"hi"}`))
@@ -260,7 +250,7 @@ func TestReportsAndInstructions(t *testing.T) {
 		t.Fatal("a payload over MaxPayloadBytes was not dropped and counted")
 	}
 	room.out("r2").Emit("n", []byte(" null"))
-	waitFor(t, "three payloads", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 3 })
+	testenv.Eventually(t, "three payloads", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 3 })
 	sup.mu.Lock()
 	p0, p1, p2 := sup.payloads[0], sup.payloads[1], sup.payloads[2]
 	sup.mu.Unlock()
@@ -274,36 +264,36 @@ func TestReportsAndInstructions(t *testing.T) {
 		t.Fatalf("payload 1 = %+v", p1)
 	}
 	// last_seen follows data.
-	waitFor(t, "r1 last_seen in a report", func() bool {
+	testenv.Eventually(t, "r1 last_seen in a report", func() bool {
 		r, _ := sup.lastReport()
 		return len(r.Tasks) == 2 && !r.Tasks[0].LastSeen.IsZero() && r.Tasks[0].TaskID == "r1"
 	})
 
 	// End stops one; adding a running task does not restart it.
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, End: []string{"r1"}, Add: tasks("r2", "r3")})
-	waitFor(t, "r2 and r3 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r2", "r3"}) })
+	testenv.Eventually(t, "r2 and r3 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r2", "r3"}) })
 	if room.count(room.starts, "r2") != 1 {
 		t.Fatalf("r2 started %d times, want 1", room.count(room.starts, "r2"))
 	}
 
 	// Reset keeps what is listed in add and ends the rest.
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Reset: true, Add: tasks("r3", "r4")})
-	waitFor(t, "r3 and r4 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r3", "r4"}) })
+	testenv.Eventually(t, "r3 and r4 running", func() bool { return slices.Equal(room.runningIDs(), []string{"r3", "r4"}) })
 	if room.count(room.starts, "r3") != 1 || room.count(room.stops, "r2") != 1 {
 		t.Fatalf("r3 started %d times (want 1), r2 stopped %d (want 1)", room.count(room.starts, "r3"), room.count(room.stops, "r2"))
 	}
-	waitFor(t, "a report with r3, r4", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r3", "r4"}) })
+	testenv.Eventually(t, "a report with r3, r4", func() bool { r, _ := sup.lastReport(); return slices.Equal(reportTasks(r), []string{"r3", "r4"}) })
 
 	// Never past max load (3): of r5, r6 only one starts.
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r5", "r6")})
-	waitFor(t, "three running", func() bool { return len(room.runningIDs()) == 3 })
+	testenv.Eventually(t, "three running", func() bool { return len(room.runningIDs()) == 3 })
 	if got := w.Tasks(); len(got) != 3 {
 		t.Fatalf("Tasks = %v, want 3 (max load)", got)
 	}
 
 	// End and add of one task in one set restarts it, never overlapping.
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, End: []string{"r3"}, Add: tasks("r3")})
-	waitFor(t, "r3 restarted", func() bool { return room.count(room.starts, "r3") == 2 && room.out("r3") != nil })
+	testenv.Eventually(t, "r3 restarted", func() bool { return room.count(room.starts, "r3") == 2 && room.out("r3") != nil })
 	if room.overlap.Load() {
 		t.Fatal("two sessions of one task ran at once")
 	}
@@ -315,7 +305,7 @@ func TestReportsAndInstructions(t *testing.T) {
 	_ = c.Write(context.Background(), websocket.MessageText, []byte("{not json"))
 	_ = c.Write(context.Background(), websocket.MessageText, []byte(`{"type":"instruction","add":"nope"}`))
 	sup.send(protocol.Error{Type: protocol.TypeError, Reason: "test"})
-	waitFor(t, "the rejection counted", func() bool { return w.Stats().Rejections == 1 })
+	testenv.Eventually(t, "the rejection counted", func() bool { return w.Stats().Rejections == 1 })
 	if w.Stats().Connects != 1 {
 		t.Fatalf("connects = %d, want 1: malformed input must not cost the connection", w.Stats().Connects)
 	}
@@ -333,15 +323,15 @@ func TestReconnectKeepsSessions(t *testing.T) {
 	room := newFakeRoom()
 	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 10, Session: room,
 		ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
-	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	testenv.Eventually(t, "connected", func() bool { return w.Stats().Connected })
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1", "r2")})
-	waitFor(t, "two running", func() bool { return len(room.runningIDs()) == 2 })
+	testenv.Eventually(t, "two running", func() bool { return len(room.runningIDs()) == 2 })
 	_, before := sup.lastReport()
 
 	sup.drop()
-	waitFor(t, "a second connection", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.conns == 2 })
+	testenv.Eventually(t, "a second connection", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.conns == 2 })
 	// The report interval is an hour: this report is the on-connect one.
-	waitFor(t, "a report on the new connection", func() bool { _, n := sup.lastReport(); return n > before })
+	testenv.Eventually(t, "a report on the new connection", func() bool { _, n := sup.lastReport(); return n > before })
 	r, _ := sup.lastReport()
 	if !slices.Equal(reportTasks(r), []string{"r1", "r2"}) {
 		t.Fatalf("report after reconnect lists %v, want [r1 r2]", reportTasks(r))
@@ -351,7 +341,7 @@ func TestReconnectKeepsSessions(t *testing.T) {
 	}
 	// Payloads emitted while connected again arrive.
 	room.out("r1").Emit("after", []byte(`1`))
-	waitFor(t, "the payload after reconnect", func() bool {
+	testenv.Eventually(t, "the payload after reconnect", func() bool {
 		sup.mu.Lock()
 		defer sup.mu.Unlock()
 		return len(sup.payloads) > 0 && sup.payloads[len(sup.payloads)-1].MessageID == "after"
@@ -365,14 +355,14 @@ func TestSendQueueWhileDisconnected(t *testing.T) {
 	room := newFakeRoom()
 	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 10, Session: room, SendQueue: 5,
 		ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
-	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	testenv.Eventually(t, "connected", func() bool { return w.Stats().Connected })
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1")})
-	waitFor(t, "r1 running", func() bool { return room.out("r1") != nil })
+	testenv.Eventually(t, "r1 running", func() bool { return room.out("r1") != nil })
 
 	// Turn away reconnects so the queue must hold the payloads.
 	sup.down.Store(true)
 	sup.drop()
-	waitFor(t, "disconnected", func() bool { return !w.Stats().Connected })
+	testenv.Eventually(t, "disconnected", func() bool { return !w.Stats().Connected })
 	sent := 0
 	for i := 0; i < 8; i++ {
 		if room.out("r1").Emit(fmt.Sprint(i), []byte(`0`)) {
@@ -383,14 +373,14 @@ func TestSendQueueWhileDisconnected(t *testing.T) {
 		t.Fatalf("queued %d, dropped %d; want 5 and 3", sent, w.Stats().Dropped)
 	}
 	sup.down.Store(false)
-	waitFor(t, "queued payloads delivered", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 5 })
+	testenv.Eventually(t, "queued payloads delivered", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 5 })
 }
 
 func TestBadTokenRetries(t *testing.T) {
 	sup := newTestSupervisor(t)
 	w, _ := startWorker(t, Config{URL: sup.url(), Token: "wrong", WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-	waitFor(t, "two refused attempts", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.refused >= 2 })
+	testenv.Eventually(t, "two refused attempts", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.refused >= 2 })
 	if w.Stats().Connects != 0 {
 		t.Fatal("connected with a wrong token")
 	}
@@ -412,9 +402,9 @@ func TestFailingSessionRestarts(t *testing.T) {
 	})
 	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 1, Session: sess,
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
-	waitFor(t, "connected", func() bool { return w.Stats().Connected })
+	testenv.Eventually(t, "connected", func() bool { return w.Stats().Connected })
 	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Add: tasks("r1")})
-	waitFor(t, "a third run", func() bool { return runs.Load() == 3 })
+	testenv.Eventually(t, "a third run", func() bool { return runs.Load() == 3 })
 	if got := w.Tasks(); !slices.Equal(got, []string{"r1"}) {
 		t.Fatalf("Tasks = %v", got)
 	}
