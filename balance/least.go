@@ -42,7 +42,7 @@ func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
 
 type latencyScorePicker struct{ scorePicker }
 
-func (latencyScorePicker) usesLatency() {}
+func (*latencyScorePicker) usesLatency() {}
 
 // scorePicker picks the usable endpoint of lowest score, weighted random
 // among ties, in one pass (weighted reservoir sampling).
