@@ -67,7 +67,11 @@ func smoothSequence(eps []*Endpoint, g, total int) []int32 {
 type rrPicker struct {
 	eps []*Endpoint
 	seq []int32
+	// ctr is written by every pick: keep it off the cache line of the
+	// read-only fields above, or each pick would evict them on other cores.
+	_   [64]byte
 	ctr atomic.Uint64
+	_   [56]byte
 
 	mu  sync.Mutex
 	cur []float64
