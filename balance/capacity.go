@@ -148,7 +148,7 @@ func (s capacityStrategy) Build(eps []*Endpoint) Picker {
 				// New, or its configured limit was just removed: learn
 				// afresh from the initial limit.
 				c.limit, c.ceiling, c.step, c.holdUntil, c.rejLat = s.cfg.initial, 0, 1, 0, 0
-				c.lastReject, c.warm, c.rejShare, c.rejRun = 0, false, 0, 0
+				c.lastReject, c.warm, c.rejShare, c.rejRun, c.cleanRun = 0, false, 0, 0, 0
 				c.baseline, c.baseLimit, c.slow = 0, 0, 0
 				c.resetWindow()
 				c.quietUntil = 0
@@ -193,6 +193,7 @@ type capState struct {
 	lastReject int64   // clock of the last rejection; 0 = none
 	rejShare   float64 // EWMA of the share of outcomes that are rejections
 	rejRun     int     // rejections since the last success
+	cleanRun   int     // saturated windows in a row without a rejection
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
 
@@ -408,14 +409,27 @@ func (c *capState) changed(now int64) {
 func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 	old := c.limit
 	saturated := c.n > 0 && c.sat*2 >= c.n
-	grow := saturated && c.rejShare < rejectGrow
-	if c.n > 0 {
+	// A whole window at the limit without one rejection says the target
+	// has permits we do not use (its capacity grew, or the last ceiling
+	// was a transient): grow at once, whatever the long-run share says,
+	// which still remembers the rejections of a smaller stage.
+	// Only for a target that rejects (one that queues says nothing by
+	// rejections), and only on the second such window in a row at or past
+	// the last ceiling: below it, BIC's climb is quick already, and one
+	// clean window right at the right limit can be chance.
+	rejecting := c.lastReject != 0 && now-c.lastReject < int64(rejectMemory)
+	clean := saturated && c.rejects == 0 && c.n >= 16 && rejecting
+	if clean {
+		c.cleanRun++
+	} else {
+		c.cleanRun = 0
 	}
+	fast := clean && c.warm && c.cleanRun >= 2 && c.limit >= c.ceiling
+	grow := saturated && (c.rejShare < rejectGrow || clean)
 	// 32 samples at least for latency decisions: exponential service times
 	// make the mean of fewer too noisy to tell queueing from chance.
 	// A target that rejected lately says itself when it is full; its
 	// latency is not needed to guess, and may change for its own reasons.
-	rejecting := c.lastReject != 0 && now-c.lastReject < int64(rejectMemory)
 	if c.n >= 32 {
 		avg := c.sum / float64(c.n)
 		if avg <= cfg.tolerance*c.baseline {
@@ -467,6 +481,15 @@ func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 	}
 	if grow {
 		switch {
+		case fast:
+			// Multiplicative: a permit left idle costs a whole service
+			// time of work, an overshoot only fast rejections (retried
+			// elsewhere), and the first rejecting window stops this.
+			c.limit += max(1, c.step, math.Floor(c.limit/4))
+			if c.limit > c.ceiling {
+				c.ceiling = 0
+			}
+			c.step = 1
 		case c.ceiling == 0:
 			c.limit *= 2 // slow start
 		case c.limit < c.ceiling:
