@@ -47,7 +47,13 @@ import (
 //     every window. A window opens only after the last change's round trip
 //     (half of it for a target that rejects), so growth is clocked by
 //     feedback. A target that is not saturated keeps its limit: there is
-//     no evidence to learn from, and no need.
+//     no evidence to learn from, and no need. For a target that rejects,
+//     two saturated windows in a row without a single rejection, at or
+//     past the last ceiling, mean its permits grew: the limit then grows
+//     by a quarter per window (whatever the long-run rejection share
+//     still remembers) until a window sees a rejection. An idle permit
+//     costs a whole service time of work; an overshoot costs fast
+//     rejections that callers retry elsewhere.
 //
 // Latencies used for picking are success latencies only: a rejection
 // answers fast and must not make a full target look quick.
