@@ -35,9 +35,9 @@ const (
 	upWriteBuf = 4 << 10
 )
 
-// get returns an idle connection (reused true) or dials a new one.
-func (p *pool) get() (*upConn, bool, error) {
-	now := time.Now()
+// get returns an idle connection (reused true) or dials a new one; now
+// is the caller's clock reading.
+func (p *pool) get(now time.Time) (*upConn, bool, error) {
 	p.mu.Lock()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		uc := p.idle[n-1]
@@ -78,9 +78,10 @@ func (uc *upConn) alive() bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// put returns a healthy connection whose last response was read in full.
-func (p *pool) put(uc *upConn) {
-	uc.idleSince = time.Now()
+// put returns a healthy connection whose last response was read in full;
+// now is the caller's clock reading.
+func (p *pool) put(uc *upConn, now time.Time) {
+	uc.idleSince = now
 	p.mu.Lock()
 	if p.closed || len(p.idle) >= p.max {
 		p.mu.Unlock()
