@@ -325,10 +325,21 @@ func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
 // a permit is free or ctx ends. Waiters are served first come, first served.
 // When ctx ends the error wraps both ErrAtCapacity and ctx.Err().
 func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
+	woken, hops := false, 0
 	for {
 		p, err := b.PickWith(info)
 		if err != ErrAtCapacity {
 			return p, err
+		}
+		if woken {
+			// The wake-up was for a permit this pick cannot use (it is on
+			// a target the pick excludes): pass it on, so the permit does
+			// not idle while a waiter that could use it sleeps. The hop
+			// count bounds the passing to one round of the queue.
+			if int32(hops) < b.wq.n.Load() {
+				b.wq.wake(hops + 1)
+			}
+			woken = false
 		}
 		w := b.wq.enqueue()
 		// A permit may have come back between the pick and enqueue.
@@ -338,6 +349,7 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		}
 		select {
 		case <-w.ch:
+			woken, hops = true, w.hops
 		case <-ctx.Done():
 			b.wq.leave(w)
 			return Pick{}, fmt.Errorf("%w: %w", ErrAtCapacity, ctx.Err())
@@ -550,6 +562,7 @@ type waitQueue struct {
 type waiter struct {
 	ch       chan struct{}
 	signaled bool
+	hops     int // times this wake-up was passed on before reaching it
 }
 
 func (w *waitQueue) enqueue() *waiter {
@@ -581,7 +594,11 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 }
 
-func (w *waitQueue) wakeOne() {
+func (w *waitQueue) wakeOne() { w.wake(0) }
+
+// wake signals the first waiter, telling it how often the wake-up was
+// passed on already.
+func (w *waitQueue) wake(hops int) {
 	w.mu.Lock()
 	if len(w.q) > 0 {
 		wt := w.q[0]
@@ -589,6 +606,7 @@ func (w *waitQueue) wakeOne() {
 		w.q = w.q[1:]
 		w.n.Store(int32(len(w.q)))
 		wt.signaled = true
+		wt.hops = hops
 		wt.ch <- struct{}{}
 	}
 	w.mu.Unlock()

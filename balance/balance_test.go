@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 func TestNamesListsEveryBuiltin(t *testing.T) {
@@ -415,4 +417,52 @@ func TestPickDoesNotAllocate(t *testing.T) {
 			t.Errorf("%s: %.1f allocs per pick", name, allocs)
 		}
 	}
+}
+
+// A permit freed on a target that the first waiter excludes (a retry that
+// skips the target which refused it) goes to a waiter that can use it,
+// instead of idling until the next release.
+func TestWaitPassesOnAPermitTheWokenWaiterCannotUse(t *testing.T) {
+	b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
+	pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
+	if pa.Addr() == "b" {
+		pa, pb = pb, pa
+	}
+	type result struct {
+		p   Pick
+		err error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan result, 1)
+	go func() {
+		p, err := b.Wait(ctx, PickInfo{Exclude: []*Endpoint{pa.Endpoint()}})
+		first <- result{p, err}
+	}()
+	testenv.Eventually(t, "the first waiter to queue", func() bool { return b.wq.n.Load() == 1 })
+	second := make(chan result, 1)
+	go func() {
+		p, err := b.Wait(ctx, PickInfo{})
+		second <- result{p, err}
+	}()
+	testenv.Eventually(t, "the second waiter to queue", func() bool { return b.wq.n.Load() == 2 })
+
+	pa.Done(nil) // a's permit: the first waiter excludes a, the second can take it
+	select {
+	case r := <-second:
+		if r.err != nil || r.p.Addr() != "a" {
+			t.Fatalf("second waiter got %q, %v; want a", r.p.Addr(), r.err)
+		}
+		r.p.Done(nil)
+	case r := <-first:
+		t.Fatalf("the waiter excluding a got %q, %v", r.p.Addr(), r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's freed permit idled: the wake-up was not passed on")
+	}
+	pb.Done(nil) // b's permit: now the first waiter's
+	r := <-first
+	if r.err != nil || r.p.Addr() != "b" {
+		t.Fatalf("first waiter got %q, %v; want b", r.p.Addr(), r.err)
+	}
+	r.p.Done(nil)
 }
