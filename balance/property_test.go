@@ -191,18 +191,11 @@ func TestBoundedHashRespectsLoadBound(t *testing.T) {
 // the minimum.
 func TestLeastActiveNeverAboveMinimum(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 8).Draw(rt, "n")
-		var ts []Target
-		for i := range n {
-			ts = append(ts, Target{Addr: fmt.Sprint("t", i), Weight: rapid.IntRange(1, 5).Draw(rt, "w")})
-		}
+		ts := drawTargets(rt, 8, 5)
 		b := mustNew(rt, "least_active", Options{}, ts...)
 		var held []Pick
 		for range rapid.IntRange(1, 200).Draw(rt, "ops") {
-			if len(held) > 0 && rapid.Bool().Draw(rt, "release") {
-				j := rapid.IntRange(0, len(held)-1).Draw(rt, "which")
-				held[j].Done(nil)
-				held = append(held[:j], held[j+1:]...)
+			if releaseOne(rt, &held) {
 				continue
 			}
 			minimum := int64(math.MaxInt64)
@@ -222,18 +215,11 @@ func TestLeastActiveNeverAboveMinimum(t *testing.T) {
 // each pick's load units, and the heap stays consistent.
 func TestLeastLoadedPicksMinimumLoad(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 8).Draw(rt, "n")
-		var ts []Target
-		for i := range n {
-			ts = append(ts, Target{Addr: fmt.Sprint("t", i), Weight: rapid.IntRange(1, 4).Draw(rt, "w")})
-		}
+		ts := drawTargets(rt, 8, 4)
 		b := mustNew(rt, "least_loaded", Options{}, ts...)
 		var held []Pick
 		for range rapid.IntRange(1, 200).Draw(rt, "ops") {
-			if len(held) > 0 && rapid.Bool().Draw(rt, "release") {
-				j := rapid.IntRange(0, len(held)-1).Draw(rt, "which")
-				held[j].Done(nil)
-				held = append(held[:j], held[j+1:]...)
+			if releaseOne(rt, &held) {
 				continue
 			}
 			minimum := math.Inf(1)
@@ -389,4 +375,24 @@ func TestShortestResponseReMeasuresStarvedTarget(t *testing.T) {
 	if picksOfA > 8 {
 		t.Fatalf("a picked %d of 128 times though its window average is 100x b's", picksOfA)
 	}
+}
+
+// drawTargets draws 1..n targets of weights 1..maxWeight.
+func drawTargets(rt *rapid.T, n, maxWeight int) []Target {
+	var ts []Target
+	for i := range rapid.IntRange(1, n).Draw(rt, "n") {
+		ts = append(ts, Target{Addr: fmt.Sprint("t", i), Weight: rapid.IntRange(1, maxWeight).Draw(rt, "w")})
+	}
+	return ts
+}
+
+// releaseOne ends one held pick, drawn at random, when rapid says so.
+func releaseOne(rt *rapid.T, held *[]Pick) bool {
+	if len(*held) == 0 || !rapid.Bool().Draw(rt, "release") {
+		return false
+	}
+	j := rapid.IntRange(0, len(*held)-1).Draw(rt, "which")
+	(*held)[j].Done(nil)
+	*held = append((*held)[:j], (*held)[j+1:]...)
+	return true
 }
