@@ -56,6 +56,11 @@ func propertyRun(t *rapid.T, kind string) {
 	}
 	var multis sync.WaitGroup
 	var multiErrs sync.Map
+	// started records the gates of tasks whose function has begun: the
+	// order in which a runner takes its queue is fixed when the task is
+	// handed over, after the load is counted, so a RunMultiple placed first
+	// can still reach its runner after a later Go.
+	var started sync.Map
 	var gates []chan struct{}
 
 	t.Repeat(map[string]func(*rapid.T){
@@ -67,7 +72,7 @@ func propertyRun(t *rapid.T, kind string) {
 			if load == 0 { // goes to the top without moving it; not tracked
 				close(gate)
 			}
-			if err := p.Go(ctx, load, func(context.Context) error { <-gate; return nil }, nil); err != nil {
+			if err := p.Go(ctx, load, func(context.Context) error { started.Store(gate, true); <-gate; return nil }, nil); err != nil {
 				t.Fatalf("Go: %v", err)
 			}
 			after := p.Loads()
@@ -106,7 +111,7 @@ func propertyRun(t *rapid.T, kind string) {
 			multis.Add(1)
 			go func() {
 				defer multis.Done()
-				err := p.RunMultiple(ctx, k, load, func(_ context.Context, r int) error { <-rgates[r]; return nil })
+				err := p.RunMultiple(ctx, k, load, func(_ context.Context, r int) error { started.Store(rgates[r], true); <-rgates[r]; return nil })
 				multiErrs.Store(id, err)
 			}()
 			want := 0
@@ -160,9 +165,20 @@ func propertyRun(t *rapid.T, kind string) {
 				t.Skip("nothing running")
 			}
 			r := rapid.SampledFrom(busy).Draw(t, "runner")
-			i := 0 // a one-at-a-time runner finishes in order
+			var i int
 			if kind == "foreign" {
 				i = rapid.IntRange(0, len(queues[r])-1).Draw(t, "task")
+			} else {
+				// A one-at-a-time runner runs one task: finish that one.
+				testenv.Eventually(t, "a task to start on the runner", func() bool {
+					for j, m := range queues[r] {
+						if _, ok := started.Load(m.gate); ok {
+							i = j
+							return true
+						}
+					}
+					return false
+				})
 			}
 			close(queues[r][i].gate)
 			queues[r] = slices.Delete(queues[r], i, i+1)
