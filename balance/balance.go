@@ -126,7 +126,10 @@ func (b *Balancer) Update(targets []Target) error {
 		if st == nil {
 			st = &state{addr: t.Addr}
 			st.healthy.Store(true)
-			st.upSince.Store(now)
+			st.upSince.Store(b.startedAt(t, now))
+		} else if !t.StartedAt.IsZero() && !t.StartedAt.Equal(oldCfg[t.Addr].StartedAt) {
+			// The registry says the provider restarted: it is cold again.
+			st.upSince.Store(b.startedAt(t, now))
 		}
 		switch {
 		case t.MaxConcurrency > 0:
@@ -140,6 +143,15 @@ func (b *Balancer) Update(targets []Target) error {
 	b.states = states
 	b.rebuild()
 	return nil
+}
+
+// startedAt is the clock a target's warm-up counts from: the start time a
+// registry reported (never later than now, against clock skew), else now.
+func (b *Balancer) startedAt(t Target, now int64) int64 {
+	if t.StartedAt.IsZero() {
+		return now
+	}
+	return min(int64(t.StartedAt.Sub(b.epoch))+1, now)
 }
 
 // Targets returns the current configuration.

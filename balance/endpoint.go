@@ -21,6 +21,12 @@ type Target struct {
 	MaxConcurrency int
 	// Disabled targets are never picked but keep their state.
 	Disabled bool
+	// StartedAt, when set, is when the provider started (as a service
+	// registry reports it): warm-up counts from there instead of from when
+	// the balancer first saw the target, so a provider that restarted is
+	// warmed up alike by every balancer. A later StartedAt on an update
+	// restarts the warm-up.
+	StartedAt time.Time
 }
 
 // state is an endpoint's runtime state. It outlives snapshots: Update hands
