@@ -1,4 +1,4 @@
-# The README's commands. `make test` is what CI runs (.ci/run).
+# The README's commands. `make test` is what CI runs (.ci/run), after `make vet`.
 GO ?= go
 
 .PHONY: test build demo vet
@@ -10,6 +10,11 @@ test:
 build:
 	$(GO) build -o bin/fulcrum ./cmd/fulcrum
 
+# vet also fails when go.mod/go.sum are not what `go mod tidy` would write
+# (a direct dependency marked indirect, one left over): the printed diff is
+# the fix, or run `go mod tidy` in the module it names.
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	$(GO) mod tidy -diff
+	cd bench && $(GO) mod tidy -diff
