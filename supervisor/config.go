@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -47,11 +48,34 @@ type Config struct {
 	// a worker that falls further behind is disconnected (it reconnects and
 	// gets its whole assignment again).
 	SendQueue int `yaml:"send_queue"`
+	// MaxLoadCeiling caps the max_load a worker may claim: a report above it
+	// counts as this much, so one bad report cannot make a worker look
+	// like the place for everything.
+	MaxLoadCeiling int `yaml:"max_load_ceiling"`
 
 	Source    source.Config   `yaml:"source"`
 	Sink      sink.Config     `yaml:"sink"`
 	Dedup     DedupConfig     `yaml:"dedup"`
 	Rebalance RebalanceConfig `yaml:"rebalance"`
+	HA        HAConfig        `yaml:"ha"`
+}
+
+// HAConfig makes several supervisors share one PostgreSQL database: one
+// leads, by a lease row with a term; the others stand by and tell workers
+// where the leader is. Admin task changes are stored there too. Empty
+// Database: the supervisor runs alone.
+type HAConfig struct {
+	// Database is a PostgreSQL URL (postgres://user@host:5432/db).
+	Database string `yaml:"database"`
+	// Name of the lease: supervisors of one fleet share it; several fleets
+	// may share a database under different names.
+	Name string `yaml:"name"`
+	// Advertise is this supervisor's worker URL as workers reach it
+	// (ws://host:7300/ws): what a standby tells a worker about the leader.
+	Advertise string `yaml:"advertise"`
+	// Lease: a leader that has not renewed for this long is replaced. The
+	// leader renews every third of it and trusts itself for less than it.
+	Lease time.Duration `yaml:"lease"`
 }
 
 // DedupConfig bounds payload deduplication.
@@ -69,7 +93,8 @@ type RebalanceConfig struct {
 	Threshold float64 `yaml:"threshold"`
 }
 
-// DefaultConfig returns the defaults (seed 000's timings).
+// DefaultConfig returns the defaults (30 s timings, as the supervisor was
+// first specified).
 func DefaultConfig() Config {
 	return Config{
 		Listen:          "127.0.0.1:7300",
@@ -82,9 +107,11 @@ func DefaultConfig() Config {
 		Redundancy:      2,
 		MaxMessageBytes: 1 << 20,
 		SendQueue:       256,
+		MaxLoadCeiling:  maxMaxLoad,
 		Sink:            sink.Config{Type: sink.TypeStdout},
 		Dedup:           DedupConfig{Window: 5 * time.Minute, MaxEntries: 1_000_000},
 		Rebalance:       RebalanceConfig{Threshold: 0.1},
+		HA:              HAConfig{Name: "default", Lease: 10 * time.Second},
 	}
 }
 
@@ -190,6 +217,26 @@ func (c *Config) Validate() error {
 	}
 	if c.SendQueue < 1 {
 		return bad("send_queue", "%d is below 1", c.SendQueue)
+	}
+	if c.MaxLoadCeiling < 1 || c.MaxLoadCeiling > maxMaxLoad {
+		return bad("max_load_ceiling", "%d is not between 1 and %d", c.MaxLoadCeiling, maxMaxLoad)
+	}
+	if c.HA.Database != "" {
+		if !strings.HasPrefix(c.HA.Database, "postgres://") && !strings.HasPrefix(c.HA.Database, "postgresql://") {
+			return bad("ha.database", "want a postgres:// URL")
+		}
+		if c.HA.Name == "" {
+			return bad("ha.name", "empty")
+		}
+		if c.HA.Advertise == "" {
+			return bad("ha.advertise", "required with ha.database (the URL workers reach this supervisor's /ws at)")
+		}
+		if u, err := url.Parse(c.HA.Advertise); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			return bad("ha.advertise", "%q is not a ws:// or wss:// URL", c.HA.Advertise)
+		}
+		if c.HA.Lease < 3*c.Tick {
+			return bad("ha.lease", "%v is shorter than three ticks (%v)", c.HA.Lease, 3*c.Tick)
+		}
 	}
 	if c.Dedup.Window <= 0 {
 		return bad("dedup.window", "%v must be positive", c.Dedup.Window)

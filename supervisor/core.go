@@ -100,13 +100,17 @@ func (c *Core) Timers() int { return c.wheel.Len() }
 // connection (the worker gets its whole assignment again).
 func (c *Core) Report(now time.Time, r *protocol.Report, first bool) {
 	c.wheel.Set(timerKey{kind: timerWorker, worker: r.WorkerID}, now.Add(c.t.WorkerTimeout))
+	if c.phase == Warming {
+		claims := make([]protocol.Task, len(r.Tasks))
+		for i, ts := range r.Tasks {
+			claims[i] = protocol.Task{TaskID: ts.TaskID, Spec: ts.Spec}
+		}
+		c.eng.Claim(r.WorkerID, r.MaxLoad, claims)
+		return
+	}
 	running := make([]string, len(r.Tasks))
 	for i, ts := range r.Tasks {
 		running[i] = ts.TaskID
-	}
-	if c.phase == Warming {
-		c.eng.Claim(r.WorkerID, r.MaxLoad, running)
-		return
 	}
 	c.eng.Report(r.WorkerID, r.MaxLoad, running, first)
 	// A task whose last_seen moved on since the last report is alive.
@@ -124,14 +128,20 @@ func (c *Core) Report(now time.Time, r *protocol.Report, first bool) {
 }
 
 // Payload notes a payload's liveness: its worker and its task on that worker
-// are alive. It reports whether the task is supervised (only those are
-// published).
+// are alive. It reports whether the payload is to be published: after
+// warm-up, when the task is supervised; while warming up, when the sending
+// worker reported that it runs the task. So a restarted supervisor (or a
+// new leader) publishes the data of every task its fleet runs from the
+// first report on, and only tasks no worker reports wait for the task query.
 func (c *Core) Payload(now time.Time, p *protocol.Payload) bool {
 	if c.eng.HasWorker(p.WorkerID) {
 		c.wheel.Set(timerKey{kind: timerWorker, worker: p.WorkerID}, now.Add(c.t.WorkerTimeout))
 		if c.eng.Holds(p.WorkerID, p.TaskID) {
 			c.wheel.Set(timerKey{timerHolding, p.WorkerID, p.TaskID}, now.Add(c.t.TaskTimeout))
 		}
+	}
+	if c.phase == Warming {
+		return c.eng.Claims(p.WorkerID, p.TaskID)
 	}
 	return c.eng.HasTask(p.TaskID)
 }

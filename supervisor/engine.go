@@ -64,10 +64,10 @@ type worker struct {
 	id      string
 	ord     uint64 // join order: the placement's deterministic tie-break
 	maxLoad int
-	held    []*task  // the tasks it holds; see holding.pos
-	claims  []string // tasks reported while warming up, kept by a reset
-	box     outbox   // instructions not yet flushed
-	queued  bool     // in Engine.outq
+	held    []*task                    // the tasks it holds; see holding.pos
+	claims  map[string]json.RawMessage // tasks (and specs) reported while warming up, kept by a reset
+	box     outbox                     // instructions not yet flushed
+	queued  bool                       // in Engine.outq
 	dead    bool
 }
 
@@ -141,16 +141,61 @@ func (e *Engine) newWorker(id string) *worker {
 	return w
 }
 
-// Claim records, while warming up, what a worker reports it runs and its max
-// load, without assigning anything: the reset at the end of warm-up keeps
-// these sessions where it can.
-func (e *Engine) Claim(workerID string, maxLoad int, running []string) {
+// Claim records, while warming up, what a worker reports it runs (with the
+// specs it sent, if any) and its max load, without assigning anything: the
+// reset at the end of warm-up keeps these sessions where it can, and until
+// then Claims lets the payloads of these tasks through.
+func (e *Engine) Claim(workerID string, maxLoad int, running []protocol.Task) {
 	w := e.workers[workerID]
 	if w == nil {
 		w = e.newWorker(workerID)
 	}
 	w.maxLoad = maxLoad
-	w.claims = append(w.claims[:0], running...)
+	if w.claims == nil {
+		w.claims = make(map[string]json.RawMessage, len(running))
+	}
+	clear(w.claims)
+	for _, t := range running {
+		w.claims[t.TaskID] = t.Spec
+	}
+}
+
+// Claims reports whether a worker reported, while warming up, that it runs
+// a task.
+func (e *Engine) Claims(workerID, taskID string) bool {
+	w := e.workers[workerID]
+	if w == nil {
+		return false
+	}
+	_, ok := w.claims[taskID]
+	return ok
+}
+
+// Claimed lists, while warming up, the tasks the workers reported, with the
+// spec one of them sent and the claimants as holders: the assignment the
+// fleet brought with it, which the reset at the end of warm-up keeps where
+// it can.
+func (e *Engine) Claimed() []TaskInfo {
+	byID := map[string]*TaskInfo{}
+	for _, w := range e.sortedWorkers() {
+		for id, spec := range w.claims {
+			ti := byID[id]
+			if ti == nil {
+				ti = &TaskInfo{ID: id, Spec: spec}
+				byID[id] = ti
+			}
+			if ti.Spec == nil {
+				ti.Spec = spec
+			}
+			ti.Holders = append(ti.Holders, w.id)
+		}
+	}
+	out := make([]TaskInfo, 0, len(byID))
+	for _, ti := range byID {
+		ti.Missing = max(0, e.k-len(ti.Holders))
+		out = append(out, *ti)
+	}
+	return out
 }
 
 // Report handles a worker's report after warm-up: a new worker joins (and
@@ -346,7 +391,7 @@ func (e *Engine) reset() {
 		for _, t := range w.held {
 			keeps = append(keeps, keep{t, w})
 		}
-		for _, id := range w.claims {
+		for id := range w.claims { // distinct tasks: the order within a worker does not matter
 			if t := e.tasks[id]; t != nil {
 				keeps = append(keeps, keep{t, w})
 			}

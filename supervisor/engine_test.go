@@ -382,7 +382,11 @@ func TestResetKeepsClaims(t *testing.T) {
 
 	e2 := newEngine(t, 2) // restarted
 	for w, run := range f {
-		e2.Claim(w, 10, append(keys(run), "gone-task"))
+		var claims []protocol.Task
+		for _, id := range append(keys(run), "gone-task") {
+			claims = append(claims, protocol.Task{TaskID: id})
+		}
+		e2.Claim(w, 10, claims)
 	}
 	e2.Assign(tasks(0, 12), nil, true)
 	f2 := fleet{}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -45,6 +47,9 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			if c.Token == "" {
 				c.Token = os.Getenv("FULCRUM_TOKEN")
 			}
+			if urls := strings.Split(c.URL, ","); len(urls) > 1 {
+				c.URL, c.URLs = urls[0], urls[1:]
+			}
 			level := slog.LevelInfo
 			if verbose {
 				level = slog.LevelDebug
@@ -57,14 +62,18 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			}
 			ctx, stop := signal.NotifyContext(simContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			_ = w.Run(ctx) // returns when the signal comes
+			err = w.Run(ctx) // returns when the signal comes, or when retrying cannot help
 			s := w.Stats()
 			c.Logger.Info("worker stopped", "reports", s.Reports, "payloads", s.Payloads, "dropped", s.Dropped)
+			var fatal *worker.FatalError
+			if errors.As(err, &fatal) {
+				return fmt.Errorf("supervisor worker: %w", err)
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.URL, "supervisor", "ws://127.0.0.1:7300/ws", "the supervisor's worker endpoint")
+	f.StringVar(&c.URL, "supervisor", "ws://127.0.0.1:7300/ws", "the supervisor's worker endpoint; with high availability every supervisor's, comma-separated")
 	f.StringVar(&c.Token, "token", "", "token the supervisor expects (or FULCRUM_TOKEN)")
 	f.StringVar(&c.WorkerID, "id", host+"-"+strconv.Itoa(os.Getpid()), "worker id, unique in the fleet and stable across restarts")
 	f.IntVar(&c.MaxLoad, "max-load", 100, "most tasks this worker runs at once")

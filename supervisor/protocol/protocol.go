@@ -1,6 +1,6 @@
 // Package protocol holds the messages that supervisor and workers exchange
 // over WebSocket (docs/supervisor-protocol.md). Every message is one JSON
-// text frame with a "type" field; messages are one-way, as in seed 000: a
+// text frame with a "type" field; messages are one-way: a
 // worker sends reports and payloads, the supervisor sends instruction sets.
 // There is no handshake: a worker is known by its reports.
 package protocol
@@ -37,6 +37,12 @@ type Report struct {
 type TaskStatus struct {
 	TaskID   string    `json:"task_id"`
 	LastSeen time.Time `json:"last_seen"`
+	// Spec is the task's spec as the worker got it. Workers send it in the
+	// first report of every connection, so that a supervisor that has just
+	// started (a restart, a failover) knows the tasks its fleet runs before
+	// its own task query. Optional: a worker that leaves it out loses only
+	// that head start.
+	Spec json.RawMessage `json:"spec,omitempty"`
 }
 
 // Payload is one piece of data a worker got from a task (a live room's
@@ -59,6 +65,10 @@ type Instruction struct {
 	Add []Task `json:"add,omitempty"`
 	// End: task ids to stop.
 	End []string `json:"end,omitempty"`
+	// Term is the leadership term of the supervisor that sent the set (0
+	// when it runs alone). A worker ignores a set whose term is below the
+	// highest it has seen: it comes from a supervisor that lost its lease.
+	Term uint64 `json:"term,omitempty"`
 }
 
 // Task is a supervised task as a worker needs it.

@@ -46,6 +46,7 @@ const (
 	DefaultMaxPayloadBytes = 1<<20 - 4<<10
 	DefaultMinBackoff      = 200 * time.Millisecond
 	DefaultMaxBackoff      = 10 * time.Second
+	DefaultReplay          = 10 * time.Second
 	readLimit              = 64 << 20 // an instruction set with a reset lists every task the worker keeps
 )
 
@@ -53,6 +54,10 @@ const (
 type Config struct {
 	// URL of the supervisor's worker endpoint, ws:// or wss:// (required).
 	URL string
+	// URLs of further supervisors sharing one database (high availability):
+	// the worker connects to one at a time, goes where a standby says the
+	// leader is, and tries the next when one cannot be reached.
+	URLs []string
 	// Token authenticates the worker; sent as "Authorization: Bearer <token>".
 	Token string
 	// WorkerID names the worker; unique in the fleet and stable across
@@ -75,6 +80,14 @@ type Config struct {
 	// one huge message cannot exceed the supervisor's max_message_bytes and
 	// cost the connection (default 1 MiB - 4 KiB, under its 1 MiB default).
 	MaxPayloadBytes int
+	// Replay: payloads sent within this long before a connection ends are
+	// sent again on the next one (default 10s; negative: never). A
+	// supervisor killed with payloads still in its buffers loses them; the
+	// next one (after a restart or a failover) gets them again. The same
+	// supervisor drops the repeats as duplicates; a new one publishes them
+	// again, so the sink sees them twice unless it deduplicates (JetStream
+	// does, by message id). At most SendQueue payloads are kept.
+	Replay time.Duration
 	// Logger for connection and session events (default: discard).
 	Logger *slog.Logger
 	// HTTPClient dials the WebSocket (default http.DefaultClient).
@@ -82,14 +95,19 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	u, err := url.Parse(c.URL)
-	switch {
-	case c.URL == "":
+	if c.URL == "" {
 		return errors.New("worker: URL is required")
-	case err != nil:
-		return fmt.Errorf("worker: URL: %w", err)
-	case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("worker: URL %q: scheme must be ws or wss", c.URL)
+	}
+	for _, raw := range append([]string{c.URL}, c.URLs...) {
+		u, err := url.Parse(raw)
+		switch {
+		case err != nil:
+			return fmt.Errorf("worker: URL: %w", err)
+		case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
+			return fmt.Errorf("worker: URL %q: scheme must be ws or wss", raw)
+		}
+	}
+	switch {
 	case c.WorkerID == "":
 		return errors.New("worker: WorkerID is required")
 	case c.MaxLoad <= 0:
@@ -113,6 +131,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Replay == 0 {
+		c.Replay = DefaultReplay
 	}
 	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
 	if c.Logger == nil {
@@ -138,10 +159,24 @@ type Worker struct {
 	out  chan protocol.Payload
 	kick chan struct{} // asks the writer for a report now (the task set changed)
 
+	// Owned by the writer (one connection at a time).
+	replay []sent    // payloads sent lately, oldest first, for the next connection
+	ended  time.Time // when the last connection's writer stopped
+	urls   []string
+	next   string // where to connect next (a standby named the leader), or ""
+
+	term atomic.Uint64 // highest leadership term seen in an instruction set
+
 	connected                          atomic.Bool
 	connects, reports, payloads, drops atomic.Uint64
-	instructions, rejections           atomic.Uint64
+	instructions, rejections, stale    atomic.Uint64
+	replayed                           atomic.Uint64
 	running                            atomic.Bool
+}
+
+type sent struct {
+	p  protocol.Payload
+	at time.Time
 }
 
 type session struct {
@@ -162,6 +197,7 @@ func New(c Config) (*Worker, error) {
 		ending:   map[string]chan struct{}{},
 		out:      make(chan protocol.Payload, c.SendQueue),
 		kick:     make(chan struct{}, 1),
+		urls:     append([]string{c.URL}, c.URLs...),
 	}, nil
 }
 
@@ -174,6 +210,9 @@ type Stats struct {
 	Dropped      uint64 // payloads dropped: send queue full, or data over MaxPayloadBytes
 	Instructions uint64 // instruction sets applied
 	Rejections   uint64 // error messages received from the supervisor
+	Stale        uint64 // instruction sets ignored: their term was older than one already seen
+	Replayed     uint64 // payloads sent again on a new connection
+	Term         uint64 // highest leadership term seen
 	Running      int    // sessions running now
 }
 
@@ -185,7 +224,8 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Connected: w.connected.Load(), Connects: w.connects.Load(), Reports: w.reports.Load(),
 		Payloads: w.payloads.Load(), Dropped: w.drops.Load(), Instructions: w.instructions.Load(),
-		Rejections: w.rejections.Load(), Running: n,
+		Rejections: w.rejections.Load(), Stale: w.stale.Load(), Replayed: w.replayed.Load(),
+		Term: w.term.Load(), Running: n,
 	}
 }
 
@@ -218,15 +258,25 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.wg.Wait()
 	}()
 	bo := w.c.MinBackoff
-	for {
-		err := w.connectOnce(ctx)
+	for i := 0; ; i++ {
+		u := w.urls[i%len(w.urls)]
+		if w.next != "" {
+			u, w.next = w.next, ""
+			i-- // the list resumes where it was
+		}
+		err := w.connectOnce(ctx, u)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, errWasConnected) {
-			bo = w.c.MinBackoff // it worked for a while: retry soon
+		var fatal *FatalError
+		if errors.As(err, &fatal) {
+			w.log.Error("stopping: the supervisor refuses this worker", "url", u, "err", err)
+			return err
 		}
-		w.log.Warn("supervisor connection ended; reconnecting", "err", err, "in", bo)
+		if errors.Is(err, errWasConnected) || w.next != "" {
+			bo = w.c.MinBackoff // it worked for a while, or we know where to go: retry soon
+		}
+		w.log.Warn("supervisor connection ended; reconnecting", "url", u, "err", err, "in", bo)
 		if !sleep(ctx, jitter(bo)) {
 			return ctx.Err()
 		}
@@ -236,18 +286,46 @@ func (w *Worker) Run(ctx context.Context) error {
 
 var errWasConnected = errors.New("connection lost")
 
-// connectOnce runs one connection until it fails.
-func (w *Worker) connectOnce(ctx context.Context) error {
+// FatalError is what Run returns when retrying cannot help: the supervisor
+// refused the token (401, 403), or there is no worker endpoint at the URL
+// (404: a URL without /ws, say).
+type FatalError struct {
+	URL    string
+	Status int
+	Reason string
+}
+
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("worker: %s answered %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Reason)
+}
+
+// LeaderHeader is how a standby supervisor answers a worker: 503 with the
+// leader's worker URL in this header (empty while no one leads).
+const LeaderHeader = "Fulcrum-Leader"
+
+// connectOnce runs one connection to u until it fails.
+func (w *Worker) connectOnce(ctx context.Context, u string) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	h := http.Header{}
 	if w.c.Token != "" {
 		h.Set("Authorization", "Bearer "+w.c.Token)
 	}
-	conn, resp, err := websocket.Dial(dctx, w.c.URL, &websocket.DialOptions{HTTPHeader: h, HTTPClient: w.c.HTTPClient})
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: w.c.HTTPClient})
 	cancel()
 	if err != nil {
-		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return fmt.Errorf("supervisor refused the token (%s): %w", resp.Status, err)
+		if resp == nil {
+			return err
+		}
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return &FatalError{u, resp.StatusCode, "the supervisor refused the token (check --token or FULCRUM_TOKEN)"}
+		case http.StatusNotFound:
+			return &FatalError{u, resp.StatusCode, "no worker endpoint there (the supervisor's is at /ws, e.g. ws://HOST:7300/ws)"}
+		case http.StatusServiceUnavailable:
+			if l := resp.Header.Get(LeaderHeader); l != "" && l != u {
+				w.next = l
+				return fmt.Errorf("standby supervisor; the leader is %s", l)
+			}
 		}
 		return err
 	}
@@ -255,7 +333,7 @@ func (w *Worker) connectOnce(ctx context.Context) error {
 	w.connects.Add(1)
 	w.connected.Store(true)
 	defer w.connected.Store(false)
-	w.log.Info("connected to supervisor", "url", w.c.URL)
+	w.log.Info("connected to supervisor", "url", u)
 
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -308,51 +386,93 @@ func (w *Worker) readLoop(ctx context.Context, conn *websocket.Conn) error {
 	}
 }
 
-// writeLoop sends a report at once (so a restarted supervisor learns what
-// this worker holds), then one every interval and whenever the task set
-// changes, and payloads as they come.
+// writeLoop sends a report at once, with the specs of the tasks it runs (so
+// a restarted supervisor learns what this worker holds), then the payloads
+// of the replay window, then a report every interval and whenever the task
+// set changes, and payloads as they come.
 func (w *Worker) writeLoop(ctx context.Context, conn *websocket.Conn) error {
 	t := time.NewTicker(w.c.ReportInterval)
 	defer t.Stop()
-	if err := w.sendReport(ctx, conn); err != nil {
+	defer func() { w.ended = time.Now() }()
+	if err := w.sendReport(ctx, conn, true); err != nil {
 		return err
+	}
+	// What the last connection sent in its final Replay: sent again with
+	// their first send time, so a connection that fails at once replays
+	// them once more.
+	cut := w.ended.Add(-w.c.Replay)
+	for _, r := range w.replay {
+		if r.at.Before(cut) {
+			continue
+		}
+		if err := w.send(ctx, conn, r.p); err != nil {
+			return err
+		}
+		w.replayed.Add(1)
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := w.sendReport(ctx, conn); err != nil {
+			if err := w.sendReport(ctx, conn, false); err != nil {
 				return err
 			}
 		case <-w.kick:
-			if err := w.sendReport(ctx, conn); err != nil {
+			if err := w.sendReport(ctx, conn, false); err != nil {
 				return err
 			}
 		case p := <-w.out:
 			if err := w.send(ctx, conn, p); err != nil {
-				// This payload is lost with the connection; the other
-				// workers of its task send it too.
+				// The replay window sends it again on the next
+				// connection; the other workers of its task send it too.
+				w.remember(p)
 				return err
 			}
 			w.payloads.Add(1)
+			w.remember(p)
 		}
 	}
 }
 
-func (w *Worker) sendReport(ctx context.Context, conn *websocket.Conn) error {
-	if err := w.send(ctx, conn, w.report()); err != nil {
+// remember keeps p for the replay window: written to a socket is not
+// published (the supervisor may die with it in its buffers).
+func (w *Worker) remember(p protocol.Payload) {
+	if w.c.Replay < 0 {
+		return
+	}
+	now := time.Now()
+	cut := now.Add(-w.c.Replay) // older ones are past every future connection's window
+	drop := 0
+	for drop < len(w.replay) && (w.replay[drop].at.Before(cut) || len(w.replay)-drop >= w.c.SendQueue) {
+		drop++
+	}
+	if drop > 0 {
+		n := copy(w.replay, w.replay[drop:])
+		clear(w.replay[n:])
+		w.replay = w.replay[:n]
+	}
+	w.replay = append(w.replay, sent{p, now})
+}
+
+func (w *Worker) sendReport(ctx context.Context, conn *websocket.Conn, first bool) error {
+	if err := w.send(ctx, conn, w.report(first)); err != nil {
 		return err
 	}
 	w.reports.Add(1)
 	return nil
 }
 
-func (w *Worker) report() protocol.Report {
+// report states the worker; withSpecs (the first report of a connection)
+// adds each task's spec.
+func (w *Worker) report(withSpecs bool) protocol.Report {
 	w.mu.Lock()
 	tasks := make([]protocol.TaskStatus, 0, len(w.sessions))
 	for id, s := range w.sessions {
 		ts := protocol.TaskStatus{TaskID: id}
+		if withSpecs {
+			ts.Spec = s.task.Spec
+		}
 		if ns := s.lastSeen.Load(); ns != 0 {
 			ts.LastSeen = time.Unix(0, ns).UTC()
 		}
@@ -381,8 +501,21 @@ func (w *Worker) send(ctx context.Context, conn *websocket.Conn, v any) error {
 	return conn.Write(wctx, websocket.MessageText, b)
 }
 
-// apply carries out an instruction set: reset first, then end, then add.
+// apply carries out an instruction set: reset first, then end, then add. A
+// set from an older leadership term than one already seen is ignored: its
+// sender lost its lease and another supervisor leads.
 func (w *Worker) apply(in *protocol.Instruction) {
+	for {
+		cur := w.term.Load()
+		if in.Term < cur {
+			w.stale.Add(1)
+			w.log.Warn("ignored an instruction set from an older supervisor term", "term", in.Term, "current", cur)
+			return
+		}
+		if in.Term == cur || w.term.CompareAndSwap(cur, in.Term) {
+			break
+		}
+	}
 	w.instructions.Add(1)
 	w.mu.Lock()
 	changed := false

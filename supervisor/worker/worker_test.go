@@ -37,6 +37,7 @@ type testSupervisor struct {
 	payloads []protocol.Payload
 	refused  int
 	down     atomic.Bool // answer 503, as a supervisor being restarted
+	leader   string      // with down: the Fulcrum-Leader header, as a standby
 }
 
 func newTestSupervisor(t *testing.T) *testSupervisor {
@@ -54,6 +55,9 @@ func (s *testSupervisor) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.down.Load() {
+		if s.leader != "" {
+			w.Header().Set(LeaderHeader, s.leader)
+		}
 		http.Error(w, "restarting", http.StatusServiceUnavailable)
 		return
 	}
@@ -107,9 +111,15 @@ func (s *testSupervisor) serve(w http.ResponseWriter, r *http.Request) {
 
 func (s *testSupervisor) send(v any) {
 	s.t.Helper()
-	s.mu.Lock()
-	c := s.conn
-	s.mu.Unlock()
+	var c *websocket.Conn
+	// The worker may see its dial succeed before serve has stored the
+	// connection.
+	testenv.Eventually(s.t, "a connection to send on", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c = s.conn
+		return c != nil
+	})
 	b, _ := json.Marshal(v)
 	if err := c.Write(context.Background(), websocket.MessageText, b); err != nil {
 		s.t.Fatal(err)
@@ -376,13 +386,82 @@ func TestSendQueueWhileDisconnected(t *testing.T) {
 	testenv.Eventually(t, "queued payloads delivered", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 5 })
 }
 
-func TestBadTokenRetries(t *testing.T) {
+// A wrong token (401) or a URL with no worker endpoint (404) cannot be fixed
+// by retrying: Run stops and says why.
+func TestRefusedStops(t *testing.T) {
 	sup := newTestSupervisor(t)
-	w, _ := startWorker(t, Config{URL: sup.url(), Token: "wrong", WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
+	for _, c := range []struct {
+		url, token string
+		status     int
+	}{{sup.url(), "wrong", 401}, {strings.TrimSuffix(sup.url(), "/ws"), token, 404}} {
+		w, err := New(Config{URL: c.url, Token: c.token, WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
+			MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.Run(context.Background())
+		var fe *FatalError
+		if !errors.As(err, &fe) || fe.Status != c.status {
+			t.Fatalf("%s: Run = %v, want a FatalError with %d", c.url, err, c.status)
+		}
+		t.Log(err)
+	}
+	if sup.refused != 1 {
+		t.Fatalf("%d refused attempts with the wrong token, want 1", sup.refused)
+	}
+}
+
+// The first report of a connection carries the specs; after a reconnect the
+// worker replays what it sent lately, and ignores instruction sets from an
+// older term than one it has seen.
+func TestSpecsReplayAndTerms(t *testing.T) {
+	sup := newTestSupervisor(t)
+	room := newFakeRoom()
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 10, Session: room,
+		ReportInterval: time.Hour, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	testenv.Eventually(t, "connected", func() bool { return w.Stats().Connected })
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Term: 5,
+		Add: []protocol.Task{{TaskID: "r1", Spec: json.RawMessage(`{"url":"u1"}`)}}})
+	testenv.Eventually(t, "r1 running", func() bool { return room.out("r1") != nil })
+	room.out("r1").Emit("m1", []byte(`1`))
+	testenv.Eventually(t, "m1 arrived", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return len(sup.payloads) == 1 })
+	_, before := sup.lastReport()
+
+	sup.drop()
+	testenv.Eventually(t, "m1 replayed on the new connection", func() bool {
+		sup.mu.Lock()
+		defer sup.mu.Unlock()
+		return len(sup.payloads) == 2 && sup.payloads[1].MessageID == "m1"
+	})
+	sup.mu.Lock()
+	first := sup.reports[before] // the new connection's first report
+	sup.mu.Unlock()
+	if len(first.Tasks) != 1 || string(first.Tasks[0].Spec) != `{"url":"u1"}` {
+		t.Fatalf("first report after reconnect: %+v, want r1 with its spec", first.Tasks)
+	}
+	if w.Stats().Replayed != 1 {
+		t.Fatalf("replayed %d, want 1", w.Stats().Replayed)
+	}
+
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Term: 4, Reset: true}) // a deposed leader
+	sup.send(protocol.Instruction{Type: protocol.TypeInstruction, Term: 5, Add: tasks("r2")})
+	testenv.Eventually(t, "r2 running", func() bool { return room.out("r2") != nil })
+	if st := w.Stats(); st.Stale != 1 || st.Term != 5 || !slices.Equal(w.Tasks(), []string{"r1", "r2"}) {
+		t.Fatalf("stale %d, term %d, tasks %v: want the term-4 reset ignored", st.Stale, st.Term, w.Tasks())
+	}
+}
+
+// A standby answers 503 naming the leader; the worker goes there.
+func TestFollowsLeaderHint(t *testing.T) {
+	leader := newTestSupervisor(t)
+	standby := newTestSupervisor(t)
+	standby.leader = leader.url()
+	standby.down.Store(true)
+	w, _ := startWorker(t, Config{URL: standby.url(), WorkerID: "w1", Token: token, MaxLoad: 1, Session: newFakeRoom(),
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
-	testenv.Eventually(t, "two refused attempts", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.refused >= 2 })
-	if w.Stats().Connects != 0 {
-		t.Fatal("connected with a wrong token")
+	testenv.Eventually(t, "connected to the leader", func() bool { leader.mu.Lock(); defer leader.mu.Unlock(); return leader.conns == 1 })
+	if !w.Stats().Connected && w.Stats().Connects == 0 {
+		t.Fatal("no connection counted")
 	}
 }
 
