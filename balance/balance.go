@@ -34,8 +34,7 @@ type Balancer struct {
 	states  map[string]*state
 	snap    atomic.Pointer[snapshot]
 
-	total atomic.Int64 // in-flight over all targets (bounded_hash)
-	wq    waitQueue
+	wq waitQueue
 }
 
 // snapshot is an immutable view of the set, rebuilt on every membership or
@@ -48,7 +47,6 @@ type snapshot struct {
 	observer Observer
 	tracker  Tracker
 	timed    bool  // Done measures latency
-	total    bool  // keep b.total
 	warmEnd  int64 // clock when the last warm-up ends; 0 if none
 	recheck  int64 // clock when an ejection ends; 0 if none
 	warmDone atomic.Bool
@@ -87,6 +85,13 @@ func New(strategy string, opts Options) (*Balancer, error) {
 
 // Strategy returns the strategy name the balancer was built with.
 func (b *Balancer) Strategy() string { return b.name }
+
+// UsesKey reports whether the strategy picks by PickInfo.Key (it
+// implements KeyUser), so callers know whether to compute a key.
+func (b *Balancer) UsesKey() bool {
+	k, ok := b.strat.(KeyUser)
+	return ok && k.UsesKey()
+}
 
 // now is the balancer's clock in nanoseconds; never 0, so 0 can mean unset.
 func (b *Balancer) now() int64 { return int64(b.opts.Clock().Sub(b.epoch)) + 1 }
@@ -215,24 +220,9 @@ func (b *Balancer) rebuild() {
 	s.picker = b.strat.Build(s.eps)
 	s.observer, _ = s.picker.(Observer)
 	s.tracker, _ = s.picker.(Tracker)
-	_, latencyDriven := s.picker.(latencyUser)
-	s.timed = b.opts.TrackLatency || latencyDriven
-	_, s.total = s.picker.(totalUser)
+	s.timed = b.opts.TrackLatency || s.observer != nil
 	b.snap.Store(s)
 	b.wq.wakeAll() // capacity or membership changed: let waiters look again
-}
-
-// latencyUser marks pickers that need Done to measure latency.
-type latencyUser interface{ usesLatency() }
-
-// totalUser marks pickers that read the balancer-wide in-flight count.
-type totalUser interface{ usesTotal() }
-
-// Tracker is implemented by pickers that keep their own order of endpoints
-// by load (least_loaded's heap). Changed is called after a pick on e starts
-// or ends; e may come from an older snapshot (match it by address).
-type Tracker interface {
-	Changed(e *Endpoint)
 }
 
 // Pick picks a target for key without waiting. It returns ErrNoTargets,
@@ -315,17 +305,9 @@ func (b *Balancer) refresh(s *snapshot) *snapshot {
 
 func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
 	p := Pick{e: e, s: s}
-	// Load units matter to least_loaded (a tracker) and to callers that
-	// give them; plain picks skip the extra atomic.
-	if info.Load > 0 || s.tracker != nil {
-		p.load = max(info.Load, 1)
-		e.s.load.Add(p.load)
-	}
-	if s.total {
-		b.total.Add(1)
-	}
 	if s.tracker != nil {
-		s.tracker.Changed(e)
+		p.load = max(info.Load, 1)
+		s.tracker.Started(e, p.load)
 	}
 	if s.timed {
 		p.start = b.now()
@@ -448,12 +430,6 @@ func (p Pick) finish(lat, now int64, err error) {
 	}
 	b, st := p.s.b, p.e.s
 	inflight := st.inflight.Add(-1) + 1
-	if p.load != 0 {
-		st.load.Add(-p.load)
-	}
-	if p.s.total {
-		b.total.Add(-1)
-	}
 	st.requests.Add(1)
 	if err != nil {
 		st.failures.Add(1)
@@ -466,24 +442,23 @@ func (p Pick) finish(lat, now int64, err error) {
 		} else {
 			st.ewma.Store(old + (lat-old)/8)
 		}
-		if err == nil {
-			if now == 0 {
-				now = b.now()
-			}
-			st.win.add(now, int64(b.opts.Window)/2, lat)
+	}
+	if p.load != 0 {
+		// The current picker's order follows the load, wherever the pick
+		// started.
+		if cur := b.snap.Load(); cur.tracker != nil {
+			cur.tracker.Ended(p.e, p.load)
 		}
 	}
-	cur := b.snap.Load()
-	if cur.tracker != nil {
-		cur.tracker.Changed(p.e)
-	}
 	raised := int64(0)
-	if cur.observer != nil {
+	if p.s.observer != nil {
+		// The picker that made the pick learns from it: e is one of its
+		// endpoints.
 		if now == 0 {
 			now = b.now()
 		}
 		before := st.limit.Load()
-		cur.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now})
+		p.s.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now})
 		if after := st.limit.Load(); before > 0 && after > before {
 			raised = after - before // a learner grew the limit: more waiters may go
 		}

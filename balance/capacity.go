@@ -217,8 +217,6 @@ type capacityPicker struct {
 	cfg capacityConfig
 }
 
-func (*capacityPicker) usesLatency() {}
-
 // The limit stops growing while more than rejectGrow of a target's last
 // few hundred outcomes are rejections, steps down when more than rejectCut
 // are, and is cut multiplicatively when more than rejectDrop are or half

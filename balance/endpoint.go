@@ -34,18 +34,12 @@ type Target struct {
 type state struct {
 	addr     string
 	inflight atomic.Int64
-	load     atomic.Int64 // explicit load units outstanding (least_loaded)
 	limit    atomic.Int64 // permits; 0 = unlimited
 
 	requests atomic.Uint64
 	failures atomic.Uint64
 
-	// Latency statistics, in nanoseconds.
-	ewma     atomic.Int64 // mean latency of every outcome, EWMA
-	peak     atomic.Int64 // peak EWMA (p2c)
-	peakAt   atomic.Int64 // clock of the last peak update
-	win      window       // successes only, sliding (shortest_response)
-	lastPick atomic.Int64 // p2c: its pick counter at this endpoint's last pick
+	ewma atomic.Int64 // mean latency of every outcome, EWMA, ns
 
 	// Health.
 	healthy      atomic.Bool  // from active checks; starts true
@@ -56,7 +50,8 @@ type state struct {
 	ejections    atomic.Int32 // passive: times ejected recently (backoff)
 	lastEnd      atomic.Int64 // passive: clock when the last ejection ended
 
-	// Strategy-owned scratch (capacity learner, for instance).
+	// The strategy's own state for this target (see StateOf): a
+	// strategy's statistics live with the strategy, not here.
 	ext atomic.Pointer[any]
 }
 
@@ -82,9 +77,6 @@ func (e *Endpoint) Index() int { return e.index }
 
 // InFlight returns the picks outstanding on the endpoint.
 func (e *Endpoint) InFlight() int64 { return e.s.inflight.Load() }
-
-// Load returns the explicit load units outstanding (see PickInfo.Load).
-func (e *Endpoint) Load() int64 { return e.s.load.Load() }
 
 // Limit returns the number of permits (0 = unlimited).
 func (e *Endpoint) Limit() int64 { return e.s.limit.Load() }
@@ -168,45 +160,4 @@ type EndpointStats struct {
 	AvgLatency      time.Duration
 	Requests        uint64
 	Failures        uint64
-}
-
-// window is a two-bucket sliding window of success latencies: the current
-// bucket and the previous one, each half the window long, so an old slow
-// spell is forgotten after at most one window.
-type window struct {
-	epoch [2]atomic.Int64 // bucket number each slot holds
-	sum   [2]atomic.Int64
-	count [2]atomic.Int64
-}
-
-func (w *window) add(now, half, lat int64) {
-	b := now / half
-	i := b & 1
-	if e := w.epoch[i].Load(); e != b {
-		// Slot holds an old bucket: claim and reset it. A racing add may
-		// be lost; the statistic tolerates that.
-		if w.epoch[i].CompareAndSwap(e, b) {
-			w.sum[i].Store(0)
-			w.count[i].Store(0)
-		}
-	}
-	w.sum[i].Add(lat)
-	w.count[i].Add(1)
-}
-
-// avg returns the mean over the current and previous bucket, or -1 when
-// there is no sample.
-func (w *window) avg(now, half int64) int64 {
-	b := now / half
-	var sum, n int64
-	for i := range 2 {
-		if e := w.epoch[i].Load(); e == b || e == b-1 {
-			sum += w.sum[i].Load()
-			n += w.count[i].Load()
-		}
-	}
-	if n == 0 {
-		return -1
-	}
-	return sum / n
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -30,9 +31,18 @@ type hashStrategy struct {
 	vnodes  int
 	bounded bool
 	c       float64
+	total   *inFlight // bounded_hash: picks outstanding over all targets
 
 	mu   sync.Mutex
 	last *ringData
+}
+
+// inFlight counts bounded_hash's picks outstanding, on a cache line of its
+// own: every pick writes it.
+type inFlight struct {
+	_ [64]byte
+	n atomic.Int64
+	_ [56]byte
 }
 
 func newHash(o Options) (Strategy, error) {
@@ -40,7 +50,7 @@ func newHash(o Options) (Strategy, error) {
 }
 
 func newBoundedHash(o Options) (Strategy, error) {
-	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes, bounded: true, c: o.BoundFactor}, nil
+	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes, bounded: true, c: o.BoundFactor, total: new(inFlight)}, nil
 }
 
 // maxRingPoints bounds the ring's size; weights beyond it scale down.
@@ -67,22 +77,22 @@ func (h *hashStrategy) Build(eps []*Endpoint) Picker {
 	h.mu.Unlock()
 	r := &ring{data: rd, md5: h.md5, byRank: make([]*Endpoint, len(rd.addrs)), usable: len(eps)}
 	for _, e := range eps {
-		i, _ := slices.BinarySearch(rd.addrs, e.t.Addr)
+		i, _ := slices.BinarySearch(rd.addrs, e.Addr())
 		r.byRank[i] = e
 	}
 	if h.bounded {
 		var w float64
 		for _, e := range eps {
-			w += float64(e.t.Weight)
+			w += float64(e.Weight())
 		}
-		return &boundedRing{ring: r, c: h.c, totalWeight: w}
+		return &boundedRing{ring: r, c: h.c, totalWeight: w, total: h.total}
 	}
 	return r
 }
 
 func (rd *ringData) covers(eps []*Endpoint) bool {
 	for _, e := range eps {
-		if w, ok := rd.weights[e.t.Addr]; !ok || w != e.t.Weight {
+		if w, ok := rd.weights[e.Addr()]; !ok || w != e.Weight() {
 			return false
 		}
 	}
@@ -92,8 +102,8 @@ func (rd *ringData) covers(eps []*Endpoint) bool {
 func (h *hashStrategy) build(eps []*Endpoint) *ringData {
 	rd := &ringData{weights: make(map[string]int, len(eps))}
 	for _, e := range eps {
-		rd.addrs = append(rd.addrs, e.t.Addr)
-		rd.weights[e.t.Addr] = e.t.Weight
+		rd.addrs = append(rd.addrs, e.Addr())
+		rd.weights[e.Addr()] = e.Weight()
 	}
 	slices.Sort(rd.addrs)
 	if len(eps) == 0 {
@@ -102,7 +112,7 @@ func (h *hashStrategy) build(eps []*Endpoint) *ringData {
 	}
 	minW := math.MaxInt
 	for _, e := range eps {
-		minW = min(minW, e.t.Weight)
+		minW = min(minW, e.Weight())
 	}
 	vnodes := h.vnodes
 	if vnodes == 0 {
@@ -254,6 +264,9 @@ func (r *ring) search(h uint64) int {
 	return lo
 }
 
+// UsesKey: the ring maps PickInfo.Key.
+func (h *hashStrategy) UsesKey() bool { return true }
+
 func (r *ring) Pick(info PickInfo) *Endpoint {
 	if r.usable == 0 {
 		return nil
@@ -301,16 +314,20 @@ type boundedRing struct {
 	*ring
 	c           float64
 	totalWeight float64
+	total       *inFlight // the strategy's, shared by its snapshots
 }
 
-func (boundedRing) usesTotal() {}
+// Started and Ended keep the count of picks outstanding that the bound is
+// taken from.
+func (r *boundedRing) Started(*Endpoint, int64) { r.total.n.Add(1) }
+func (r *boundedRing) Ended(*Endpoint, int64)   { r.total.n.Add(-1) }
 
 // within reports whether one more pick keeps e at or under
 // ceil(c x (total+1) x w/W), the bound counting this pick.
 func (r *boundedRing) within(e *Endpoint, info *PickInfo) bool {
-	total := float64(info.snap.b.total.Load() + 1)
-	bound := math.Ceil(r.c * total * float64(e.t.Weight) / r.totalWeight)
-	return float64(e.s.inflight.Load()+1) <= bound
+	total := float64(r.total.n.Load() + 1)
+	bound := math.Ceil(r.c * total * float64(e.Weight()) / r.totalWeight)
+	return float64(e.InFlight()+1) <= bound
 }
 
 func (r *boundedRing) Pick(info PickInfo) *Endpoint {

@@ -12,7 +12,7 @@ type leastActiveStrategy struct{}
 func newLeastActive(Options) (Strategy, error) { return leastActiveStrategy{}, nil }
 
 func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
-	return &scorePicker{eps: eps, score: func(e *Endpoint, _ int64) int64 { return e.s.inflight.Load() }}
+	return &scorePicker{eps: eps, score: func(i int, _ int64) int64 { return eps[i].InFlight() }}
 }
 
 // shortest_response: the seed's estimate, mean success latency over a
@@ -29,30 +29,55 @@ func newShortestResponse(o Options) (Strategy, error) {
 	return shortestResponseStrategy{half: int64(o.Window / 2)}, nil
 }
 
-func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
-	half := s.half
-	return &latencyScorePicker{scorePicker{eps: eps, needNow: true, forceAfter: int64(16 * max(len(eps), 1)), score: func(e *Endpoint, now int64) int64 {
-		avg := e.s.win.avg(now, half)
-		if avg < 0 {
-			return 0
-		}
-		return avg * (e.s.inflight.Load() + 1)
-	}}}
+// responseEndpoint is shortest_response's state for one target, kept
+// across snapshots.
+type responseEndpoint struct {
+	win      window       // success latencies
+	lastPick atomic.Int64 // the picker's pick count at this target's last pick
 }
 
-type latencyScorePicker struct{ scorePicker }
+func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
+	st := make([]*responseEndpoint, len(eps))
+	last := make([]*atomic.Int64, len(eps))
+	for i, e := range eps {
+		st[i] = StateOf[responseEndpoint](e)
+		last[i] = &st[i].lastPick
+	}
+	half := s.half
+	return &responsePicker{st: st, half: half, scorePicker: scorePicker{eps: eps, needNow: true, last: last, forceAfter: int64(16 * max(len(eps), 1)),
+		score: func(i int, now int64) int64 {
+			avg := st[i].win.avg(now, half)
+			if avg < 0 {
+				return 0
+			}
+			return avg * (eps[i].InFlight() + 1)
+		}}}
+}
 
-func (*latencyScorePicker) usesLatency() {}
+type responsePicker struct {
+	scorePicker
+	st   []*responseEndpoint // by endpoint index
+	half int64
+}
+
+// Observe adds a success's latency to its target's window.
+func (p *responsePicker) Observe(e *Endpoint, o Outcome) {
+	if o.Err == nil && o.Latency > 0 {
+		p.st[e.Index()].win.add(o.Now, p.half, int64(o.Latency))
+	}
+}
 
 // scorePicker picks the usable endpoint of lowest score, weighted random
 // among ties, in one pass (weighted reservoir sampling).
 type scorePicker struct {
 	eps     []*Endpoint
 	needNow bool
-	score   func(e *Endpoint, now int64) int64
+	score   func(i int, now int64) int64
 
-	// forceAfter > 0 re-measures a target left unpicked that many picks.
+	// forceAfter > 0 re-measures a target left unpicked that many picks;
+	// last holds each endpoint's pick count at its last pick.
 	forceAfter int64
+	last       []*atomic.Int64
 	picks      atomic.Int64
 }
 
@@ -65,37 +90,81 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 	if p.forceAfter > 0 {
 		n = p.picks.Add(1)
 	}
-	var best *Endpoint
+	best := -1
 	var bestScore int64
 	var tieWeight float64
-	for _, e := range p.eps {
+	for i, e := range p.eps {
 		if !info.Usable(e) {
 			continue
 		}
 		if n != 0 {
-			last := e.s.lastPick.Load()
+			last := p.last[i].Load()
 			if last == 0 {
 				// First sight: start counting from here.
-				e.s.lastPick.CompareAndSwap(0, n)
+				p.last[i].CompareAndSwap(0, n)
 			} else if n-last > p.forceAfter {
-				e.s.lastPick.Store(n)
+				p.last[i].Store(n)
 				return e
 			}
 		}
-		sc := p.score(e, now)
+		sc := p.score(i, now)
 		w := info.Weight(e)
 		switch {
-		case best == nil || sc < bestScore:
-			best, bestScore, tieWeight = e, sc, w
+		case best < 0 || sc < bestScore:
+			best, bestScore, tieWeight = i, sc, w
 		case sc == bestScore:
 			tieWeight += w
 			if rand.Float64()*tieWeight < w {
-				best = e
+				best = i
 			}
 		}
 	}
-	if n != 0 && best != nil && best.s.lastPick.Load() != n {
-		best.s.lastPick.Store(n)
+	if best < 0 {
+		return nil
 	}
-	return best
+	if n != 0 && p.last[best].Load() != n {
+		p.last[best].Store(n)
+	}
+	return p.eps[best]
+}
+
+// window is a two-bucket sliding window of success latencies: the current
+// bucket and the previous one, each half the window long, so an old slow
+// spell is forgotten after at most one window.
+type window struct {
+	epoch [2]atomic.Int64 // bucket number each slot holds
+	sum   [2]atomic.Int64
+	count [2]atomic.Int64
+}
+
+func (w *window) add(now, half, lat int64) {
+	b := now / half
+	i := b & 1
+	if e := w.epoch[i].Load(); e != b {
+		// Slot holds an old bucket: claim and reset it. A racing add may
+		// be lost; the statistic tolerates that.
+		if w.epoch[i].CompareAndSwap(e, b) {
+			w.sum[i].Store(0)
+			w.count[i].Store(0)
+		}
+	}
+	w.sum[i].Add(lat)
+	w.count[i].Add(1)
+}
+
+// avg returns the mean over the current and previous bucket, or -1 when
+// there is no sample.
+func (w *window) avg(now, half int64) int64 {
+	b := now / half
+	var sum, n int64
+	for i := range 2 {
+		if e := w.epoch[i].Load(); e == b || e == b-1 {
+			sum += w.sum[i].Load()
+			n += w.count[i].Load()
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	return sum / n
 }

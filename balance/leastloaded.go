@@ -3,6 +3,7 @@ package balance
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 )
 
 // least_loaded: seed 003's min-heap of targets ordered by explicit load
@@ -13,11 +14,16 @@ type leastLoadedStrategy struct{}
 
 func newLeastLoaded(Options) (Strategy, error) { return leastLoadedStrategy{}, nil }
 
+// loadedEndpoint is least_loaded's state for one target: the load units of
+// its picks outstanding, kept across snapshots.
+type loadedEndpoint struct{ load atomic.Int64 }
+
 func (leastLoadedStrategy) Build(eps []*Endpoint) Picker {
-	h := &loadHeap{eps: make([]*Endpoint, len(eps)), picks: make([]uint64, len(eps)), pos: make(map[*state]int, len(eps))}
+	h := &loadHeap{eps: make([]*Endpoint, len(eps)), ld: make([]*loadedEndpoint, len(eps)), picks: make([]uint64, len(eps)), pos: make(map[*loadedEndpoint]int, len(eps))}
 	copy(h.eps, eps)
 	for i, e := range h.eps {
-		h.pos[e.s] = i
+		h.ld[i] = StateOf[loadedEndpoint](e)
+		h.pos[h.ld[i]] = i
 	}
 	heap.Init(h)
 	return h
@@ -26,26 +32,30 @@ func (leastLoadedStrategy) Build(eps []*Endpoint) Picker {
 type loadHeap struct {
 	mu    sync.Mutex
 	eps   []*Endpoint
-	picks []uint64 // picks per heap slot: ties go to the least picked, so equal loads rotate
-	pos   map[*state]int
+	ld    []*loadedEndpoint // per heap slot, as eps
+	picks []uint64          // picks per heap slot: ties go to the least picked, so equal loads rotate
+	pos   map[*loadedEndpoint]int
 }
 
-func loadPerWeight(e *Endpoint) float64 { return float64(e.s.load.Load()) / float64(e.t.Weight) }
+func (h *loadHeap) loadPerWeight(i int) float64 {
+	return float64(h.ld[i].load.Load()) / float64(h.eps[i].Weight())
+}
 
 // heap.Interface; callers hold mu.
 func (h *loadHeap) Len() int { return len(h.eps) }
 func (h *loadHeap) Less(i, j int) bool {
-	li, lj := loadPerWeight(h.eps[i]), loadPerWeight(h.eps[j])
+	li, lj := h.loadPerWeight(i), h.loadPerWeight(j)
 	if li != lj {
 		return li < lj
 	}
-	return float64(h.picks[i])/float64(h.eps[i].t.Weight) < float64(h.picks[j])/float64(h.eps[j].t.Weight)
+	return float64(h.picks[i])/float64(h.eps[i].Weight()) < float64(h.picks[j])/float64(h.eps[j].Weight())
 }
 func (h *loadHeap) Swap(i, j int) {
 	h.eps[i], h.eps[j] = h.eps[j], h.eps[i]
+	h.ld[i], h.ld[j] = h.ld[j], h.ld[i]
 	h.picks[i], h.picks[j] = h.picks[j], h.picks[i]
-	h.pos[h.eps[i].s] = i
-	h.pos[h.eps[j].s] = j
+	h.pos[h.ld[i]] = i
+	h.pos[h.ld[j]] = j
 }
 func (h *loadHeap) Push(any) { panic("balance: loadHeap is fixed-size") }
 func (h *loadHeap) Pop() any { panic("balance: loadHeap is fixed-size") }
@@ -74,10 +84,17 @@ func (h *loadHeap) Pick(info PickInfo) *Endpoint {
 	return h.eps[best]
 }
 
-// Changed restores the heap order after e's load changed.
-func (h *loadHeap) Changed(e *Endpoint) {
+// Started adds a pick's load and restores the heap order.
+func (h *loadHeap) Started(e *Endpoint, load int64) { h.add(e, load) }
+
+// Ended removes a pick's load and restores the heap order.
+func (h *loadHeap) Ended(e *Endpoint, load int64) { h.add(e, -load) }
+
+func (h *loadHeap) add(e *Endpoint, load int64) {
+	ld := StateOf[loadedEndpoint](e)
+	ld.load.Add(load)
 	h.mu.Lock()
-	if i, ok := h.pos[e.s]; ok {
+	if i, ok := h.pos[ld]; ok {
 		heap.Fix(h, i)
 	}
 	h.mu.Unlock()

@@ -13,12 +13,22 @@ import (
 // 64 x n picks is picked once, so a target that was slow gets re-measured.
 type p2cStrategy struct{ tau int64 }
 
+// p2cEndpoint is p2c's state for one target, kept across snapshots.
+type p2cEndpoint struct {
+	peak     atomic.Int64 // peak EWMA of latency, ns
+	peakAt   atomic.Int64 // clock of the last peak update
+	lastPick atomic.Int64 // the picker's pick count at this target's last pick
+}
+
 func newP2C(o Options) (Strategy, error) { return p2cStrategy{tau: int64(o.Decay)}, nil }
 
 func (s p2cStrategy) Build(eps []*Endpoint) Picker {
-	p := &p2cPicker{eps: eps, tau: s.tau, forceAfter: int64(64 * max(len(eps), 1))}
+	p := &p2cPicker{eps: eps, st: make([]*p2cEndpoint, len(eps)), tau: s.tau, forceAfter: int64(64 * max(len(eps), 1))}
+	for i, e := range eps {
+		p.st[i] = StateOf[p2cEndpoint](e)
+	}
 	for _, e := range eps {
-		if e.t.Weight != eps[0].t.Weight {
+		if e.Weight() != eps[0].Weight() {
 			p.alias = newAlias(eps)
 			break
 		}
@@ -30,6 +40,7 @@ func (s p2cStrategy) Build(eps []*Endpoint) Picker {
 // differ), so weight and warm-up shape the choice while cost decides it.
 type p2cPicker struct {
 	eps        []*Endpoint
+	st         []*p2cEndpoint // by endpoint index
 	tau        int64
 	alias      alias
 	picks      atomic.Int64
@@ -48,10 +59,8 @@ func (p *p2cPicker) draw(info *PickInfo) int {
 	return rand.IntN(len(p.eps))
 }
 
-func (*p2cPicker) usesLatency() {}
-
-func (p *p2cPicker) cost(e *Endpoint) float64 {
-	return float64(e.s.peak.Load()+1) * float64(e.s.inflight.Load()+1)
+func (p *p2cPicker) cost(i int) float64 {
+	return float64(p.st[i].peak.Load()+1) * float64(p.eps[i].InFlight()+1)
 }
 
 func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
@@ -77,25 +86,22 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 	}
 	a, b := p.eps[i], p.eps[j]
 	ua, ub := info.Usable(a), info.Usable(b)
-	var pick *Endpoint
 	switch {
 	case ua && ub:
-		if p.cost(a) <= p.cost(b) {
-			pick = a
-		} else {
-			pick, b = b, a
+		if p.cost(i) > p.cost(j) {
+			i, j = j, i
 		}
-		// Re-measure the loser if it has not been picked in the last
+		// Re-measure the loser j if it has not been picked in the last
 		// forceAfter picks (a count, not the clock: reading the clock
 		// costs as much as the rest of the pick).
 		n := p.picks.Add(1)
-		if n-b.s.lastPick.Load() > p.forceAfter {
-			pick = b
+		if n-p.st[j].lastPick.Load() > p.forceAfter {
+			i = j
 		}
-		if pick.s.lastPick.Load() != n {
-			pick.s.lastPick.Store(n)
+		if last := &p.st[i].lastPick; last.Load() != n {
+			last.Store(n)
 		}
-		return pick
+		return p.eps[i]
 	case ua:
 		return a
 	case ub:
@@ -109,12 +115,13 @@ func (p *p2cPicker) Observe(e *Endpoint, o Outcome) {
 	if lat <= 0 {
 		return
 	}
-	prev, at := e.s.peak.Load(), e.s.peakAt.Load()
+	st := p.st[e.Index()]
+	prev, at := st.peak.Load(), st.peakAt.Load()
 	if lat > prev {
-		e.s.peak.Store(lat)
+		st.peak.Store(lat)
 	} else {
 		w := math.Exp(-float64(o.Now-at) / float64(p.tau))
-		e.s.peak.Store(int64(float64(prev)*w + float64(lat)*(1-w)))
+		st.peak.Store(int64(float64(prev)*w + float64(lat)*(1-w)))
 	}
-	e.s.peakAt.Store(o.Now)
+	st.peakAt.Store(o.Now)
 }

@@ -224,7 +224,7 @@ func TestLeastLoadedPicksMinimumLoad(t *testing.T) {
 			}
 			minimum := math.Inf(1)
 			for _, e := range b.snap.Load().eps {
-				minimum = math.Min(minimum, loadPerWeight(e))
+				minimum = math.Min(minimum, float64(loadOf(e))/float64(e.Weight()))
 			}
 			load := rapid.Int64Range(1, 100).Draw(rt, "load")
 			p, err := b.PickWith(PickInfo{Load: load})
@@ -232,7 +232,7 @@ func TestLeastLoadedPicksMinimumLoad(t *testing.T) {
 				rt.Fatal(err)
 			}
 			e := p.Endpoint()
-			if got := float64(e.Load()-load) / float64(e.Weight()); got != minimum {
+			if got := float64(loadOf(e)-load) / float64(e.Weight()); got != minimum {
 				rt.Fatalf("picked %s at load/weight %v, minimum %v", p.Addr(), got, minimum)
 			}
 			held = append(held, p)
@@ -241,12 +241,15 @@ func TestLeastLoadedPicksMinimumLoad(t *testing.T) {
 			p.Done(nil)
 		}
 		for _, e := range b.snap.Load().eps {
-			if e.Load() != 0 || e.InFlight() != 0 {
-				rt.Fatalf("%s load %d in-flight %d after all done", e.Addr(), e.Load(), e.InFlight())
+			if loadOf(e) != 0 || e.InFlight() != 0 {
+				rt.Fatalf("%s load %d in-flight %d after all done", e.Addr(), loadOf(e), e.InFlight())
 			}
 		}
 	})
 }
+
+// loadOf is least_loaded's count of e's load units outstanding.
+func loadOf(e *Endpoint) int64 { return StateOf[loadedEndpoint](e).load.Load() }
 
 // Warm-up follows the formula under a fake clock: the seed's by default,
 // Envoy's as an option, counted from when the target came up.

@@ -12,7 +12,7 @@ func newRandom(Options) (Strategy, error) { return randomStrategy{}, nil }
 func (randomStrategy) Build(eps []*Endpoint) Picker {
 	p := &randomPicker{eps: eps, equal: true}
 	for _, e := range eps {
-		if e.t.Weight != eps[0].t.Weight {
+		if e.Weight() != eps[0].Weight() {
 			p.equal = false
 		}
 	}
@@ -85,12 +85,12 @@ func newAlias(eps []*Endpoint) alias {
 	a := alias{prob: make([]float64, n), other: make([]int32, n)}
 	var total float64
 	for _, e := range eps {
-		total += float64(e.t.Weight)
+		total += float64(e.Weight())
 	}
 	scaled := make([]float64, n)
 	var small, large []int32
 	for i, e := range eps {
-		scaled[i] = float64(e.t.Weight) * float64(n) / total
+		scaled[i] = float64(e.Weight()) * float64(n) / total
 		if scaled[i] < 1 {
 			small = append(small, int32(i))
 		} else {

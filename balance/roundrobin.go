@@ -28,10 +28,10 @@ func (roundRobinStrategy) Build(eps []*Endpoint) Picker {
 	g := 0
 	total := 0
 	for _, e := range eps {
-		g = gcd(g, e.t.Weight)
+		g = gcd(g, e.Weight())
 	}
 	for _, e := range eps {
-		total += e.t.Weight / g
+		total += e.Weight() / g
 	}
 	if total <= maxPeriod {
 		p.seq = smoothSequence(eps, g, total)
@@ -53,7 +53,7 @@ func smoothSequence(eps []*Endpoint, g, total int) []int32 {
 	for k := range seq {
 		best := -1
 		for i, e := range eps {
-			cur[i] += e.t.Weight / g
+			cur[i] += e.Weight() / g
 			if best < 0 || cur[i] > cur[best] {
 				best = i
 			}

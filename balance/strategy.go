@@ -24,11 +24,57 @@ type Picker interface {
 	Pick(info PickInfo) *Endpoint
 }
 
+// The optional interfaces below are how a picker asks the balancer for
+// more than Pick; the built-in strategies use nothing else, so a strategy
+// registered from outside the package can do whatever they do. A picker
+// keeps per-endpoint state of its own with StateOf.
+
 // Observer is implemented by pickers that learn from outcomes. Observe is
-// called from Done for every outcome on an endpoint of the picker's
-// snapshot, after the endpoint's own statistics were updated.
+// called from Done for every pick the picker made (so e is one of its own
+// snapshot's endpoints, and e.Index() is valid for it), after the
+// endpoint's shared statistics were updated. Done measures the latency of
+// every pick of an Observer.
 type Observer interface {
 	Observe(e *Endpoint, o Outcome)
+}
+
+// Tracker is implemented by pickers that follow the load on each endpoint
+// as picks start and end (least_loaded's heap, bounded_hash's total) but
+// need no latency: no clock is read for them. Started is called once a
+// pick holds its permit, Ended when it is done, both with the pick's load
+// units (PickInfo.Load, at least 1). Both go to the current snapshot's
+// picker, which keeps its order up to date: e may come from an older
+// snapshot, so find its state with StateOf, not e.Index().
+type Tracker interface {
+	Started(e *Endpoint, load int64)
+	Ended(e *Endpoint, load int64)
+}
+
+// KeyUser is implemented by strategies that pick by PickInfo.Key (the hash
+// strategies): callers compute a request's key only for those. A strategy
+// that does not implement it is given no key.
+type KeyUser interface {
+	UsesKey() bool
+}
+
+// StateOf returns the strategy's own state for e's target, a *T made with
+// new(T) the first time. It lives as long as the target stays in the
+// balancer (across snapshots), as grpc's weighted round robin keeps an
+// endpointWeight per endpoint. One balancer runs one strategy, so each
+// strategy picks its own T; pickers look their states up once in Build
+// and index them by e.Index() on the hot path.
+func StateOf[T any](e *Endpoint) *T {
+	if v, ok := e.Ext().(*T); ok {
+		return v
+	}
+	v, ok := e.InitExt(func() any { return new(T) }).(*T)
+	if !ok {
+		// Another type's value (a balancer's targets handed to a
+		// different strategy in a test, say): replace it.
+		v = new(T)
+		e.SetExt(v)
+	}
+	return v
 }
 
 // Outcome is what Done reports about one pick.
