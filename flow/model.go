@@ -47,6 +47,10 @@ const (
 	MaxDelay = 365 * 24 * time.Hour
 	// ScheduleLogSize is how many schedule log entries a task keeps.
 	ScheduleLogSize = 10
+	// MaxRequestBytes is the largest request body a full batch needs:
+	// MaxBatch items, each a full context, a full error text and 1 KiB for
+	// the other fields and their names. Servers refuse larger bodies (413).
+	MaxRequestBytes = MaxBatch * (MaxContextBytes + MaxErrorLen + 1024)
 )
 
 // Defaults register_task applies to fields left zero.
@@ -204,7 +208,63 @@ func ValidateContext(field string, c json.RawMessage) (json.RawMessage, error) {
 	if !utf8.Valid(c) || !json.Valid(c) {
 		return nil, fieldErr(field, "not valid JSON")
 	}
+	if off := loneSurrogate(c); off >= 0 {
+		return nil, fieldErr(field, "lone UTF-16 surrogate %s at byte %d; JSON readers cannot decode it", c[off:off+6], off)
+	}
 	return c, nil
+}
+
+// loneSurrogate returns the offset of the first \uD800-\uDFFF escape in
+// valid JSON that is not a high surrogate followed by a low one, or -1.
+// encoding/json accepts such escapes, but the text they stand for is not
+// Unicode, and stricter readers (and PostgreSQL's jsonb) refuse it.
+func loneSurrogate(c []byte) int {
+	inStr := false
+	for i := 0; i < len(c); i++ {
+		switch b := c[i]; {
+		case !inStr:
+			inStr = b == '"'
+		case b == '"':
+			inStr = false
+		case b == '\\':
+			if c[i+1] != 'u' { // valid JSON: an escape always has its next byte
+				i++
+				continue
+			}
+			r := hex4(c[i+2 : i+6])
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				if i+12 > len(c) || c[i+6] != '\\' || c[i+7] != 'u' {
+					return i
+				}
+				if lo := hex4(c[i+8 : i+12]); lo < 0xDC00 || lo > 0xDFFF {
+					return i
+				}
+				i += 11
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return i
+			default:
+				i += 5
+			}
+		}
+	}
+	return -1
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
 }
 
 // ValidateNewTask checks one task to create; field names are prefixed with

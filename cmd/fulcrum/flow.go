@@ -43,6 +43,9 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv("FULCRUM_FLOW_TOKEN")
+			}
 			s, err := server.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -64,5 +67,8 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 	f.DurationVar(&cfg.PruneInterval, "prune-interval", 0, "how often to delete finished tasks past the retention (default 1m)")
 	f.DurationVar(&cfg.MaxWait, "max-wait", 0, "longest wait_ms a hold may wait (default 30s)")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "how often a waiting hold looks again without a signal (default 1s)")
+	f.StringVar(&cfg.Token, "token", "", "API token required on every endpoint but /healthz (default $FULCRUM_FLOW_TOKEN); required when --listen is not loopback")
+	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "API requests served at once, waiting holds included; past it 503 with Retry-After (default 1024)")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", 0, "time allowed to read a request's header, and then its body (default 10s)")
 	return cmd
 }

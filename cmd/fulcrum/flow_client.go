@@ -31,10 +31,21 @@ type flowClientFlags struct {
 	servers []string
 	output  string
 	timeout time.Duration
+	token   string
+}
+
+// defaultFlowServers is $FULCRUM_FLOW_SERVER (comma-separated), else the
+// local default.
+func defaultFlowServers() []string {
+	if v := strings.TrimSpace(os.Getenv("FULCRUM_FLOW_SERVER")); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"http://127.0.0.1:7070"}
 }
 
 func (f *flowClientFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVar(&f.servers, "server", []string{"http://127.0.0.1:7070"}, "flow server URL; repeat or comma-separate for several")
+	cmd.Flags().StringSliceVar(&f.servers, "server", defaultFlowServers(), "flow server URL; repeat or comma-separate for several (default $FULCRUM_FLOW_SERVER)")
+	cmd.Flags().StringVar(&f.token, "token", "", "API token of the servers (default $FULCRUM_FLOW_TOKEN)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of each request")
 }
@@ -43,7 +54,10 @@ func (f *flowClientFlags) client() (*client.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("--output: %q is not table or json", f.output)
 	}
-	return client.New(f.servers, client.Options{Timeout: f.timeout})
+	if f.token == "" {
+		f.token = os.Getenv("FULCRUM_FLOW_TOKEN") // not the flag's default: --help would print it
+	}
+	return client.New(f.servers, client.Options{Timeout: f.timeout, Token: f.token})
 }
 
 func printJSON(w io.Writer, v any) error {

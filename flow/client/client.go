@@ -37,6 +37,9 @@ type Options struct {
 	ProbeInterval time.Duration
 	// Logger receives health changes. Default slog.Default().
 	Logger *slog.Logger
+	// Token is sent as "Authorization: Bearer TOKEN" (servers started with
+	// --token require it).
+	Token string
 }
 
 // Client calls one or more flow servers. It is safe for concurrent use.
@@ -47,6 +50,7 @@ type Client struct {
 	bal     *balance.Balancer
 	probe   time.Duration
 	log     *slog.Logger
+	auth    string // Authorization header, "" for none
 
 	mu        sync.Mutex
 	unhealthy map[string]bool
@@ -69,6 +73,9 @@ func New(servers []string, opts Options) (*Client, error) {
 		log:       opts.Logger,
 		unhealthy: map[string]bool{},
 		closed:    make(chan struct{}),
+	}
+	if opts.Token != "" {
+		c.auth = "Bearer " + opts.Token
 	}
 	seen := map[string]bool{}
 	for i, s := range servers {
@@ -364,7 +371,9 @@ func (c *Client) do(ctx context.Context, cl call) error {
 		case errors.As(err, &apiErr):
 			// The server answered: it is up, whatever it said.
 			p.Done(nil)
-			if apiErr.Status == http.StatusServiceUnavailable && cl.idempotent {
+			// A busy server (503 with Retry-After) did nothing: any call
+			// may go on to another one.
+			if apiErr.Status == http.StatusServiceUnavailable && (cl.idempotent || apiErr.RetryAfter) {
 				last = err
 				continue
 			}
@@ -412,6 +421,9 @@ func (c *Client) send(ctx context.Context, server string, cl call, payload []byt
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -427,7 +439,7 @@ func (c *Client) send(ctx context.Context, server string, cl call, payload []byt
 		if json.Unmarshal(data, &er) == nil && er.Error != "" {
 			msg = er.Error
 		}
-		return &APIError{Status: resp.StatusCode, Message: msg, Server: server, Path: cl.path}
+		return &APIError{Status: resp.StatusCode, Message: msg, Server: server, Path: cl.path, RetryAfter: resp.Header.Get("Retry-After") != ""}
 	}
 	if cl.out == nil {
 		return nil
@@ -502,6 +514,9 @@ func (c *Client) alive(server string) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/healthz", nil)
 	if err != nil {
 		return false
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,5 +348,55 @@ func TestRetryOnlyWhatIsSafe(t *testing.T) {
 	c3 := newClient(t, "http://"+freeAddr(t))
 	if _, err := c3.Stats(ctx); !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("Stats with no server up = %v, want ErrUnavailable", err)
+	}
+}
+
+// The token reaches the server; a busy server's 503 (Retry-After) moves
+// even a create on to the next server, since the busy one did nothing.
+func TestTokenAndBusyServer(t *testing.T) {
+	ctx := context.Background()
+	s, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db"), Token: "tk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	url := "http://" + s.Addr()
+	if err := newClient(t, url).RegisterTask(ctx, tt); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without the token: %v, want 401", err)
+	}
+	c, err := client.New([]string{url}, client.Options{Token: "tk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterTask(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+
+	var busy atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		busy.Add(1)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"error":"server busy"}`))
+	})}
+	go hs.Serve(ln)
+	defer hs.Close()
+	c2, err := client.New([]string{"http://" + ln.Addr().String(), url}, client.Options{Token: "tk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	for i := 0; i < 4; i++ {
+		if _, err := c2.CreateTask(ctx, flow.NewTask{TaskType: "ct", TaskStage: "a"}); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	if busy.Load() == 0 {
+		t.Fatal("the busy server was never asked; the test shows nothing")
 	}
 }

@@ -25,6 +25,9 @@ type APIError struct {
 	Message string // the "error" field of the body, or the body itself
 	Server  string // base URL of the server that answered
 	Path    string // endpoint path, e.g. /v1/set_task
+	// RetryAfter: the server said it was busy (503 with Retry-After) and
+	// did nothing; the call may be sent again.
+	RetryAfter bool
 }
 
 func (e *APIError) Error() string {

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +41,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &he):
 		return he.code
+	case errors.As(err, new(*overloadedError)):
+		return http.StatusServiceUnavailable
 	case errors.As(err, &fe):
 		return http.StatusBadRequest
 	case errors.Is(err, flow.ErrUnknownType), errors.Is(err, flow.ErrNotFound):
@@ -70,14 +76,99 @@ func (s *Server) routes() http.Handler {
 		"/v1/stats":         {http.MethodGet, s.stats},
 		"/healthz":          {http.MethodGet, s.health},
 	}
+	index := []string{"GET /metrics"}
 	for path, ep := range api {
 		mux.Handle(path, s.handle(path, ep))
+		index = append(index, ep.method+" "+path)
 	}
+	sort.Strings(index)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, flow.ErrorResponse{Error: "no endpoint " + r.URL.Path})
+		if r.URL.Path == "/" {
+			writeJSON(w, http.StatusOK, map[string]any{"service": "fulcrum flow", "docs": "docs/flow-api.md", "endpoints": index})
+			return
+		}
+		writeJSON(w, http.StatusNotFound, flow.ErrorResponse{Error: "no endpoint " + r.URL.Path + "; GET / lists them"})
 	})
-	return mux
+	return s.guard(mux)
+}
+
+// guard runs before every handler: it checks the token (all but /healthz)
+// and starts the clock on reading a request body, so a client that
+// trickles one is cut off; handle stops that clock once the body is read.
+func (s *Server) guard(next http.Handler) http.Handler {
+	want := []byte("Bearer " + s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Token != "" && r.URL.Path != "/healthz" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fulcrum flow"`)
+			writeJSON(w, http.StatusUnauthorized, flow.ErrorResponse{Error: "missing or wrong token (Authorization: Bearer TOKEN)"})
+			return
+		}
+		if r.ContentLength != 0 {
+			// Recorders in tests do not support deadlines; nothing to bound there.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// overloadedError is answered 503 with Retry-After: nothing was done, the
+// request may be sent again.
+type overloadedError struct{ what string }
+
+func (e *overloadedError) Error() string { return "server busy: " + e.what + "; retry later" }
+
+// admit counts a request in flight, or refuses it past MaxInFlight.
+func (s *Server) admit() bool {
+	if s.inflight.Add(1) > int64(s.cfg.MaxInFlight) {
+		s.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// readBody reads a POST body whole under the limits: 413 when it is or
+// grows over MaxBodyBytes, 503 when the bodies being read already use
+// MaxBodyMemory. release gives the reservation back; call it when the
+// decoded request is no longer needed.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+	release = func() {}
+	n, limit := r.ContentLength, s.cfg.MaxBodyBytes
+	if n > limit {
+		return nil, release, &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is %d bytes, over %d bytes", n, limit)}
+	}
+	reserve := n
+	if n < 0 {
+		reserve = limit
+	}
+	if s.bodyMem.Add(reserve) > s.cfg.MaxBodyMemory {
+		s.bodyMem.Add(-reserve)
+		return nil, release, &overloadedError{what: "request bodies being read are at their memory cap"}
+	}
+	release = func() { s.bodyMem.Add(-reserve) }
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n >= 0 {
+		body = make([]byte, n)
+		_, err = io.ReadFull(rd, body)
+	} else {
+		body, err = io.ReadAll(rd)
+	}
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case err == nil:
+		// The body is in: a hold may now wait as long as it asked. (On
+		// an error the deadline stays, and bounds the server's discarding
+		// of what is left of the body.)
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		return body, release, nil
+	case errors.As(err, &mbe):
+		return nil, release, &httpError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body is over %d bytes", mbe.Limit)}
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil, release, &httpError{code: http.StatusRequestTimeout, msg: fmt.Sprintf("body not received within %v", s.cfg.ReadTimeout)}
+	}
+	return nil, release, badRequest("reading the body: %v", err)
 }
 
 // handle wraps an endpoint: method check, JSON answer, error mapping,
@@ -97,12 +188,38 @@ func (s *Server) handle(path string, ep endpoint) http.Handler {
 			writeJSON(w, code, flow.ErrorResponse{Error: fmt.Sprintf("%s %s: use %s", r.Method, path, ep.method)})
 			return
 		}
+		fail := func(err error) {
+			code = statusOf(err)
+			if code == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
+			if code >= 500 && code != http.StatusServiceUnavailable {
+				s.log.Error("flow server: request failed", "endpoint", path, "err", err)
+			}
+			writeJSON(w, code, flow.ErrorResponse{Error: err.Error()})
+		}
+		if path != "/healthz" {
+			if !s.admit() {
+				fail(&overloadedError{what: fmt.Sprintf("%d requests in flight", s.cfg.MaxInFlight)})
+				return
+			}
+			defer s.inflight.Add(-1)
+		}
 		if ep.method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+			body, release, err := s.readBody(w, r)
+			defer release()
+			if err != nil {
+				fail(err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		out, err := ep.fn(w, r)
 		if err != nil {
 			code = statusOf(err)
+			if code == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
 			if code >= 500 {
 				s.log.Error("flow server: request failed", "endpoint", path, "err", err)
 			}

@@ -3,8 +3,11 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
 // Lock modes for Config.LockMode.
@@ -48,9 +51,27 @@ type Config struct {
 	// TypeCacheTTL is how long a task type's config is cached; a change made
 	// through another server is seen after at most this long. Default 1s.
 	TypeCacheTTL time.Duration
-	// MaxBodyBytes caps a request body; default 8 MiB (a full batch of 1000
-	// tasks with 4 KiB contexts fits).
+	// MaxBodyBytes caps a request body; a body declared larger is refused
+	// before it is read (413). Default flow.MaxRequestBytes (about 5.9 MiB:
+	// a full batch of 1000 items with full contexts and error texts fits).
 	MaxBodyBytes int64
+	// MaxBodyMemory caps the request bodies being read and decoded at once,
+	// in bytes: each request reserves its Content-Length (MaxBodyBytes when
+	// it has none) before reading; one that does not fit is answered 503
+	// with Retry-After. Default 4 x MaxBodyBytes (decoding a body takes
+	// about three times its size again).
+	MaxBodyMemory int64
+	// MaxInFlight caps the API requests served at once, waiting holds
+	// included; past it a request is answered 503 with Retry-After.
+	// Default 1024.
+	MaxInFlight int
+	// ReadTimeout bounds reading a request's header and, separately, its
+	// body: a client that trickles is cut off. Default 10s.
+	ReadTimeout time.Duration
+	// Token, when set, is required on every endpoint but /healthz as
+	// "Authorization: Bearer TOKEN". A server listening on an address that
+	// is not loopback refuses to start without one.
+	Token string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -83,8 +104,15 @@ func (c Config) withDefaults() Config {
 	def(&c.PollInterval, time.Second)
 	def(&c.TypeCacheTTL, time.Second)
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 8 << 20
+		c.MaxBodyBytes = flow.MaxRequestBytes
 	}
+	if c.MaxBodyMemory == 0 {
+		c.MaxBodyMemory = 4 * c.MaxBodyBytes
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1024
+	}
+	def(&c.ReadTimeout, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -113,5 +141,31 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("flow server: max body bytes %d is negative", c.MaxBodyBytes)
 	}
+	if c.MaxBodyMemory < c.MaxBodyBytes {
+		return fmt.Errorf("flow server: max body memory %d is below max body bytes %d", c.MaxBodyMemory, c.MaxBodyBytes)
+	}
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("flow server: max in flight %d is negative", c.MaxInFlight)
+	}
+	if c.ReadTimeout < 0 {
+		return fmt.Errorf("flow server: read timeout %v is negative", c.ReadTimeout)
+	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("flow server: listen %q: %w", c.Listen, err)
+	}
+	if c.Token == "" && !isLoopback(host) {
+		return fmt.Errorf("flow server: listen %q is not a loopback address: a token is required (--token or FULCRUM_FLOW_TOKEN)", c.Listen)
+	}
 	return nil
+}
+
+// isLoopback reports whether a listen host reaches only this machine. An
+// empty host listens on every interface.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,9 @@ type Server struct {
 	loops   sync.WaitGroup
 	closing sync.Once
 	closed  error
+
+	inflight atomic.Int64 // API requests being served (MaxInFlight)
+	bodyMem  atomic.Int64 // bytes reserved by bodies being read (MaxBodyMemory)
 }
 
 // Start opens (and migrates) the database, starts listening and starts the
@@ -68,7 +72,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.ReadTimeout, // the body's own clock starts in guard
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}

@@ -25,6 +25,8 @@ type Config struct {
 	Servers []string
 	// Client is used instead of Servers when set; the worker does not close it.
 	Client *client.Client
+	// Token is the servers' API token, for the client made from Servers.
+	Token string
 	// WorkerID names this worker to the server (the task's owner). Default:
 	// hostname-pid-random.
 	WorkerID string
@@ -141,7 +143,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.out.init()
 	if w.c == nil {
-		c, err := client.New(cfg.Servers, client.Options{Logger: cfg.Logger})
+		c, err := client.New(cfg.Servers, client.Options{Logger: cfg.Logger, Token: cfg.Token})
 		if err != nil {
 			return nil, fmt.Errorf("flow worker: %w", err)
 		}
