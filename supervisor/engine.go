@@ -588,7 +588,19 @@ func (e *Engine) fill() {
 		}
 	}
 	slices.SortFunc(ts, func(a, b *task) int { return cmp.Compare(a.seq, b.seq) })
-	e.place(ts)
+	e.place(ts, true)
+	// What the capped pass left (the others had no room for it) goes to
+	// whoever has room.
+	short := ts[:0:0]
+	for _, t := range ts {
+		if t.inDef {
+			short = append(short, t)
+		}
+	}
+	if len(short) > 0 {
+		e.place(short, false)
+		e.heal(short)
+	}
 	clear(ts)
 	e.ts = ts[:0]
 	// Keep only what is still short, so Counts (run after every event
@@ -605,35 +617,44 @@ func (e *Engine) fill() {
 	e.deficit = live
 }
 
-// place gives each task up to k holders, following the seed: a worker's
-// share of the holdings to hand out is ceil(needed x free/total free), free
-// = max load - running. The worker with the most share left takes the next
-// holding it can (not holding the task, below max load); share steers,
-// max load is the hard limit. Holdings are handed out in rounds (every task
-// its first holder, then its second...) so that when capacity is short, the
-// deficit is spread thin rather than leaving some tasks with no holder.
-func (e *Engine) place(ts []*task) {
+// place gives each task up to k holders: a worker's share of the holdings
+// to hand out is ceil(needed x weight/total weight), its weight being its
+// free capacity (max load - running) but at most the number of tasks placed,
+// since it can take one holding of each and no more: so a worker claiming an
+// enormous max load weighs no more than one that can take the whole batch.
+// The worker with the most share left takes the next holding it can (not
+// holding the task, below max load); share steers, max load is the hard
+// limit, and when capped no worker takes more than its share plus one (the
+// caller places what that leaves with capped false). Holdings are handed
+// out in rounds (every task its first holder, then its second...) so that
+// when capacity is short, the deficit is spread thin rather than leaving
+// some tasks with no holder.
+func (e *Engine) place(ts []*task, capped bool) {
 	if len(ts) == 0 {
 		return
 	}
-	needed, totalFree := 0, 0
+	needed, totalWeight := 0, 0
 	for _, t := range ts {
 		needed += e.k - len(t.holders)
 	}
 	h := e.heap[:0]
 	for _, w := range e.workers {
 		if f := w.free(); f > 0 {
-			totalFree += f
+			totalWeight += min(f, len(ts))
 			h = append(h, cand{w: w, free: f})
 		}
 	}
-	if totalFree == 0 || needed == 0 {
+	if totalWeight == 0 || needed == 0 {
 		e.heap = h[:0]
 		return
 	}
 	for i := range h {
 		c := &h[i]
-		c.quota = int(math.Ceil(float64(needed) * float64(c.free) / float64(totalFree)))
+		c.quota = int(math.Ceil(float64(needed) * float64(min(c.free, len(ts))) / float64(totalWeight)))
+		c.left = math.MaxInt
+		if capped {
+			c.left = c.quota + 1
+		}
 		n := min(c.quota, c.free)
 		c.w.held = slices.Grow(c.w.held, n)
 		c.w.box.ops = slices.Grow(c.w.box.ops, n)
@@ -660,7 +681,8 @@ func (e *Engine) place(ts []*task) {
 				e.add(c.w, t)
 				c.quota--
 				c.free--
-				if c.free == 0 {
+				c.left--
+				if c.free == 0 || c.left == 0 {
 					h.pop()
 				} else {
 					h.down(0)
@@ -678,8 +700,8 @@ func (e *Engine) place(ts []*task) {
 }
 
 type cand struct {
-	w           *worker
-	quota, free int
+	w                 *worker
+	quota, free, left int // left: holdings it may still take in a capped pass
 }
 
 // candHeap is a max-heap of candidates by share left, then free capacity,
@@ -745,6 +767,53 @@ func (h *candHeap) pop() cand {
 	*h = s[:n]
 	h.down(0)
 	return c
+}
+
+// heal fills the deficit that placement leaves when the only room is on
+// workers that already hold the short task: for each missing holding it
+// moves one task u from a full worker v that does not hold the task to a
+// worker with room that does not hold u, and gives the task to v. One move
+// per missing holding, the fewest there can be when no worker that could
+// take the task has room.
+func (e *Engine) heal(ts []*task) {
+	var roomy, full []*worker
+	for _, w := range e.sortedWorkers() {
+		if w.free() > 0 {
+			roomy = append(roomy, w)
+		} else {
+			full = append(full, w)
+		}
+	}
+	if len(roomy) == 0 {
+		return
+	}
+	avoids := func(t *task, w *worker) bool { return len(e.avoid) > 0 && slices.Contains(e.avoid[t], w) }
+	for _, t := range ts {
+	next:
+		for t.inDef && len(t.holders) < len(e.workers) {
+			for _, v := range full {
+				if v.free() > 0 || t.heldBy(v) || avoids(t, v) {
+					continue
+				}
+				for _, u := range v.held {
+					for _, w := range roomy {
+						if w.free() <= 0 || u.heldBy(w) || avoids(u, w) {
+							continue
+						}
+						e.release(u, v)
+						e.end(v, u.spec.TaskID)
+						e.hold(u, w)
+						e.add(w, u)
+						e.stats.Moved++
+						e.hold(t, v)
+						e.add(v, t)
+						continue next
+					}
+				}
+			}
+			break // no swap helps this task
+		}
+	}
 }
 
 // ---- instructions ----

@@ -381,6 +381,11 @@ func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool
 	} else if s.conns[r.WorkerID] != c {
 		return // a replaced connection's late message
 	}
+	if r.MaxLoad > s.cfg.MaxLoadCeiling {
+		// Counted as the ceiling: a worker claiming too much is not
+		// refused, only kept from looking like room for everything.
+		r.MaxLoad = s.cfg.MaxLoadCeiling
+	}
 	s.core.Report(now, r, first)
 	s.settle(now)
 }

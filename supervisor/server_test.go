@@ -714,3 +714,44 @@ func TestServerDedupThroughRabbitMQ(t *testing.T) {
 		t.Fatalf("sink published %d, want %d", s.sink.Published(), n)
 	}
 }
+
+// A worker claiming max_load 1,000,000 counts as max_load_ceiling, and a
+// batch of new tasks does not land on it: it takes at most its share plus
+// one, and every task reaches k.
+func TestGreedyWorkerCapped(t *testing.T) {
+	c := testConfig(nil)
+	c.Redundancy = 2
+	c.MaxLoadCeiling = 10
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for _, id := range []string{"a", "b", "c", "d", "greedy"} {
+		ml := 10
+		if id == "greedy" {
+			ml = 1_000_000
+		}
+		ws[id] = dialWorker(t, s, id, ml)
+	}
+	eventually(t, "running with five workers", func() bool {
+		var r struct {
+			Phase   string
+			Workers []WorkerView
+		}
+		admin(t, s, "GET", "/workers", "", &r)
+		return r.Phase == "running" && len(r.Workers) == 5
+	})
+	var add []string
+	for i := range 10 {
+		add = append(add, fmt.Sprintf(`{"task_id":"room-%d"}`, i))
+	}
+	if code := admin(t, s, "POST", "/tasks", `{"add":[`+strings.Join(add, ",")+`]}`, nil); code != 200 {
+		t.Fatalf("POST /tasks: %d", code)
+	}
+	eventually(t, "every task on 2 workers", func() bool { return settled(t, s, ws, 2) })
+	var r struct{ Workers []WorkerView }
+	admin(t, s, "GET", "/workers", "", &r)
+	for _, w := range r.Workers {
+		if w.ID == "greedy" && (w.MaxLoad != 10 || w.Load > 5) {
+			t.Fatalf("greedy worker: max_load %d, load %d; want 10 and at most 5 of the 10 tasks", w.MaxLoad, w.Load)
+		}
+	}
+}
