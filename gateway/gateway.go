@@ -51,6 +51,7 @@ type Gateway struct {
 
 	ln, adminLn net.Listener
 	slow        *http.Server
+	slowTr      atomic.Pointer[http.Transport] // the net/http path's, swapped when a reload changes timeouts
 	handoff     *handoffListener
 	admin       *http.Server
 	tlsConf     *tls.Config
@@ -92,6 +93,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		}
 		g.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	}
+	g.setSlowTransport(cfg)
 	// The first runtime needs a config for pool() before it is published.
 	g.rt.Store(&runtime{cfg: cfg})
 	rt, err := g.build(cfg, nil)
@@ -154,7 +156,7 @@ func (g *Gateway) Start() error {
 			return fmt.Errorf("admin.listen: %w", err)
 		}
 		g.adminLn = al
-		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		g.admin = &http.Server{Handler: g.withConsole(g.adminHandler()), ReadHeaderTimeout: 10 * time.Second}
 		g.bgWG.Add(1)
 		go func() {
 			defer g.bgWG.Done()
@@ -209,30 +211,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), g.cfg().ShutdownGrace.D())
 	defer cancel()
 	return g.Shutdown(sctx)
-}
-
-func (g *Gateway) acceptLoop(ln net.Listener) {
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if g.draining.Load() || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off a little.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			g.log.Warn("accept", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		cc := g.newClientConn(c)
-		if cc == nil {
-			c.Close()
-			continue
-		}
-		go g.serveConn(cc)
-	}
 }
 
 func (g *Gateway) sweepLoop() {
@@ -370,6 +348,16 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 			g.log.Error("reload: apply targets", "upstream", u.name, "err", err)
 		}
 	}
+	if t, ot := cfg.Timeouts, old.cfg.Timeouts; t.Dial != ot.Dial || t.UpstreamIdle != ot.UpstreamIdle || t.ResponseHeader != ot.ResponseHeader {
+		// Both transports: the fast path's pools (response_header is read
+		// per request) and net/http's transport, swapped whole.
+		g.poolMu.Lock()
+		for _, p := range g.pools {
+			p.setTimeouts(t.Dial.D(), t.UpstreamIdle.D())
+		}
+		g.poolMu.Unlock()
+		g.setSlowTransport(cfg)
+	}
 	g.rt.Store(rt)
 	for _, ou := range old.order {
 		ou.checker.Swap(nil).Stop()
@@ -409,6 +397,14 @@ func restartOnly(a, b *config.Config) error {
 	if a.MaxHeaderSize != b.MaxHeaderSize {
 		diff = append(diff, "max_header_size")
 	}
+	// net/http's server reads these without a lock while it serves, so
+	// they cannot change under it; the fast path would take them alone.
+	if a.Timeouts.ReadHeader != b.Timeouts.ReadHeader {
+		diff = append(diff, "timeouts.read_header")
+	}
+	if a.Timeouts.Idle != b.Timeouts.Idle {
+		diff = append(diff, "timeouts.idle")
+	}
 	if len(diff) > 0 {
 		return fmt.Errorf("reload: %v changed; these take effect only on restart (nothing was applied)", diff)
 	}
@@ -422,38 +418,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
-}
-
-// handoffListener feeds connections the fast path will not serve to the
-// net/http server.
-type handoffListener struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-	addr net.Addr
-}
-
-func (l *handoffListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *handoffListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *handoffListener) Addr() net.Addr { return l.addr }
-
-func (l *handoffListener) give(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.done:
-		return false
-	}
 }

@@ -2,9 +2,10 @@ package gateway
 
 import (
 	"bufio"
-	"errors"
+	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,8 +13,8 @@ import (
 // used first so a burst reuses warm connections and the rest age out.
 type pool struct {
 	addr   string
-	dialer net.Dialer
-	idleTO time.Duration
+	dialTO atomic.Int64 // timeouts.dial and timeouts.upstream_idle, in ns:
+	idleTO atomic.Int64 // a reload sets them on every pool
 	max    int
 
 	mu     sync.Mutex
@@ -28,6 +29,15 @@ type upConn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 	deadline  time.Time // the read deadline set on c
+	wrote     int       // bytes the kernel accepted since the caller zeroed it
+}
+
+// Write counts what reaches the connection: a request whose bytes were
+// accepted may have run on the target, whatever happens next.
+func (uc *upConn) Write(p []byte) (int, error) {
+	n, err := uc.c.Write(p)
+	uc.wrote += n
+	return n, err
 }
 
 const (
@@ -35,47 +45,53 @@ const (
 	upWriteBuf = 4 << 10
 )
 
-// get returns an idle connection (reused true) or dials a new one; now
-// is the caller's clock reading.
-func (p *pool) get(now time.Time) (*upConn, bool, error) {
+// get returns an idle connection (reused true), or nil when there is
+// none; now is the caller's clock reading.
+func (p *pool) get(now time.Time) (*upConn, bool) {
+	idleTO := time.Duration(p.idleTO.Load())
 	p.mu.Lock()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		uc := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		if now.Sub(uc.idleSince) < p.idleTO {
+		if now.Sub(uc.idleSince) < idleTO {
 			p.mu.Unlock()
-			return uc, true, nil
+			return uc, true
 		}
 		p.mu.Unlock()
 		uc.c.Close()
 		p.mu.Lock()
 	}
 	p.mu.Unlock()
-	uc, err := p.dial()
-	return uc, false, err
+	return nil, false
 }
 
-func (p *pool) dial() (*upConn, error) {
-	c, err := p.dialer.Dial("tcp", p.addr)
+// dial connects to the target within timeouts.dial and ctx.
+func (p *pool) dial(ctx context.Context) (*upConn, error) {
+	d := net.Dialer{Timeout: time.Duration(p.dialTO.Load()), KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, &connectError{addr: p.addr, err: err}
 	}
-	return &upConn{c: c, br: bufio.NewReaderSize(c, upReadBuf), bw: bufio.NewWriterSize(c, upWriteBuf)}, nil
+	uc := &upConn{c: c, br: bufio.NewReaderSize(c, upReadBuf)}
+	uc.bw = bufio.NewWriterSize(uc, upWriteBuf)
+	return uc, nil
 }
 
-// alive reports whether an idle connection is still open: a read that
-// must time out at once, not return EOF. Two syscalls, so only requests
+// setTimeouts applies timeouts.dial and timeouts.upstream_idle.
+func (p *pool) setTimeouts(dial, idle time.Duration) {
+	p.dialTO.Store(int64(dial))
+	p.idleTO.Store(int64(idle))
+}
+
+// alive reports whether an idle connection is still open: nothing to
+// read and no EOF. One non-blocking peek (a syscall), so only requests
 // that cannot be replayed blindly pay for it.
 func (uc *upConn) alive() bool {
 	if uc.br.Buffered() > 0 {
 		return false // bytes nobody asked for: not a clean connection
 	}
-	uc.deadline = time.Unix(1, 0)
-	_ = uc.c.SetReadDeadline(uc.deadline)
-	_, err := uc.br.Peek(1)
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return peekOpen(uc.c)
 }
 
 // put returns a healthy connection whose last response was read in full;
@@ -94,11 +110,12 @@ func (p *pool) put(uc *upConn, now time.Time) {
 
 // sweep closes connections idle longer than the idle timeout.
 func (p *pool) sweep(now time.Time) {
+	idleTO := time.Duration(p.idleTO.Load())
 	p.mu.Lock()
 	var old []*upConn
 	keep := p.idle[:0]
 	for _, uc := range p.idle {
-		if now.Sub(uc.idleSince) >= p.idleTO {
+		if now.Sub(uc.idleSince) >= idleTO {
 			old = append(old, uc)
 		} else {
 			keep = append(keep, uc)
@@ -122,13 +139,3 @@ func (p *pool) close() {
 		uc.c.Close()
 	}
 }
-
-// connectError is a failure to reach a target: the request was not sent,
-// so it is always safe to retry elsewhere.
-type connectError struct {
-	addr string
-	err  error
-}
-
-func (e *connectError) Error() string { return "connect " + e.addr + ": " + e.err.Error() }
-func (e *connectError) Unwrap() error { return e.err }

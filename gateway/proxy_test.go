@@ -292,16 +292,34 @@ func TestStatusRetriesOnlyWhenSafe(t *testing.T) {
 		}
 	}
 	for range 4 {
-		if r := do(t, c, "POST", url, strings.NewReader("small")); r.code != 200 {
-			t.Fatalf("POST with a buffered body: %d, want retried to 200", r.code)
+		if r := do(t, c, "POST", url, strings.NewReader("small"), "Idempotency-Key", "k1"); r.code != 200 {
+			t.Fatalf("POST with an Idempotency-Key and a buffered body: %d, want retried to 200", r.code)
 		}
 	}
-	saw503 := false
+	// A POST without a key may have acted on b1: its 503 is relayed as
+	// it is, never replayed on b2.
+	b1 := bs[0].hits.Load()
+	saw503 := 0
 	for range 4 {
-		r := do(t, c, "POST", url, strings.NewReader(strings.Repeat("z", 100)))
-		saw503 = saw503 || r.code == 503
+		r := do(t, c, "POST", url, strings.NewReader("small"))
+		if r.code == 503 {
+			saw503++
+			if r.body != "b1" {
+				t.Fatalf("the relayed 503 has body %q, want b1's own", r.body)
+			}
+		}
 	}
-	if !saw503 {
+	if saw503 != 2 || bs[0].hits.Load()-b1 != 2 {
+		t.Fatalf("POSTs without a key: %d answered 503 and b1 got %d, want 2 and 2 (round robin, no replay)", saw503, bs[0].hits.Load()-b1)
+	}
+	saw503 = 0
+	for range 4 {
+		r := do(t, c, "POST", url, strings.NewReader(strings.Repeat("z", 100)), "Idempotency-Key", "k2")
+		if r.code == 503 {
+			saw503++
+		}
+	}
+	if saw503 == 0 {
 		t.Fatalf("a POST with a body too large to buffer was retried")
 	}
 	m := get(t, c, "http://"+g.AdminAddr()+"/metrics").body
@@ -405,13 +423,15 @@ func TestAccessLogJSON(t *testing.T) {
 }
 
 // oneShot is a target that answers one request per connection and then
-// closes it without saying so: every pooled connection goes stale.
-func oneShot(t *testing.T) string {
+// closes it without saying so: every pooled connection goes stale. Each
+// close is sent on the returned channel.
+func oneShot(t *testing.T) (string, <-chan struct{}) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	closed := make(chan struct{}, 100)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -419,7 +439,7 @@ func oneShot(t *testing.T) string {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { c.Close(); closed <- struct{}{} }()
 				br := bufio.NewReader(c)
 				req, err := http.ReadRequest(br)
 				if err != nil {
@@ -430,13 +450,14 @@ func oneShot(t *testing.T) string {
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), closed
 }
 
 // Connections the target closed while pooled are replaced without the
-// client noticing, for GETs and POSTs alike.
+// client noticing: a GET (replayable) is sent again on a fresh one; a
+// POST is sent only on a connection checked open first.
 func TestStalePooledConnections(t *testing.T) {
-	addr := oneShot(t)
+	addr, closed := oneShot(t)
 	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+addr+"\"}\n")
 	c := client()
 	for i := range 20 {
@@ -449,5 +470,6 @@ func TestStalePooledConnections(t *testing.T) {
 		if r.code != 200 || r.body != "ok" {
 			t.Fatalf("request %d: %d %q", i, r.code, r.body)
 		}
+		<-closed // the pooled connection is closed now
 	}
 }

@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
@@ -20,50 +18,6 @@ type runtime struct {
 	routes []route
 	ups    map[string]*upstream
 	order  []*upstream // by name
-}
-
-type route struct {
-	host   string // exact host, "" any
-	suffix string // ".example.com" for "*.example.com"
-	prefix string
-	up     *upstream
-}
-
-// match finds the upstream for a host (without port) and path.
-func (rt *runtime) match(host, path []byte) *upstream {
-	for i := range rt.routes {
-		r := &rt.routes[i]
-		if r.host != "" && !eqFoldStr(host, r.host) {
-			continue
-		}
-		if r.suffix != "" && (len(host) <= len(r.suffix) || !eqFoldStr(host[len(host)-len(r.suffix):], r.suffix)) {
-			continue
-		}
-		if len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != r.prefix {
-			continue
-		}
-		return r.up
-	}
-	return nil
-}
-
-func eqFoldStr(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		x, y := b[i], s[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // upstream is a named group of targets made live.
@@ -223,7 +177,8 @@ func (g *Gateway) pool(addr string) *pool {
 		return p
 	}
 	t := g.cfg().Timeouts
-	p := &pool{addr: addr, dialer: net.Dialer{Timeout: t.Dial.D(), KeepAlive: 30 * time.Second}, idleTO: t.UpstreamIdle.D(), max: 1024}
+	p := &pool{addr: addr, max: 1024}
+	p.setTimeouts(t.Dial.D(), t.UpstreamIdle.D())
 	g.pools[addr] = p
 	return p
 }

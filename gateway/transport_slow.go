@@ -8,33 +8,28 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
-// The slow path: net/http serves what the fast path hands over (HTTP/2,
-// TLS, upgrades, chunked uploads, HTTP/1.0), and httputil.ReverseProxy
-// relays it through slowTransport, which picks, retries and reports
-// exactly as the fast path does.
+// The net/http transport: net/http serves what the fast path hands over
+// (HTTP/2, TLS, upgrades, chunked uploads, HTTP/1.0), and
+// httputil.ReverseProxy relays it. Its RoundTrip runs the same attempt
+// loop as the fast path; exchange is one http.Transport round trip.
 
 type slowKey struct{}
 
-// slowReq is one request's routing decisions, passed to the transport in
-// the request context.
+// slowReq is one request's state, passed to RoundTrip in the context.
 type slowReq struct {
-	up         *upstream
-	key        string
-	body       []byte // buffered body (replayable) or nil
-	replayable bool
-	start      time.Time
-	tried      []*balance.Endpoint
-	target     string
-	retries    int
-	failed     bool // every attempt failed: the gateway answered
+	rq       request
+	body     []byte // the buffered body, or nil
+	buffered bool   // the body is in body, or there is none
+	line     accessLine
 }
 
 func (g *Gateway) newSlowServer() *http.Server {
@@ -47,13 +42,6 @@ func (g *Gateway) newSlowServer() *http.Server {
 	if g.tlsConf != nil {
 		p.SetHTTP2(true)
 	}
-	tr := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: cfg.Timeouts.Dial.D(), KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       cfg.Timeouts.UpstreamIdle.D(),
-		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.D(),
-		DisableCompression:    true,
-	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// Keep the client's chain, as the fast path does (Rewrite
@@ -63,10 +51,10 @@ func (g *Gateway) newSlowServer() *http.Server {
 			}
 			pr.SetXForwarded()
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = "upstream" // the transport sets the picked target
+			pr.Out.URL.Host = "upstream" // exchange sets the picked target
 			pr.Out.Host = pr.In.Host
 		},
-		Transport:     &slowTransport{g: g, rt: tr},
+		Transport:     &slowTransport{g: g},
 		FlushInterval: -1, // stream: flush after every write (SSE, long polls)
 		ErrorHandler:  g.slowError,
 		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
@@ -79,6 +67,22 @@ func (g *Gateway) newSlowServer() *http.Server {
 		MaxHeaderBytes:    int(cfg.MaxHeaderSize),
 		Protocols:         &p,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// setSlowTransport makes the http.Transport for the config's timeouts; a
+// reload that changes them swaps it, and the old one's idle connections
+// close.
+func (g *Gateway) setSlowTransport(cfg *config.Config) {
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: cfg.Timeouts.Dial.D(), KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       cfg.Timeouts.UpstreamIdle.D(),
+		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.D(),
+		DisableCompression:    true,
+	}
+	if old := g.slowTr.Swap(tr); old != nil {
+		old.CloseIdleConnections()
 	}
 }
 
@@ -118,6 +122,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// ServeHTTP: route, buffer a small body, then ReverseProxy (whose
+// RoundTrip is the attempt loop) relays; the access line is written last.
 func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g := h.g
 	start := time.Now()
@@ -130,13 +136,13 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", rid)
 	sw := &statusWriter{ResponseWriter: w}
-	host := r.Host
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		host = hh
-	}
-	up := rt.match([]byte(host), []byte(r.URL.Path))
-	sr := &slowReq{up: up, start: start}
-	defer func() { g.slowLog(r, sr, sw.status, rid) }()
+	up := rt.routeHTTP(r)
+	sr := &slowReq{line: accessLine{start: start, rid: rid, client: r.RemoteAddr, proto: r.Proto,
+		method: r.Method, path: r.URL.RequestURI(), up: up}}
+	defer func() {
+		sr.line.retries = sr.rq.retries
+		g.logRequest(r.Context(), &sr.line, sw.status)
+	}()
 	if up == nil {
 		http.Error(sw, "no route", http.StatusNotFound)
 		return
@@ -148,12 +154,13 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(sw, r.Body, int64(cfg.MaxBodySize))
 	}
+	sr.rq = request{up: up, start: start}
 	if up.usesKey {
-		sr.key = slowHashKey(r, up)
+		sr.rq.key = slowHashKey(r, up)
 	}
-	sr.replayable = r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
+	sr.buffered = r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
 	isUpgrade := r.Header.Get("Upgrade") != ""
-	if !sr.replayable && !isUpgrade && r.ContentLength <= int64(up.cfg.Retry.BufferBody) {
+	if !sr.buffered && !isUpgrade && r.ContentLength <= int64(up.cfg.Retry.BufferBody) {
 		// Small enough to keep for a retry (chunked bodies too, if short).
 		limit := int64(up.cfg.Retry.BufferBody)
 		buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
@@ -167,7 +174,7 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		case int64(len(buf)) <= limit:
-			sr.body, sr.replayable = buf, true
+			sr.body, sr.buffered = buf, true
 			r.Body = io.NopCloser(bytes.NewReader(buf))
 		default:
 			r.Body = struct {
@@ -176,212 +183,157 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
 		}
 	}
-	up.budget.request(start.Unix())
+	idem := isIdempotent([]byte(r.Method)) || r.Header.Get("Idempotency-Key") != ""
+	sr.rq.replayable = idem && sr.buffered
 	h.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), slowKey{}, sr)))
 }
 
-func (g *Gateway) slowLog(r *http.Request, sr *slowReq, status int, rid string) {
-	if sr.target == "" || (status >= 500 && sr.failed) {
-		g.countLocal(sr.up, status)
-	}
-	if g.access == nil {
-		return
-	}
-	name := ""
-	if sr.up != nil {
-		name = sr.up.name
-	}
-	g.access.LogAttrs(r.Context(), slog.LevelInfo, "request",
-		slog.String("request_id", rid),
-		slog.String("client", r.RemoteAddr),
-		slog.String("proto", r.Proto),
-		slog.String("method", r.Method),
-		slog.String("path", r.URL.RequestURI()),
-		slog.String("upstream", name),
-		slog.String("target", sr.target),
-		slog.Int("status", status),
-		slog.Int("retries", sr.retries),
-		slog.Duration("duration", time.Since(sr.start)),
-	)
+// gatewayError is the attempt loop's own answer, for slowError to write.
+type gatewayError struct {
+	code   int
+	reason string
 }
 
-func slowHashKey(r *http.Request, up *upstream) string {
-	k := up.cfg.Key
-	switch k.Kind {
-	case "client_ip":
-		h, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			return r.RemoteAddr
-		}
-		return h
-	case "path":
-		return r.URL.Path
-	case "header":
-		return r.Header.Get(k.Name)
-	case "cookie":
-		if c, err := r.Cookie(k.Name); err == nil {
-			return c.Value
-		}
-	case "query":
-		return r.URL.Query().Get(k.Name)
-	}
-	return ""
-}
-
-// pickError is a pick that failed (no target, at capacity).
-type pickError struct{ err error }
-
-func (e *pickError) Error() string { return e.err.Error() }
-func (e *pickError) Unwrap() error { return e.err }
+func (e *gatewayError) Error() string { return failureBody(e.code, e.reason) }
 
 func (g *Gateway) slowError(w http.ResponseWriter, r *http.Request, err error) {
 	sr, _ := r.Context().Value(slowKey{}).(*slowReq)
 	var mbe *http.MaxBytesError
+	var ge *gatewayError
 	switch {
 	case errors.As(err, &mbe):
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-	case errors.Is(err, balance.ErrAtCapacity):
+	case errors.As(err, &ge):
 		if sr != nil {
-			w.Header()["Retry-After"] = []string{string(bytes.TrimSpace(bytes.TrimPrefix(retryAfter(sr.up.cfg.Queue.MaxWait.D()), []byte("Retry-After: "))))}
+			sr.line.reason = ge.reason
+			if ge.reason == reasonAtCapacity {
+				ra := retryAfter(sr.rq.up.cfg.Queue.MaxWait.D())
+				w.Header()["Retry-After"] = []string{string(bytes.TrimSpace(ra[len("Retry-After: "):]))}
+			}
 		}
-		http.Error(w, "every target is at capacity", http.StatusServiceUnavailable)
-	case errors.As(err, new(*pickError)):
-		http.Error(w, "no target available", http.StatusServiceUnavailable)
-	case errors.Is(err, errTimeout):
-		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
-	default:
-		http.Error(w, "bad gateway", http.StatusBadGateway)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(ge.code)
+		_, _ = io.WriteString(w, failureBody(ge.code, ge.reason))
+	default: // the client went away, or ReverseProxy failed on its side
+		if sr != nil {
+			sr.line.reason = reasonReset
+		}
+		http.Error(w, failureBody(502, reasonReset), http.StatusBadGateway)
 	}
 }
 
-// slowTransport picks a target per attempt and retries like the fast path.
-type slowTransport struct {
-	g  *Gateway
-	rt *http.Transport
-}
+// slowTransport's RoundTrip is the attempt loop over http.Transport.
+type slowTransport struct{ g *Gateway }
 
 func (st *slowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	sr, _ := req.Context().Value(slowKey{}).(*slowReq)
 	if sr == nil {
 		return nil, errors.New("gateway: request without routing")
 	}
-	g, up := st.g, sr.up
-	idem := isIdempotent([]byte(req.Method))
-	attempts := up.cfg.Retry.Attempts
-	if !sr.replayable {
-		attempts = 1 // a streamed body cannot be sent twice
+	g, up := st.g, sr.rq.up
+	x := &slowExchange{g: g, req: req, sr: sr}
+	if req.Body != nil && req.Body != http.NoBody && sr.body == nil {
+		x.stream = &onceBody{r: req.Body}
 	}
-	sec := sr.start.Unix()
-	var lastErr error
-	for attempt := 0; attempt < attempts; attempt++ {
-		if attempt > 0 {
-			if !up.budget.retry(sec) {
-				g.metrics.retryDenied.WithLabelValues(up.name).Inc()
-				break
-			}
-			g.metrics.retries.WithLabelValues(up.name, retryReason(lastErr)).Inc()
-			sr.retries++
-		}
-		cc := clientConn{g: g, tried: sr.tried}
-		pick, err := cc.pick(up, sr.key)
-		if err != nil {
-			if lastErr != nil {
-				break
-			}
-			sr.failed = true
-			return nil, &pickError{err}
-		}
-		t := up.target(pick.Addr())
-		if t == nil {
-			pick.Done(nil)
-			continue
-		}
-		sr.tried = append(sr.tried, pick.Endpoint())
-		sr.target = t.addr
-		out := req.Clone(req.Context())
-		out.URL.Host = t.addr
-		if sr.body != nil {
-			out.Body = io.NopCloser(bytes.NewReader(sr.body))
-			out.ContentLength = int64(len(sr.body))
-		} else if sr.replayable {
-			out.Body = http.NoBody
-		}
-		tstart := time.Now()
-		res, err := st.rt.RoundTrip(out)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				err = errTimeout
-			}
-			var oe *net.OpError
-			if errors.As(err, &oe) && oe.Op == "dial" {
-				err = &connectError{addr: t.addr, err: err}
-			}
-			pick.Report(time.Since(tstart), err)
-			cc.noteEjection(up, t)
-			lastErr = err
-			var ce *connectError
-			if errors.As(err, &ce) || (idem && sr.replayable && (err != errTimeout || up.cfg.Retry.Timeout)) {
-				continue
-			}
-			break
-		}
-		if up.statuses[res.StatusCode] && attempt+1 < attempts && (idem || sr.replayable) {
-			_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-			res.Body.Close()
-			pick.Report(time.Since(tstart), errStatus(res.StatusCode))
-			cc.noteEjection(up, t)
-			lastErr = errStatus(res.StatusCode)
-			continue
-		}
-		var outcome error
-		if up.statuses[res.StatusCode] {
-			outcome = errStatus(res.StatusCode)
-		}
-		t.m.count(res.StatusCode)
-		d := &doneBody{rc: res.Body, pick: pick, start: tstart, reqStart: sr.start, t: t, outcome: outcome, up: up, g: g}
-		if rwc, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
-			d.upgraded = true
-			res.Body = &doneRWBody{doneBody: d, w: rwc}
-		} else {
-			res.Body = d
-		}
-		return res, nil
+	res := up.run(req.Context(), g, &sr.rq, x)
+	if res.t == nil {
+		return nil, &gatewayError{code: res.code, reason: res.reason}
 	}
-	if lastErr == nil {
-		lastErr = errors.New("no attempt made")
+	sr.line.target = res.t.addr
+	resp := x.resp
+	d := &doneBody{rc: resp.Body, res: res, reqStart: sr.rq.start, up: up, g: g}
+	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		d.upgraded = true
+		resp.Body = &doneRWBody{doneBody: d, w: rwc}
+	} else {
+		resp.Body = d
 	}
-	sr.failed = true
-	return nil, lastErr
+	return resp, nil
 }
 
-func retryReason(err error) string {
-	var ce *connectError
-	var es errStatus
-	switch {
-	case errors.As(err, &ce):
-		return "connect_error"
-	case errors.Is(err, errTimeout):
-		return "timeout"
-	case errors.As(err, &es):
-		return "status"
-	}
-	return "connect_error"
+// slowExchange is the net/http transport's I/O for one request.
+type slowExchange struct {
+	g      *Gateway
+	req    *http.Request // as ReverseProxy rewrote it
+	sr     *slowReq
+	stream *onceBody // a body too large to buffer: sent at most once
+	resp   *http.Response
 }
+
+func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (int, bool, error) {
+	out := x.req.Clone(ctx)
+	out.URL.Host = t.addr
+	switch {
+	case x.sr.body != nil:
+		out.Body = io.NopCloser(bytes.NewReader(x.sr.body))
+		out.ContentLength = int64(len(x.sr.body))
+	case x.stream != nil:
+		out.Body = x.stream
+	case x.sr.buffered:
+		out.Body = http.NoBody
+	}
+	written := false
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { written = true }}
+	out = out.WithContext(httptrace.WithClientTrace(ctx, trace))
+	resp, err := x.g.slowTr.Load().RoundTrip(out)
+	if x.stream != nil && x.stream.read {
+		written = true // part of the body left the client: it cannot be sent again
+	}
+	if err != nil {
+		var ne net.Error
+		var oe *net.OpError
+		switch {
+		case errors.As(err, &oe) && oe.Op == "dial":
+			err = &connectError{addr: t.addr, err: err}
+		case errors.As(err, &ne) && ne.Timeout():
+			err = errTimeout
+		}
+		return 0, written, err
+	}
+	x.resp = resp
+	return resp.StatusCode, true, nil
+}
+
+func (x *slowExchange) drop(*target) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(x.resp.Body, 64<<10))
+	x.resp.Body.Close()
+	x.resp = nil
+}
+
+func (x *slowExchange) watch(ctx context.Context) (context.Context, func()) {
+	return ctx, func() {} // net/http ends the request's context when its client leaves
+}
+
+// onceBody is a streamed request body: it notes whether any of it was
+// read, and ignores Close so a failed round trip that never read it
+// leaves it for another target.
+type onceBody struct {
+	r    io.ReadCloser
+	read bool
+}
+
+func (b *onceBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		b.read = true
+	}
+	return n, err
+}
+
+func (b *onceBody) Close() error { return nil }
 
 // doneBody ends the pick when the response body is finished.
 type doneBody struct {
 	rc       io.ReadCloser
-	pick     balance.Pick
-	start    time.Time
+	res      result
 	reqStart time.Time
-	t        *target
 	up       *upstream
 	g        *Gateway
 	upgraded bool // a switched protocol: its end is no failure
 
 	mu      sync.Mutex // Read and Close race on upgraded connections
-	outcome error
+	readErr error
 	once    sync.Once
 }
 
@@ -389,7 +341,7 @@ func (d *doneBody) Read(p []byte) (int, error) {
 	n, err := d.rc.Read(p)
 	if err != nil && err != io.EOF && !d.upgraded {
 		d.mu.Lock()
-		d.outcome = err
+		d.readErr = err
 		d.mu.Unlock()
 	}
 	return n, err
@@ -399,13 +351,11 @@ func (d *doneBody) Close() error {
 	err := d.rc.Close()
 	d.once.Do(func() {
 		d.mu.Lock()
-		outcome := d.outcome
+		readErr := d.readErr
 		d.mu.Unlock()
-		d.pick.Report(time.Since(d.start), outcome)
-		if outcome != nil {
-			(&clientConn{g: d.g}).noteEjection(d.up, d.t)
-		}
-		d.t.m.dur.Observe(time.Since(d.reqStart).Seconds())
+		end := time.Now()
+		d.up.finish(d.g, &d.res, end, readErr)
+		d.res.t.m.dur.Observe(end.Sub(d.reqStart).Seconds())
 	})
 	return err
 }

@@ -125,7 +125,7 @@ func ParseRequest(head []byte, req *Request) error {
 		return ErrMalformed
 	}
 	req.Method, req.URI = line[:sp1], line[sp1+1:sp2]
-	if !isToken(req.Method) || bytes.IndexByte(req.URI, ' ') >= 0 {
+	if !isToken(req.Method) || !validTarget(req.URI) {
 		return ErrMalformed
 	}
 	switch string(line[sp2+1:]) {
@@ -289,14 +289,35 @@ func parseHeaders(b []byte, hs []Header) ([]Header, error) {
 			return hs, ErrMalformed
 		}
 		v := trimOWS(line[c+1:])
-		for _, ch := range v {
-			if ch == 0 || ch == '\r' || ch == '\n' {
-				return hs, ErrMalformed
-			}
+		if !validValue(v) {
+			return hs, ErrMalformed
 		}
 		hs = append(hs, Header{Name: line[:c], Value: v})
 	}
 	return hs, nil
+}
+
+// validTarget: a request target is visible ASCII (RFC 9112 3.2); no
+// control byte, space or DEL. Bytes past ASCII pass, as nginx and
+// net/http let them.
+func validTarget(b []byte) bool {
+	for _, c := range b {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue: a field value is visible characters, SP, HTAB and obs-text
+// (RFC 9110 5.5); any other control byte, or DEL, is refused.
+func validValue(b []byte) bool {
+	for _, c := range b {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func trimOWS(b []byte) []byte {

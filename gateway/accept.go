@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+)
+
+// The request path, file by file: accept (this file: connections and
+// their read loop) → parse (parse.go: the head, checked strictly) →
+// route (route.go: host and path to an upstream) → attempt loop
+// (attempt.go: pick, exchange, decide, report) over a transport
+// (transport_fast.go, transport_slow.go) → relay (relay.go: the response
+// to the client) → log (log.go: one access line).
+
+func (g *Gateway) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if g.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off a little.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			g.log.Warn("accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		cc := g.newClientConn(c)
+		if cc == nil {
+			c.Close()
+			continue
+		}
+		go g.serveConn(cc)
+	}
+}
+
+// clientConn is one client connection on the fast path with its reusable
+// buffers; the whole struct is pooled between connections.
+type clientConn struct {
+	g    *Gateway
+	c    net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	idle atomic.Bool
+
+	ip    []byte // client IP, for X-Forwarded-For and client_ip keys
+	ipStr string // made on first use by a hash key
+	req   h1.Request
+	res   h1.Response
+	out   []byte // the head sent upstream
+	body  []byte // a buffered request body
+	rid   []byte // request ID
+	tried []*balance.Endpoint
+	scr   []byte // scratch for local responses
+
+	// The request in flight, as the fast transport's exchange needs it.
+	n          int64   // body length (0: none)
+	buffered   bool    // the body is in body (or there is none)
+	isHead     bool    // HEAD: the response has no body
+	idemKey    bool    // the request carries an Idempotency-Key
+	replayable bool    // see request.replayable
+	uc         *upConn // the connection whose response head was just read
+
+	deadline time.Time // the read deadline set on c
+	now      time.Time // when the last request ended; zero: not read
+}
+
+func (g *Gateway) newClientConn(c net.Conn) *clientConn {
+	size := int(g.cfg().MaxHeaderSize)
+	cc, _ := g.ccPool.Get().(*clientConn)
+	if cc == nil || cc.br.Size() != size {
+		cc = &clientConn{g: g, br: bufio.NewReaderSize(nil, size), bw: bufio.NewWriterSize(nil, 4<<10)}
+	}
+	cc.c = c
+	cc.deadline = time.Time{}
+	cc.br.Reset(c)
+	cc.bw.Reset(c)
+	cc.ip = cc.ip[:0]
+	cc.ipStr = ""
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		cc.ip = ta.AddrPort().Addr().Unmap().AppendTo(cc.ip)
+	}
+	g.connMu.Lock()
+	if g.draining.Load() {
+		g.connMu.Unlock()
+		return nil
+	}
+	g.conns[cc] = struct{}{}
+	g.connWG.Add(1)
+	g.connMu.Unlock()
+	return cc
+}
+
+func (g *Gateway) release(cc *clientConn, handedOff bool) {
+	g.connMu.Lock()
+	delete(g.conns, cc)
+	g.connMu.Unlock()
+	g.connWG.Done()
+	if handedOff {
+		return // net/http owns the conn and its reader now
+	}
+	cc.c.Close()
+	cc.c = nil
+	cc.br.Reset(nil)
+	cc.bw.Reset(nil)
+	if cap(cc.body) > 1<<20 {
+		cc.body = nil
+	}
+	g.ccPool.Put(cc)
+}
+
+// bufferedConn is a connection whose first bytes sit in a bufio.Reader:
+// how a connection the fast path peeked at is handed to net/http.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// serveConn is a client connection's read loop: wait for a head, parse
+// it (parse.go), serve it on the fast path or hand the connection to
+// net/http.
+func (g *Gateway) serveConn(cc *clientConn) {
+	handedOff := false
+	defer func() { g.release(cc, handedOff) }()
+	cfg := g.cfg()
+	idleTO := cfg.Timeouts.Idle.D()
+	// Deadlines are moved only when less than half of them is left: a
+	// keep-alive connection then costs a deadline update every idle/2
+	// instead of two per request (timers are a visible share of a proxy's
+	// CPU), and a timeout fires between half and all of its length.
+	now := time.Now()
+	for {
+		if cc.br.Buffered() == 0 {
+			if cc.deadline.Sub(now) < idleTO/2 {
+				cc.deadline = now.Add(idleTO)
+				_ = cc.c.SetReadDeadline(cc.deadline)
+			}
+			cc.idle.Store(true)
+			if g.draining.Load() {
+				return
+			}
+			if _, err := cc.br.Peek(1); err != nil {
+				return
+			}
+			cc.idle.Store(false)
+		}
+		switch cc.parse(cfg.Timeouts.ReadHeader.D()) {
+		case parseClose:
+			return
+		case parseHandOff:
+			handedOff = g.handOff(cc)
+			return
+		}
+		if !cc.serveOne() || g.draining.Load() {
+			return
+		}
+		if now = cc.now; now.IsZero() {
+			now = time.Now()
+		}
+	}
+}
+
+// handOff gives the connection, with what is buffered, to net/http.
+func (g *Gateway) handOff(cc *clientConn) bool {
+	_ = cc.c.SetReadDeadline(time.Time{})
+	br := cc.br
+	cc.br = bufio.NewReaderSize(nil, br.Size()) // the pooled struct needs a fresh one
+	return g.handoff.give(&bufferedConn{Conn: cc.c, r: br})
+}
+
+// handoffListener feeds connections the fast path will not serve to the
+// net/http server.
+type handoffListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}

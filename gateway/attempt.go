@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+)
+
+// The attempt loop: one request's tries at an upstream's targets, shared
+// by both transports (fast path and net/http). Each turn picks a target,
+// lets the transport exchange the request with it, and decides: relay
+// the response, try another target, or answer for the gateway. Only the
+// I/O differs between transports; picking, the retry rule, the final
+// status and the report to the balancer are here and nowhere else.
+// Modelled on Caddy's reverseproxy proxyLoopIteration and tryAgain.
+
+// exchanger is a transport's I/O for one request.
+type exchanger interface {
+	// exchange sends the request to t and reads the response head. It
+	// returns the status (0 with an error), and written: whether any byte
+	// of the request was accepted by a connection to t (then the request
+	// may have run there).
+	exchange(ctx context.Context, t *target, start time.Time) (status int, written bool, err error)
+	// drop discards the response exchange read, before a retry.
+	drop(t *target)
+	// watch returns a context that ends when the client leaves, for the
+	// waits that could outlive it; stop ends the watch.
+	watch(ctx context.Context) (_ context.Context, stop func())
+}
+
+// request is one request's state in the attempt loop.
+type request struct {
+	up  *upstream
+	key string // the hash key, when the strategy uses one
+	// replayable: the request may run twice (idempotent method or an
+	// Idempotency-Key header) and its body can be sent again (none, or
+	// buffered): condition (b) of the replay rule.
+	replayable bool
+	start      time.Time
+	tried      []*balance.Endpoint
+	retries    int // retries made
+}
+
+// result is how the attempt loop ended: a target's response to relay
+// (t set), or an answer the gateway makes itself (code, reason).
+type result struct {
+	t      *target
+	pick   balance.Pick
+	tstart time.Time // the last attempt's start
+	status int
+	// outcome is what the target's answer counts as for the balancer: a
+	// retried status is a failure even when it is relayed.
+	outcome error
+
+	code   int    // the gateway's own status (502, 503, 504)
+	reason string // why: connect_error, reset, timeout, at_capacity, no_target, budget
+}
+
+// Reasons a gateway-made answer gives, in its body and the access log.
+const (
+	reasonConnect    = "connect_error"
+	reasonReset      = "reset"
+	reasonTimeout    = "timeout"
+	reasonAtCapacity = "at_capacity"
+	reasonNoTarget   = "no_target"
+	reasonBudget     = "budget"
+)
+
+// errStatus marks a response whose status counts as a failure.
+type errStatus int
+
+func (e errStatus) Error() string { return "status " + strconv.Itoa(int(e)) }
+
+var errTimeout = errors.New("response header timeout")
+
+// connectError is a failure to reach a target: nothing was sent.
+type connectError struct {
+	addr string
+	err  error
+}
+
+func (e *connectError) Error() string { return "connect " + e.addr + ": " + e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// classify names a failed exchange: the reason and the status the
+// gateway answers with when no retry follows.
+func classify(err error) (string, int) {
+	var ce *connectError
+	var ne net.Error
+	switch {
+	case errors.As(err, &ce):
+		return reasonConnect, 502
+	case errors.Is(err, errTimeout), errors.As(err, &ne) && ne.Timeout():
+		return reasonTimeout, 504
+	}
+	return reasonReset, 502
+}
+
+// mayRetry is the replay rule: may a failed attempt go to another
+// target? err is the exchange's error, nil when the target answered a
+// status listed in retry.on. A request goes to a second target only if
+// (a) no byte of it reached the first, or (b) it is replayable (an
+// idempotent method or an Idempotency-Key, and a body sent again from the
+// buffer). A retried status needs (b): the target has acted on it.
+// Timeouts are retried only when retry.on lists timeout.
+func mayRetry(up *upstream, replayable bool, err error, written bool) bool {
+	if err == nil {
+		return replayable
+	}
+	if reason, _ := classify(err); reason == reasonTimeout && written && !up.cfg.Retry.Timeout {
+		return false
+	}
+	return !written || replayable
+}
+
+// run is the attempt loop. The caller relays a result with t set and
+// then calls finish; any other result is the gateway's own answer.
+func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger) result {
+	sec := r.start.Unix()
+	up.budget.request(sec)
+	pick, err := up.pick(ctx, g, r, x, true)
+	if err != nil {
+		return pickFailure(err)
+	}
+	tstart := r.start
+	for attempt := 1; ; attempt++ {
+		t := up.target(pick.Addr())
+		if t == nil { // removed between pick and lookup: nothing sent
+			pick.Done(nil)
+			if pick, err = up.pick(ctx, g, r, x, false); err != nil {
+				return pickFailure(err)
+			}
+			continue
+		}
+		status, written, err := x.exchange(ctx, t, tstart)
+		var fail error
+		switch {
+		case err != nil:
+			fail = err
+		case up.statuses[status]:
+			fail = errStatus(status)
+		default:
+			return result{t: t, pick: pick, tstart: tstart, status: status}
+		}
+		// A failure: relay it (a status) or answer for it (an error),
+		// unless the rule, the attempts and the budget allow another try
+		// and there is a target left to try.
+		answer := func(reason string) result {
+			if err == nil {
+				return result{t: t, pick: pick, tstart: tstart, status: status, outcome: fail}
+			}
+			if errors.Is(err, errClientGone) {
+				fail = nil // the client's side broke, not the target's
+			}
+			up.report(g, pick, t, time.Since(tstart), fail)
+			why, code := classify(err)
+			if reason == "" {
+				reason = why
+			}
+			return result{code: code, reason: reason}
+		}
+		if attempt >= up.cfg.Retry.Attempts || !mayRetry(up, r.replayable, err, written) {
+			return answer("")
+		}
+		if !up.budget.retry(sec) {
+			g.metrics.retryDenied.WithLabelValues(up.name).Inc()
+			return answer(reasonBudget)
+		}
+		next, perr := up.pick(ctx, g, r, x, false)
+		if perr != nil {
+			return answer("") // nothing else to try: the last failure stands
+		}
+		why := "status"
+		if err != nil {
+			why, _ = classify(err)
+		} else {
+			x.drop(t)
+		}
+		up.report(g, pick, t, time.Since(tstart), fail)
+		g.metrics.retries.WithLabelValues(up.name, why).Inc()
+		r.retries++
+		pick, tstart = next, time.Now()
+	}
+}
+
+func pickFailure(err error) result {
+	if errors.Is(err, balance.ErrAtCapacity) {
+		return result{code: 503, reason: reasonAtCapacity}
+	}
+	return result{code: 503, reason: reasonNoTarget}
+}
+
+// finish ends a relayed result's pick: outcome is nil, or what broke
+// the relay on the target's side.
+func (up *upstream) finish(g *Gateway, res *result, end time.Time, relayErr error) {
+	outcome := res.outcome
+	if relayErr != nil {
+		outcome = relayErr
+	}
+	up.report(g, res.pick, res.t, end.Sub(res.tstart), outcome)
+	res.t.m.count(res.status)
+}
+
+// pick chooses a target not tried yet. The first pick waits in the
+// upstream's queue up to queue.max_wait when every target is at its max
+// concurrency, for as long as the client stays (ctx); a retry never
+// waits: with no untried target free, the last failure is answered.
+func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchanger, first bool) (balance.Pick, error) {
+	info := balance.PickInfo{Key: r.key, Exclude: r.tried}
+	p, err := up.bal.PickWith(info)
+	if errors.Is(err, balance.ErrAtCapacity) && first && up.cfg.Queue.MaxWait.D() > 0 {
+		ctx, stop := x.watch(ctx)
+		p, err = up.wait(ctx, g, info)
+		stop()
+	}
+	if err == nil {
+		r.tried = append(r.tried, p.Endpoint())
+	}
+	return p, err
+}
+
+// wait queues for a permit until max_wait passes or the client leaves;
+// a client that left takes no permit (Wait returns none on a done ctx).
+func (up *upstream) wait(ctx context.Context, g *Gateway, info balance.PickInfo) (balance.Pick, error) {
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, up.cfg.Queue.MaxWait.D())
+	waiting := g.metrics.waiting.WithLabelValues(up.name)
+	waiting.Inc()
+	p, err := up.bal.Wait(ctx, info)
+	waiting.Dec()
+	cancel()
+	outcome := "served"
+	if err != nil {
+		outcome = "timeout"
+		err = balance.ErrAtCapacity
+	}
+	g.metrics.queued.WithLabelValues(up.name, outcome).Inc()
+	g.metrics.queueWait.WithLabelValues(up.name).Observe(time.Since(t0).Seconds())
+	return p, err
+}
+
+// report ends a pick with its outcome and logs the target's ejection
+// and its return, once each, with the cause.
+func (up *upstream) report(g *Gateway, p balance.Pick, t *target, lat time.Duration, outcome error) {
+	p.Report(lat, outcome)
+	if outcome == nil && !t.ejected.Load() {
+		return // the common case: one atomic load
+	}
+	now := up.bal.Ejected(t.addr)
+	was := t.ejected.Swap(now)
+	switch {
+	case now && !was:
+		g.metrics.ejections.WithLabelValues(up.name, t.addr).Inc()
+		g.log.Warn("target ejected", "upstream", up.name, "target", t.addr, "cause", outcome.Error())
+	case was && !now:
+		g.log.Info("target back", "upstream", up.name, "target", t.addr, "cause", "ejection ended")
+	}
+}
+
+// failureBody is the body of a gateway-made answer: the status text and
+// the reason, so a client (and a person with curl) can tell why.
+func failureBody(code int, reason string) string {
+	return statusText[code] + ": " + reason + "\n"
+}
+
+var statusText = map[int]string{400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 431: "Request Header Fields Too Large",
+	502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+func isIdempotent(m []byte) bool {
+	switch string(m) { // no allocation: the compiler compares in place
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+func retryAfter(wait time.Duration) []byte {
+	s := max(int64((wait+time.Second-1)/time.Second), 1)
+	return []byte("Retry-After: " + strconv.FormatInt(s, 10) + "\r\n")
+}

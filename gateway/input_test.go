@@ -1,0 +1,132 @@
+package gateway_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Malformed and ambiguous requests, sent on a raw socket, get the status
+// RFC 9110/9112 calls for and never reach the target (a recording
+// backend counts what arrives). A well-formed request on a fresh
+// connection after each proves the backend was reachable all along.
+func TestStrictInputNothingForwarded(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	cases := []struct {
+		name, req string
+		code      int
+	}{
+		{"NUL in target", "GET /a\x00b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"0x01 in target", "GET /a\x01b HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"DEL in target", "GET /a\x7fb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"TAB in target", "GET /a\tb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"VT in target", "GET /a\vb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"ESC in target", "GET /a\x1bb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"CR in target", "GET /a\rb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"0x01 in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400},
+		{"DEL in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x7fb\r\n\r\n", 400},
+		{"NUL in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400},
+		{"ESC in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x1bb\r\n\r\n", 400},
+		{"bare CR in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400},
+		{"CTL in Host", "GET / HTTP/1.1\r\nHost: x\x01y\r\n\r\n", 400},
+		{"two different Content-Lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
+		{"Content-Length list", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\nhello", 400},
+		{"signed Content-Length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400},
+		{"Content-Length and Transfer-Encoding", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"space before colon", "GET / HTTP/1.1\r\nHost: x\r\nX-A : 1\r\n\r\n", 400},
+		{"obsolete line folding", "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  2\r\n\r\n", 400},
+		{"two Hosts", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400},
+		{"no Host", "GET / HTTP/1.1\r\n\r\n", 400},
+		{"bad version", "GET / HTTP/1.2\r\nHost: x\r\n\r\n", 400},
+		{"method not a token", "G@T / HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"head too large", "GET / HTTP/1.1\r\nHost: x\r\nX-A: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", 431},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := b.hits.Load()
+			c, err := net.Dial("tcp", g.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no response: %v", err)
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.code {
+				t.Errorf("status %d, want %d", res.StatusCode, tc.code)
+			}
+			if r := get(t, client(), "http://"+g.Addr()+"/"); r.code != 200 {
+				t.Fatalf("a good request after it: %d", r.code)
+			}
+			if got := b.hits.Load() - before; got != 1 {
+				t.Errorf("the backend got %d requests, want only the good one", got)
+			}
+		})
+	}
+}
+
+// HTAB inside a value is allowed, and a Content-Length repeated with the
+// same value is forwarded once.
+func TestStrictInputAccepted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heads := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		var head strings.Builder
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			head.WriteString(line)
+			if line == "\r\n" {
+				break
+			}
+		}
+		io.CopyN(io.Discard, br, 5)
+		heads <- head.String()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	}()
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+ln.Addr().String()+"\"}\n")
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nX-A: a\tb\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello")
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	head := <-heads
+	if n := strings.Count(head, "Content-Length: 5\r\n"); n != 1 {
+		t.Errorf("Content-Length forwarded %d times:\n%s", n, head)
+	}
+	if !strings.Contains(head, "X-A: a\tb\r\n") {
+		t.Errorf("the value with a tab was not forwarded as is:\n%s", head)
+	}
+}

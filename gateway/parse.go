@@ -1,0 +1,143 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+)
+
+// Parse: read one request head off a fast-path connection and check it
+// (internal/h1 refuses anything RFC 9112 calls invalid or ambiguous:
+// control bytes in the target or a field value, conflicting or
+// malformed Content-Length, Content-Length with Transfer-Encoding, line
+// folding, two Hosts). What net/http must serve instead is handed off.
+
+type parseOutcome int
+
+const (
+	parseServe   parseOutcome = iota // a head in cc.req for the fast path
+	parseHandOff                     // for net/http: HTTP/2, upgrades, chunked, HTTP/1.0, ...
+	parseClose                       // refused (answered) or the client left
+)
+
+// parse reads the next head into cc.req. A head still arriving gets
+// read_header to complete.
+func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
+	if !bytes.Contains(peekAll(cc), crlf2) {
+		cc.deadline = time.Now().Add(headTO)
+		_ = cc.c.SetReadDeadline(cc.deadline)
+	}
+	err := h1.ReadRequest(cc.br, cc.br.Size(), &cc.req)
+	switch {
+	case err == nil:
+	case errors.Is(err, h1.ErrHeadTooLarge):
+		cc.rid = cc.rid[:0]
+		cc.local(431, "request head too large\n", true, nil)
+		return parseClose
+	case errors.Is(err, h1.ErrMalformed):
+		if bytes.HasPrefix(peekAll(cc), []byte("PRI * HTTP/2.0")) {
+			return parseHandOff
+		}
+		cc.rid = cc.rid[:0]
+		cc.local(400, "malformed request\n", true, nil)
+		return parseClose
+	default:
+		return parseClose
+	}
+	r := &cc.req
+	if r.Minor == 0 || r.Upgrade || r.Expect || r.Chunked || len(r.URI) == 0 || r.URI[0] != '/' {
+		return parseHandOff
+	}
+	return parseServe
+}
+
+var crlf2 = []byte("\r\n\r\n")
+
+func peekAll(cc *clientConn) []byte {
+	b, _ := cc.br.Peek(cc.br.Buffered())
+	return b
+}
+
+// buildHead writes the head to send upstream into cc.out, the request ID
+// into cc.rid, and notes an Idempotency-Key. A Content-Length repeated
+// with the same value (the parser refuses differing ones) is sent once.
+func (cc *clientConn) buildHead(r *h1.Request) {
+	out := cc.out[:0]
+	out = append(out, r.Method...)
+	out = append(out, ' ')
+	out = append(out, r.URI...)
+	out = append(out, " HTTP/1.1\r\n"...)
+	var xff []byte
+	cc.rid = cc.rid[:0]
+	cc.idemKey = false
+	sawCL := false
+	for _, h := range r.Headers {
+		name := h.Name
+		if h1.IsHopByHop(name) || (r.ConnTokens && h1.HasToken(r.Conn, name)) {
+			continue
+		}
+		switch len(name) {
+		case 12:
+			if h1.EqFold(name, "x-request-id") {
+				cc.rid = append(cc.rid, h.Value...)
+			}
+		case 14:
+			if h1.EqFold(name, "content-length") {
+				if sawCL {
+					continue
+				}
+				sawCL = true
+			}
+		case 15:
+			if h1.EqFold(name, "x-forwarded-for") {
+				if xff != nil {
+					xff = append(xff, ", "...)
+				}
+				xff = append(xff, h.Value...)
+				continue
+			}
+			if h1.EqFold(name, "idempotency-key") {
+				cc.idemKey = true
+			}
+		case 16:
+			if h1.EqFold(name, "x-forwarded-host") {
+				continue
+			}
+		case 17:
+			if h1.EqFold(name, "x-forwarded-proto") {
+				continue
+			}
+		}
+		out = append(out, name...)
+		out = append(out, ": "...)
+		out = append(out, h.Value...)
+		out = append(out, "\r\n"...)
+	}
+	out = append(out, "X-Forwarded-For: "...)
+	if xff != nil {
+		out = append(out, xff...)
+		out = append(out, ", "...)
+	}
+	out = append(out, cc.ip...)
+	out = append(out, "\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: "...)
+	out = append(out, r.Host...)
+	out = append(out, "\r\n"...)
+	if len(cc.rid) == 0 {
+		cc.buildRID()
+		out = append(out, "X-Request-Id: "...)
+		out = append(out, cc.rid...)
+		out = append(out, "\r\n"...)
+	}
+	out = append(out, "\r\n"...)
+	cc.out = out
+}
+
+// buildRID makes a request ID: a random per-process prefix and a counter.
+func (cc *clientConn) buildRID() {
+	cc.rid = append(cc.rid[:0], cc.g.ridPrefix...)
+	cc.rid = append(cc.rid, '-')
+	cc.rid = strconv.AppendUint(cc.rid, cc.g.ridCtr.Add(1), 36)
+}

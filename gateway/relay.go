@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"strconv"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+)
+
+// Relay: the target's response to the client on the fast path (headers
+// filtered, body streamed), and the responses the gateway makes itself.
+
+// relay writes the response to the client, leaving the tail in cc.bw for
+// flush. keep: the client connection
+// stays open; upKeep: the target connection may go back to the pool.
+func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bool) (keep, upKeep bool, err error) {
+	bw := cc.bw
+	noBody := h1.NoBody(res.Status, isHead)
+	untilEOF := !noBody && res.ContentLength < 0 && !res.Chunked
+	closeClient := clientClose || untilEOF || cc.g.draining.Load()
+	bw.Write(res.StatusLine)
+	bw.WriteString("\r\n")
+	hasRID := false
+	for _, h := range res.Headers {
+		if h1.IsHopByHop(h.Name) || (res.ConnTokens && h1.HasToken(res.Conn, h.Name)) {
+			continue
+		}
+		if len(h.Name) == 12 && h1.EqFold(h.Name, "x-request-id") {
+			hasRID = true
+		}
+		bw.Write(h.Name)
+		bw.WriteString(": ")
+		bw.Write(h.Value)
+		bw.WriteString("\r\n")
+	}
+	if !hasRID {
+		bw.WriteString("X-Request-Id: ")
+		bw.Write(cc.rid)
+		bw.WriteString("\r\n")
+	}
+	if closeClient {
+		bw.WriteString("Connection: close\r\n")
+	}
+	bw.WriteString("\r\n")
+	_, _ = uc.br.Discard(res.Size)
+	upKeep = !res.Close
+	switch {
+	case noBody:
+	case res.Chunked:
+		err = h1.CopyChunked(bw, uc.br)
+	case res.ContentLength >= 0:
+		err = h1.CopyN(bw, uc.br, res.ContentLength)
+	default:
+		err = h1.CopyEOF(bw, uc.br)
+		upKeep = false
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return !closeClient, upKeep, nil
+}
+
+// flush sends what relay left buffered, unless the client already sent
+// its next request (pipelining): then two responses leave in one write.
+func (cc *clientConn) flush(keep bool) bool {
+	if keep && cc.br.Buffered() > 0 {
+		return true
+	}
+	return cc.bw.Flush() == nil && keep
+}
+
+// skipBody reads and drops an unread request body so the connection can
+// serve the next request; large bodies close the connection instead.
+func (cc *clientConn) skipBody(n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	if n > 256<<10 {
+		return false
+	}
+	return h1.Discard(cc.br, n) == nil
+}
+
+// local writes a response the gateway makes itself. It reports whether
+// the connection can stay open.
+func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte) bool {
+	b := cc.scr[:0]
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, ' ')
+	text := statusText[code]
+	if text == "" {
+		text = "Error"
+	}
+	b = append(b, text...)
+	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n"...)
+	if len(cc.rid) > 0 {
+		b = append(b, "X-Request-Id: "...)
+		b = append(b, cc.rid...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, extra...)
+	if closeConn {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, body...)
+	cc.scr = b
+	_, _ = cc.bw.Write(b)
+	return cc.bw.Flush() == nil && !closeConn
+}

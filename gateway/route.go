@@ -1,0 +1,190 @@
+package gateway
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+)
+
+// Route: a request's host and path name its upstream (the first route
+// that matches wins), and the upstream's strategy may want a hash key
+// from the request.
+
+type route struct {
+	host   string // exact host, "" any
+	suffix string // ".example.com" for "*.example.com"
+	prefix string
+	up     *upstream
+}
+
+// match finds the upstream for a host (without port) and path.
+func (rt *runtime) match(host, path []byte) *upstream {
+	for i := range rt.routes {
+		r := &rt.routes[i]
+		if r.host != "" && !eqFoldStr(host, r.host) {
+			continue
+		}
+		if r.suffix != "" && (len(host) <= len(r.suffix) || !eqFoldStr(host[len(host)-len(r.suffix):], r.suffix)) {
+			continue
+		}
+		if len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != r.prefix {
+			continue
+		}
+		return r.up
+	}
+	return nil
+}
+
+func eqFoldStr(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// route finds the fast-path request's upstream: the host without its
+// port, the path without its query.
+func (rt *runtime) route(r *h1.Request) *upstream {
+	path := r.URI
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	host := r.Host
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
+		host = host[:i]
+	}
+	return rt.match(host, path)
+}
+
+// routeHTTP is route for a net/http request.
+func (rt *runtime) routeHTTP(r *http.Request) *upstream {
+	host := r.Host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	return rt.match([]byte(host), []byte(r.URL.Path))
+}
+
+// hashKey extracts the request's hash key as configured.
+func (cc *clientConn) hashKey(up *upstream) string {
+	r := &cc.req
+	k := up.cfg.Key
+	switch k.Kind {
+	case "client_ip":
+		if cc.ipStr == "" {
+			cc.ipStr = string(cc.ip)
+		}
+		return cc.ipStr
+	case "path":
+		p := r.URI
+		if i := bytes.IndexByte(p, '?'); i >= 0 {
+			p = p[:i]
+		}
+		return string(p)
+	case "header":
+		for _, h := range r.Headers {
+			if len(h.Name) == len(k.Name) && eqFoldStr(h.Name, k.Name) {
+				return string(h.Value)
+			}
+		}
+	case "cookie":
+		for _, h := range r.Headers {
+			if len(h.Name) == 6 && h1.EqFold(h.Name, "cookie") {
+				if v, ok := cookieValue(h.Value, k.Name); ok {
+					return v
+				}
+			}
+		}
+	case "query":
+		if i := bytes.IndexByte(r.URI, '?'); i >= 0 {
+			return queryValue(string(r.URI[i+1:]), k.Name)
+		}
+	}
+	return ""
+}
+
+func cookieValue(v []byte, name string) (string, bool) {
+	for len(v) > 0 {
+		var part []byte
+		if i := bytes.IndexByte(v, ';'); i >= 0 {
+			part, v = v[:i], v[i+1:]
+		} else {
+			part, v = v, nil
+		}
+		part = bytes.TrimSpace(part)
+		if eq := bytes.IndexByte(part, '='); eq > 0 && string(part[:eq]) == name {
+			return string(bytes.Trim(part[eq+1:], `"`)), true
+		}
+	}
+	return "", false
+}
+
+func queryValue(q, name string) string {
+	for q != "" {
+		var part string
+		if i := bytesIndex(q, '&'); i >= 0 {
+			part, q = q[:i], q[i+1:]
+		} else {
+			part, q = q, ""
+		}
+		k, v, _ := cut(part, '=')
+		if k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+func bytesIndex(s string, c byte) int {
+	for i := range len(s) {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func cut(s string, c byte) (string, string, bool) {
+	if i := bytesIndex(s, c); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
+}
+
+// slowHashKey is hashKey for a net/http request.
+func slowHashKey(r *http.Request, up *upstream) string {
+	k := up.cfg.Key
+	switch k.Kind {
+	case "client_ip":
+		h, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			return r.RemoteAddr
+		}
+		return h
+	case "path":
+		return r.URL.Path
+	case "header":
+		return r.Header.Get(k.Name)
+	case "cookie":
+		if c, err := r.Cookie(k.Name); err == nil {
+			return c.Value
+		}
+	case "query":
+		return r.URL.Query().Get(k.Name)
+	}
+	return ""
+}

@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+)
+
+// The fast transport: a cleartext HTTP/1.1 request with no body or a
+// Content-Length body, relayed over the target pool's keep-alive
+// connections (pool.go) with heads parsed in place and nothing allocated
+// per request. serveOne walks one request through route, the attempt
+// loop, relay and log; exchange and drop are the transport's own I/O.
+
+var errClientGone = errors.New("client went away while sending its body")
+
+// serveOne proxies the request in cc.req; it reports whether the
+// connection stays open. A proxied request reads the clock twice, at its
+// start and at its end (the VM's clock costs 30-100 ns a read): the
+// pool, the header deadline and the first attempt's latency use start,
+// the metrics, the pick's latency, the pool's idle stamp and the next
+// idle deadline use the end.
+func (cc *clientConn) serveOne() bool {
+	g := cc.g
+	start := time.Now()
+	cc.now = time.Time{}
+	rt := g.rt.Load()
+	cfg := rt.cfg
+	r := &cc.req
+	line := accessLine{start: start}
+	if g.access != nil {
+		line.method, line.path = string(r.Method), string(r.URI)
+	}
+	clientClose := r.Close
+	n := max(r.ContentLength, 0)
+	up := rt.route(r)
+	if up == nil {
+		cc.buildRID()
+		cc.logLine(&line, 404)
+		return cc.skipBody(n) && cc.local(404, "no route\n", clientClose, nil)
+	}
+	line.up = up
+	if n > int64(cfg.MaxBodySize) {
+		cc.buildRID()
+		cc.logLine(&line, 413)
+		cc.local(413, "request body too large\n", true, nil)
+		return false
+	}
+	rq := request{up: up, start: start, tried: cc.tried[:0]}
+	if up.usesKey {
+		rq.key = cc.hashKey(up)
+	}
+	idem := isIdempotent(r.Method)
+	cc.isHead = string(r.Method) == "HEAD"
+	cc.buildHead(r)
+	_, _ = cc.br.Discard(r.Size) // r's slices are invalid from here on
+
+	cc.n, cc.buffered = n, n == 0
+	if n > 0 && n <= int64(up.cfg.Retry.BufferBody) {
+		if cap(cc.body) < int(n) {
+			cc.body = make([]byte, n)
+		}
+		cc.body = cc.body[:n]
+		cc.deadline = time.Now().Add(cfg.Timeouts.Idle.D())
+		_ = cc.c.SetReadDeadline(cc.deadline)
+		if _, err := io.ReadFull(cc.br, cc.body); err != nil {
+			return false
+		}
+		cc.buffered = true
+	}
+	rq.replayable = (idem || cc.idemKey) && cc.buffered
+	cc.replayable = rq.replayable
+
+	res := up.run(context.Background(), g, &rq, cc)
+	cc.tried = rq.tried
+	line.retries = rq.retries
+	if res.t == nil {
+		var hdr []byte
+		if res.reason == reasonAtCapacity {
+			hdr = retryAfter(up.cfg.Queue.MaxWait.D())
+		}
+		line.reason = res.reason
+		cc.logLine(&line, res.code)
+		unread := n
+		if cc.buffered {
+			unread = 0
+		}
+		if unread > 0 && res.reason != reasonAtCapacity && res.reason != reasonNoTarget {
+			clientClose = true // the body is partly sent, or unread
+		}
+		return cc.skipBody(unread) && cc.local(res.code, failureBody(res.code, res.reason), clientClose, hdr) && !clientClose
+	}
+	uc := cc.uc
+	cc.uc = nil
+	keep, upKeep, rerr := cc.relay(uc, &cc.res, cc.isHead, clientClose)
+	var targetErr error
+	if rerr != nil {
+		var we *h1.WriteError
+		if !errors.As(rerr, &we) {
+			targetErr = rerr // the target broke mid-body
+		}
+	}
+	end := time.Now()
+	cc.now = end
+	up.finish(g, &res, end, targetErr)
+	if upKeep && rerr == nil {
+		res.t.pool.put(uc, end)
+	} else {
+		uc.c.Close()
+	}
+	res.t.m.dur.Observe(end.Sub(start).Seconds())
+	line.target = res.t.addr
+	cc.logLine(&line, res.status)
+	// The pick ended before the last bytes leave, so a client's next
+	// request already sees the target's permit back.
+	return cc.flush(keep && rerr == nil)
+}
+
+// exchange sends cc's request to t and reads the response head into
+// cc.res, leaving its connection in cc.uc. A pooled connection the
+// target closed while idle is replaced by a fresh one, once, only for a
+// replayable request (the first write may have reached the target); a
+// request that must not run twice goes only on a connection known open.
+func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (int, bool, error) {
+	uc, reused := t.pool.get(now)
+	replayable := cc.replayable
+	if reused && !replayable && !uc.alive() {
+		uc.c.Close()
+		uc = nil
+	}
+	var err error
+	if uc == nil {
+		if uc, err = cc.dial(ctx, t); err != nil {
+			return 0, false, err
+		}
+		reused = false
+	}
+	written := false
+	headTO := cc.g.cfg().Timeouts.ResponseHeader.D()
+	for {
+		uc.wrote = 0
+		err = cc.send(uc)
+		written = written || uc.wrote > 0 || errors.Is(err, errClientGone)
+		if err == nil {
+			if cc.n > 0 {
+				now = time.Now() // reading and sending a body takes a client's time
+			}
+			if uc.deadline.Sub(now) < headTO/2 {
+				uc.deadline = now.Add(headTO)
+				_ = uc.c.SetReadDeadline(uc.deadline)
+			}
+			if err = cc.readHead(uc); err == nil {
+				res := &cc.res
+				if !h1.NoBody(res.Status, cc.isHead) && (res.ContentLength < 0 || int64(uc.br.Buffered()) < int64(res.Size)+res.ContentLength) {
+					// More body to read: no response_header limit on it.
+					uc.deadline = time.Time{}
+					_ = uc.c.SetReadDeadline(uc.deadline)
+				}
+				cc.uc = uc
+				return res.Status, true, nil
+			}
+		}
+		uc.c.Close()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return 0, written, errTimeout
+		}
+		if reused && replayable && uc.br.Buffered() == 0 && !errors.Is(err, h1.ErrMalformed) {
+			// A stale keep-alive connection: nothing came back.
+			reused = false
+			if uc, err = cc.dial(ctx, t); err != nil {
+				return 0, written, err
+			}
+			continue
+		}
+		return 0, written, err
+	}
+}
+
+// dial connects to t while watching the client: one that leaves ends
+// the dial.
+func (cc *clientConn) dial(ctx context.Context, t *target) (*upConn, error) {
+	ctx, stop := cc.watch(ctx)
+	uc, err := t.pool.dial(ctx)
+	stop()
+	return uc, err
+}
+
+func (cc *clientConn) send(uc *upConn) error {
+	if _, err := uc.bw.Write(cc.out); err != nil {
+		return err
+	}
+	if cc.n > 0 {
+		if cc.buffered {
+			if _, err := uc.bw.Write(cc.body); err != nil {
+				return err
+			}
+		} else {
+			cc.deadline = time.Now().Add(cc.g.cfg().Timeouts.Idle.D())
+			_ = cc.c.SetReadDeadline(cc.deadline)
+			if err := h1.CopyN(uc.bw, cc.br, cc.n); err != nil {
+				var we *h1.WriteError
+				if !errors.As(err, &we) {
+					return errClientGone
+				}
+				return err
+			}
+		}
+	}
+	return uc.bw.Flush()
+}
+
+// readHead reads the response head, skipping interim 1xx responses.
+func (cc *clientConn) readHead(uc *upConn) error {
+	for {
+		if err := h1.ReadResponse(uc.br, upReadBuf, &cc.res); err != nil {
+			return err
+		}
+		if cc.res.Status >= 200 || cc.res.Status == 101 {
+			return nil
+		}
+		if _, err := uc.br.Discard(cc.res.Size); err != nil {
+			return err
+		}
+	}
+}
+
+// drop discards the response in cc.uc before a retry: a short body is
+// read off so the connection goes back to the pool, else it is closed.
+func (cc *clientConn) drop(t *target) {
+	uc, res := cc.uc, &cc.res
+	cc.uc = nil
+	if !h1.NoBody(res.Status, cc.isHead) && res.ContentLength >= 0 && res.ContentLength <= 64<<10 && !res.Close {
+		if h1.Discard(uc.br, int64(res.Size)+res.ContentLength) == nil {
+			t.pool.put(uc, time.Now())
+			return
+		}
+	} else if h1.NoBody(res.Status, cc.isHead) && !res.Close {
+		if _, err := uc.br.Discard(res.Size); err == nil {
+			t.pool.put(uc, time.Now())
+			return
+		}
+	}
+	uc.c.Close()
+}
