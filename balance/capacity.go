@@ -2,88 +2,83 @@ package balance
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// capacity: seed 004's backpressure. Each target's permits are its max
-// concurrency; a pick takes a permit and its outcome returns it. The pick
-// goes to the target with the most remaining capacity scaled by observed
-// latency (Little's law: free permits / mean latency is the rate at which
-// the target can still absorb work); when no permit is free, Wait blocks
-// until one returns.
+// capacity: backpressure as in the 2019 Tianchi adaptive load-balancing
+// contest. Each target's permits are its max concurrency; a pick takes a
+// permit and its outcome returns it. The pick goes to the target with the
+// most remaining capacity scaled by observed latency (Little's law: free
+// permits / mean latency is the rate at which the target can still absorb
+// work); when no permit is free, Wait blocks until one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
-// balancer often cannot read its upstreams' settings (the seed's contest
-// forbade it). The learner combines three signals, per target:
+// balancer often cannot read its upstreams' settings (the contest forbade
+// it). The learner has two regimes, per target:
 //
-//   - rejections: an outcome whose error is a rejection (see IsRejection)
-//     means the target had no permit free. A few percent of rejections are
-//     wanted: between a permit's release at the target and the next
-//     request's arrival the target idles, and only a limit a little above
-//     its permits covers that round trip (callers retry a rejection at
-//     once). Over the last few hundred outcomes, more than 30% rejections
-//     step the limit down by 3%, and more than 50%, or half the limit in a
-//     row, mean the capacity dropped: the limit falls at once to 90% of
-//     what was in flight.
-//   - latency gradient (as Netflix's Gradient2), for targets that do not
-//     reject (none in the last 30s): the mean success latency of a window
+//   - a target that rejects (an outcome whose error is a rejection, see
+//     IsRejection, in the last 30s) says itself when it is full, and the
+//     limit tracks its permits exactly. A rejection proves the target had
+//     fewer permits than our picks in flight, so it takes one permit off
+//     the limit (reject): an overshoot of k answers with k rejections and
+//     lands on the last limit that fitted, and a capacity drop answers
+//     every pick sent while the old load drains, which walks the limit
+//     down to the new permits without a multiplicative cut that would
+//     overshoot below them. While the target stays full and silent the
+//     limit is held probe_interval mean latencies, then probed one permit
+//     up; a probe that draws no rejection found a permit, and the next,
+//     twice as big, follows a quarter latency later (probe). The limit
+//     follows the permits as the oracle does, at the cost of one rejection
+//     per failed probe, a few per second.
+//   - a target that never rejected grows by slow start (doubling per
+//     window of successes while saturated; BIC's climb towards the last
+//     ceiling once one is known) and is bounded by its latency gradient
+//     (as Netflix's Gradient2): the mean success latency of a window
 //     against a baseline measured at a limit known to be fine. A window
 //     more than tolerance times slower, after the limit grew past that
 //     known-fine limit, means our load queues at the target: the limit
 //     shrinks by the ratio (at most by half). Slower at a known-fine limit
 //     for five windows in a row means the target itself slowed: the
-//     baseline moves.
-//   - probing: while the target is saturated (the balancer keeps it at its
-//     limit) and under 15% of its outcomes are rejections, the limit grows,
-//     like TCP BIC: it doubles while no ceiling is known, climbs halfway to
-//     the last ceiling per window, and past it grows by a step that doubles
-//     every window. A window opens only after the last change's round trip
-//     (half of it for a target that rejects), so growth is clocked by
-//     feedback. A target that is not saturated keeps its limit: there is
-//     no evidence to learn from, and no need. For a target that rejects,
-//     two saturated windows in a row without a single rejection, at or
-//     past the last ceiling, mean its permits grew: the limit then grows
-//     by a quarter per window (whatever the long-run rejection share
-//     still remembers) until a window sees a rejection. An idle permit
-//     costs a whole service time of work; an overshoot costs fast
-//     rejections that callers retry elsewhere.
+//     baseline moves. A window opens only after the last change's round
+//     trip, so growth is clocked by feedback. A target that is not
+//     saturated keeps its limit: there is no evidence to learn from, and
+//     no need.
 //
 // Latencies used for picking are success latencies only: a rejection
 // answers fast and must not make a full target look quick.
 //
-// Options.Params tunes the learner: initial_limit (default 20), min_limit
+// Its settings (Options.Settings, named numbers) tune the learner: initial_limit (default 20), min_limit
 // (1), max_limit (4096), tolerance (2: the latency ratio read as queueing)
-// and backoff (0.9: the cut on a capacity drop).
+// and probe_interval (4: mean success latencies a full, rejecting target
+// holds its limit before probing one permit more).
 type capacityStrategy struct{ cfg capacityConfig }
 
-// capacityConfig holds the learner's knobs. Options.Params may set them
-// under the keys in capacityParams.
+// capacityConfig holds the learner's knobs. The strategy's settings may set
+// them under the keys in capacityParams.
 type capacityConfig struct {
 	initial   float64 // first learned limit
 	min, max  float64 // bounds of a learned limit
 	tolerance float64 // window latency above tolerance x baseline is queueing
-	backoff   float64 // limit after a rejection: backoff x the in-flight then
+	probe     float64 // mean latencies at a steady limit before a probe
 }
 
-var capacityParams = []string{"initial_limit", "min_limit", "max_limit", "tolerance", "backoff"}
+var capacityParams = []string{"initial_limit", "min_limit", "max_limit", "tolerance", "probe_interval"}
 
-func newCapacity(o Options) (Strategy, error) {
-	c := capacityConfig{initial: 20, min: 1, max: 4096, tolerance: 2, backoff: 0.9}
+func newCapacity(set Settings) (Strategy, error) {
+	c := capacityConfig{initial: 20, min: 1, max: 4096, tolerance: 2, probe: 4}
+	params, err := decodeNumbers(set, capacityParams)
+	if err != nil {
+		return nil, err
+	}
 	for _, k := range capacityParams {
-		s, ok := o.Params[k]
+		v, ok := params[k]
 		if !ok {
 			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("params.%s: %q is not a number", k, s)
 		}
 		switch k {
 		case "initial_limit":
@@ -94,21 +89,21 @@ func newCapacity(o Options) (Strategy, error) {
 			c.max = v
 		case "tolerance":
 			c.tolerance = v
-		case "backoff":
-			c.backoff = v
+		case "probe_interval":
+			c.probe = v
 		}
 	}
 	switch {
 	case c.min < 1:
-		return nil, fmt.Errorf("params.min_limit: %v is below 1", c.min)
+		return nil, settingErr("min_limit", "%v is below 1", c.min)
 	case c.max < c.min:
-		return nil, fmt.Errorf("params.max_limit: %v is below min_limit %v", c.max, c.min)
+		return nil, settingErr("max_limit", "%v is below min_limit %v", c.max, c.min)
 	case c.initial < c.min || c.initial > c.max:
-		return nil, fmt.Errorf("params.initial_limit: %v is outside [%v, %v]", c.initial, c.min, c.max)
+		return nil, settingErr("initial_limit", "%v is outside [%v, %v]", c.initial, c.min, c.max)
 	case c.tolerance <= 1:
-		return nil, fmt.Errorf("params.tolerance: %v must be above 1", c.tolerance)
-	case c.backoff <= 0 || c.backoff >= 1:
-		return nil, fmt.Errorf("params.backoff: %v is outside (0, 1)", c.backoff)
+		return nil, settingErr("tolerance", "%v must be above 1", c.tolerance)
+	case c.probe <= 0 || c.probe > 1000:
+		return nil, settingErr("probe_interval", "%v is outside (0, 1000]", c.probe)
 	}
 	return capacityStrategy{cfg: c}, nil
 }
@@ -153,8 +148,8 @@ func (s capacityStrategy) Build(eps []*Endpoint) Picker {
 			if c.limit == 0 || e.Limit() == 0 {
 				// New, or its configured limit was just removed: learn
 				// afresh from the initial limit.
-				c.limit, c.ceiling, c.step, c.holdUntil, c.rejLat = s.cfg.initial, 0, 1, 0, 0
-				c.lastReject, c.warm, c.rejShare, c.rejRun, c.cleanRun = 0, false, 0, 0, 0
+				c.limit, c.ceiling, c.step, c.probeAt = s.cfg.initial, 0, 1, 0
+				c.lastReject, c.warm = 0, false
 				c.baseline, c.baseLimit, c.slow = 0, 0, 0
 				c.resetWindow()
 				c.quietUntil = 0
@@ -194,12 +189,8 @@ type capState struct {
 	baseline   float64 // latency of windows without queueing, ns
 	baseLimit  float64 // a limit known not to queue at baseline latency
 	slow       int     // windows in a row too slow at a known-fine limit
-	holdUntil  int64   // no rejection cut before this clock
-	rejLat     int64   // EWMA of rejection latency, ns
 	lastReject int64   // clock of the last rejection; 0 = none
-	rejShare   float64 // EWMA of the share of outcomes that are rejections
-	rejRun     int     // rejections since the last success
-	cleanRun   int     // saturated windows in a row without a rejection
+	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
 
@@ -216,20 +207,6 @@ type capacityPicker struct {
 	st  []*capState
 	cfg capacityConfig
 }
-
-// The limit stops growing while more than rejectGrow of a target's last
-// few hundred outcomes are rejections, steps down when more than rejectCut
-// are, and is cut multiplicatively when more than rejectDrop are or half
-// the limit (at least rejectRun) come in a row (its capacity just
-// dropped): it settles
-// where a few percent bounce, which keeps the target's permits busy through
-// the round trip between one request and the next.
-const (
-	rejectGrow = 0.15
-	rejectCut  = 0.30
-	rejectDrop = 0.50
-	rejectRun  = 8
-)
 
 // rejectMemory is how long after its last rejection a target counts as
 // one that rejects (and is not judged by its latency).
@@ -299,9 +276,6 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	}
 	if o.Err != nil {
 		if IsRejection(o.Err) {
-			c.rejects++
-			c.rejRun++
-			c.rejShare += (1 - c.rejShare) / 256
 			c.reject(e, o, p.cfg)
 		}
 		return
@@ -309,8 +283,10 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	if lat <= 0 {
 		return
 	}
-	c.rejShare -= c.rejShare / 256
-	c.rejRun = 0
+	if c.lastReject != 0 && o.Now-c.lastReject < int64(rejectMemory) {
+		c.probe(e, o, p.cfg)
+		return
+	}
 	if float64(o.InFlight) > c.limit+1 {
 		// Still draining down to a lowered limit: what we see now is the
 		// old load's latency, and so is the next round trip's.
@@ -338,49 +314,75 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 }
 
 // reject handles a rejection seen with o.InFlight picks outstanding (this
-// one included).
+// one included). The target had every permit taken with at most
+// o.InFlight-1 of our other picks out (ours are out from the pick to the
+// outcome, longer than they hold the target's permit): it has fewer
+// permits than that, and fewer than the limit. Each rejection takes one
+// permit off, no more: an overshoot of k permits answers with k
+// rejections and lands back on the last limit that fitted, and a capacity
+// drop answers every pick sent while the old load drains, so the limit
+// follows the in-flight down to the new permits. Nothing is cut by a
+// factor, so nothing is lost to over-correction.
 func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
-	if lat := int64(o.Latency); lat > 0 {
-		if c.rejLat == 0 {
-			c.rejLat = lat
-		} else {
-			c.rejLat += (lat - c.rejLat) / 8
-		}
+	if c.lastReject == 0 || o.Now-c.lastReject >= int64(rejectMemory) {
+		// First rejection: the target says itself when it is full from
+		// now on; the latency windows no longer decide.
+		c.resetWindow()
+		c.quietUntil = 0
+		c.limit = math.Ceil(c.limit)
 	}
 	c.lastReject = o.Now
-	if o.Now < c.holdUntil {
-		return // a pick sent before the last cut: already accounted for
-	}
-	switch {
-	case c.rejShare >= rejectDrop || float64(c.rejRun) >= max(rejectRun, c.limit/2):
-		// The target's capacity dropped: cut at once to a little under
-		// what it held when it refused.
-		seen := min(max(float64(o.InFlight-1), cfg.min), c.limit)
-		c.ceiling = seen
-		c.limit = max(cfg.min, math.Floor(seen*cfg.backoff))
-	case c.rejShare >= rejectCut:
-		// A little too high: step down.
+	c.step, c.probeAt = 1, 0
+	l := max(cfg.min, min(c.limit-1, float64(o.InFlight-1)))
+	if l < c.limit {
 		c.ceiling = c.limit
-		c.limit = max(cfg.min, c.limit-max(1, math.Floor(c.limit*0.03)))
-	default:
-		// A few rejections are the price of a full target: between a
-		// permit's release and the next request's arrival the target
-		// idles, and only a limit a little above its permits covers that
-		// gap. The caller retries a rejection elsewhere at once.
+		c.limit = l
+		c.baseLimit = min(c.baseLimit, c.limit)
+		c.publish(e)
+	}
+}
+
+// probe handles a success on a target that rejects. While the target
+// stays full (the outcome found every learned permit taken), the limit is
+// held probe_interval mean latencies, then grows by one permit. A probe
+// that draws no rejection within a quarter latency (a rejection answers
+// in far less) found a permit: the next probe comes a quarter latency
+// later and is twice as big (at most a quarter of the limit), so a stage
+// that doubles the permits is found in a few latencies; the first
+// rejection ends the run (reject). One probe that fails costs one
+// rejection per probe_interval.
+func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
+	full := int64(math.Ceil(c.limit))
+	if o.InFlight < full {
+		// Not full at this instant. Between one pick's end and the next
+		// waiter's pick a full target shows a permit or two free, so only
+		// a clearly emptier one (no demand past the limit, nothing to
+		// learn) stops the probe clock; probes themselves wait for a
+		// full target, so a probed permit is a used one.
+		if 4*o.InFlight < 3*full {
+			c.probeAt = 0
+		}
 		return
 	}
-	c.baseLimit = min(c.baseLimit, c.limit)
-	c.step = 1
-	// Rejections of picks sent before the cut come back within about one
-	// rejection round trip; after that, a rejection means the lowered
-	// limit is still too high.
-	hold := 2 * c.rejLat
-	if hold == 0 {
-		hold = int64(time.Millisecond)
+	lat := max(c.lat.Load(), int64(time.Millisecond))
+	if c.probeAt == 0 {
+		wait := int64(cfg.probe * float64(lat))
+		if c.step > 1 {
+			wait = lat / 4
+		}
+		c.probeAt = o.Now + wait
+		return
 	}
-	c.holdUntil = o.Now + hold
+	if o.Now < c.probeAt {
+		return
+	}
+	c.limit = min(cfg.max, c.limit+c.step)
+	if c.limit > c.ceiling {
+		c.ceiling = 0
+	}
+	c.step = min(c.step*2, max(1, math.Floor(c.limit/4)))
+	c.probeAt = o.Now + lat/4
 	c.publish(e)
-	c.changed(o.Now)
 }
 
 // publish sets the endpoint's permits to the learned limit.
@@ -400,40 +402,16 @@ func (c *capState) resetWindow() {
 func (c *capState) changed(now int64) {
 	// The current latency, not the baseline: after an overshoot the round
 	// trip is the long one.
-	quiet := max(int64(c.baseline), c.lat.Load())
-	if c.lastReject != 0 && now-c.lastReject < int64(rejectMemory) {
-		// A target that rejects answers growth with rejections at once,
-		// not a round trip later: half a round trip is enough.
-		quiet /= 2
-	}
-	c.quietUntil = now + quiet
+	c.quietUntil = now + max(int64(c.baseline), c.lat.Load())
 	c.resetWindow()
 }
 
 func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 	old := c.limit
 	saturated := c.n > 0 && c.sat*2 >= c.n
-	// A whole window at the limit without one rejection says the target
-	// has permits we do not use (its capacity grew, or the last ceiling
-	// was a transient): grow at once, whatever the long-run share says,
-	// which still remembers the rejections of a smaller stage.
-	// Only for a target that rejects (one that queues says nothing by
-	// rejections), and only on the second such window in a row at or past
-	// the last ceiling: below it, BIC's climb is quick already, and one
-	// clean window right at the right limit can be chance.
-	rejecting := c.lastReject != 0 && now-c.lastReject < int64(rejectMemory)
-	clean := saturated && c.rejects == 0 && c.n >= 16 && rejecting
-	if clean {
-		c.cleanRun++
-	} else {
-		c.cleanRun = 0
-	}
-	fast := clean && c.warm && c.cleanRun >= 2 && c.limit >= c.ceiling
-	grow := saturated && (c.rejShare < rejectGrow || clean)
+	grow := saturated
 	// 32 samples at least for latency decisions: exponential service times
 	// make the mean of fewer too noisy to tell queueing from chance.
-	// A target that rejected lately says itself when it is full; its
-	// latency is not needed to guess, and may change for its own reasons.
 	if c.n >= 32 {
 		avg := c.sum / float64(c.n)
 		if avg <= cfg.tolerance*c.baseline {
@@ -446,9 +424,6 @@ func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 			c.warm = true
 		case c.baseline == 0:
 			c.baseline, c.baseLimit = avg, c.limit
-		case rejecting:
-			c.baseline += (avg - c.baseline) / 8
-			c.baseLimit = max(c.baseLimit, c.limit)
 		case avg > cfg.tolerance*c.baseline && c.limit > c.baseLimit:
 			// Latency rose past tolerance since we grew beyond a limit
 			// known to be fine: our load queues at the target. Shrink by
@@ -485,15 +460,6 @@ func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 	}
 	if grow {
 		switch {
-		case fast:
-			// Multiplicative: a permit left idle costs a whole service
-			// time of work, an overshoot only fast rejections (retried
-			// elsewhere), and the first rejecting window stops this.
-			c.limit += max(1, c.step, math.Floor(c.limit/4))
-			if c.limit > c.ceiling {
-				c.ceiling = 0
-			}
-			c.step = 1
 		case c.ceiling == 0:
 			c.limit *= 2 // slow start
 		case c.limit < c.ceiling:
