@@ -1,10 +1,8 @@
 package supervisor
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -12,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
@@ -157,15 +154,12 @@ func ParseConfig(data []byte) (Config, error) {
 
 // ParseConfigWith is ParseConfig with a hook that adjusts the decoded config
 // before validation (the command fills the token from the environment).
+// Decoding problems (unknown fields, durations without a unit, values of
+// the wrong kind) come back together as a *confyaml.Error.
 func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 	c := DefaultConfig()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return Config{}, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // empty: defaults
+	doc, err := confyaml.Decode(data, &c) // an empty file: the defaults
+	if err != nil {
 		return Config{}, err
 	}
 	if adjust != nil {
@@ -174,7 +168,7 @@ func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 	if err := c.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {
-			ce.Line = lineOf(&root, ce.Field)
+			ce.Line = doc.Line(ce.Field)
 		}
 		return Config{}, err
 	}
@@ -268,30 +262,4 @@ func (c *Config) Validate() error {
 func (c *Config) Timings() Timings {
 	return Timings{Warmup: c.Warmup, WorkerTimeout: c.WorkerTimeout, TaskTimeout: c.TaskTimeout,
 		Tick: c.Tick, QueryInterval: c.QueryInterval, QueryRetry: c.QueryRetry}
-}
-
-// lineOf finds the line of a dotted field in a YAML document (0 if absent),
-// falling back to the deepest parent present.
-func lineOf(doc *yaml.Node, field string) int {
-	if doc == nil || len(doc.Content) == 0 {
-		return 0
-	}
-	n, line := doc.Content[0], 0
-	for _, part := range strings.Split(field, ".") {
-		if n.Kind != yaml.MappingNode {
-			break
-		}
-		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == part {
-				line, next = n.Content[i].Line, n.Content[i+1]
-				break
-			}
-		}
-		if next == nil {
-			break
-		}
-		n = next
-	}
-	return line
 }

@@ -60,13 +60,16 @@ func TestParseConfigRefusesBadFields(t *testing.T) {
 		{base + "dedup:\n  window: 0s\n", "line 4: dedup.window"},
 		{base + "dedup:\n  max_entries: -1\n", "line 4: dedup.max_entries"},
 		{base + "rebalance:\n  threshold: 2\n", "line 4: rebalance.threshold"},
-		{base + "redundency: 2\n", "line 3: field redundency not found"},
+		{base + "redundency: 2\n", "line 3: redundency: unknown field (did you mean redundancy?)"},
+		{base + "warmup: 5\n", "line 3: warmup: 5 has no unit"},
+		{base + "dedup:\n  windw: 1m\n", "line 4: dedup.windw: unknown field (did you mean window?)"},
+		{"token: t\nsource:\n  type: static\n  timout: 1s\n", "line 4: source.timout: unknown field (did you mean timeout?)"},
 		{base + "warmup: soon\n", "line 3"},
 		{"token: t\n", "source.type: required"},
 		{"token: t\nsource:\n  type: ftp\n", "line 3: source.type: unknown"},
 		{base + "sink:\n  type: nats\n  url: nats://127.0.0.1:4222\n", "line 3: sink.subject: required"},
 		{base + "sink:\n  type: rabbitmq\n  url: http://x\n", "line 5: sink.url"},
-		{"token: [\n", "yaml"},
+		{"token: [\n", "invalid YAML"},
 	}
 	for _, tc := range cases {
 		_, err := ParseConfig([]byte(tc.yaml))
