@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.m = newMetrics(s)
-	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.withConsole(s.routes()), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.loop() }()
 	go func() {

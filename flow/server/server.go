@@ -71,7 +71,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.ln = ln
 	s.http = &http.Server{
-		Handler:           s.routes(),
+		Handler:           s.withConsole(s.routes()),
 		ReadHeaderTimeout: cfg.ReadTimeout, // the body's own clock starts in guard
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),

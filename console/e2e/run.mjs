@@ -1,0 +1,146 @@
+// Browser checks of the web console, one scenario per component, driven by
+// console/e2e_test.go, which starts the real components and passes their
+// addresses in FULCRUM_E2E (JSON). The Go test's control server does what
+// a browser cannot (kill a target, create a task, stop a worker) and then
+// checks the actions' effects on the components themselves.
+//
+//   node run.mjs gateway|flow|supervisor
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const scenario = process.argv[2];
+const env = JSON.parse(process.env.FULCRUM_E2E || '{}');
+const STEP = 30_000; // a bound on a hang, not a claim about speed
+
+function log(...a) { console.log(`[${scenario}]`, ...a); }
+
+async function control(what, body = {}) {
+  const r = await fetch(env.control + '/' + what, { method: 'POST', body: JSON.stringify(body) });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`control ${what}: ${r.status} ${text}`);
+  return JSON.parse(text || '{}');
+}
+
+const profile = mkdtempSync(join(tmpdir(), 'fulcrum-chromium-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: env.chromium || '/usr/bin/chromium',
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  viewport: { width: 1360, height: 860 },
+});
+const page = context.pages()[0] || await context.newPage();
+page.setDefaultTimeout(STEP);
+
+// Every console error and uncaught exception fails the scenario, except
+// the 401s a scenario provokes on purpose (allow401).
+let allow401 = false;
+const errors = [];
+page.on('console', (m) => {
+  if (m.type() !== 'error') return;
+  if (allow401 && /status of 401/.test(m.text())) return;
+  errors.push('console: ' + m.text());
+});
+page.on('pageerror', (e) => errors.push('page error: ' + e.message));
+
+async function shot(name) {
+  if (!env.screenshots) return;
+  // Cosmetic only: let the sparklines gather a few points first.
+  await page.waitForFunction(() => [...document.querySelectorAll('svg.spark polyline')]
+    .every((l) => l.getAttribute('points').split(' ').length >= 6), null, { timeout: 20_000 }).catch(() => {});
+  await page.screenshot({ path: join(env.screenshots, `console-${name}.png`), fullPage: true });
+  log('screenshot', name);
+}
+
+async function useToken(tok) {
+  await page.fill('#token', tok);
+  await page.click('#token-form button');
+}
+
+const scenarios = {
+  async gateway() {
+    allow401 = true;
+    await page.goto(env.url + '/ui/');
+    await page.waitForSelector('#banner[data-kind="refused"]');
+    log('no token: refused banner shown');
+    await useToken(env.token);
+    await page.waitForFunction((n) => document.querySelectorAll('tr[data-state="healthy"]').length === n, env.targets.length);
+    await page.waitForSelector('#banner[data-kind="refused"]', { state: 'hidden' });
+    allow401 = false;
+    log('token accepted: all targets healthy');
+
+    const killed = await control('kill-target');
+    await page.waitForSelector(`tr[data-target="${killed.addr}"][data-state="unhealthy"]`);
+    log('killed target turned unhealthy:', killed.addr);
+
+    const other = env.targets.find((a) => a !== killed.addr);
+    await page.click(`tr[data-target="${other}"] button.disable`);
+    await page.waitForSelector(`tr[data-target="${other}"][data-state="disabled"]`);
+    await control('check-disabled', { addr: other });
+    log('disabled through the page:', other);
+    await shot('gateway');
+  },
+
+  async flow() {
+    await page.goto(env.url + '/ui/');
+    const card = `section[data-type="${env.taskType}"]`;
+    await page.waitForSelector(`${card} table.funnel tr[data-stage]`);
+    log('type card with its funnel shown');
+
+    const before = Number(await page.textContent(`${card} .n[data-status="pending"]`));
+    const created = await control('create-task');
+    await page.waitForFunction(([sel, n]) => Number(document.querySelector(sel)?.textContent) === n,
+      [`${card} .n[data-status="pending"]`, before + 1]);
+    log('created task counted as pending:', created.task_id);
+
+    await page.goto(env.url + `/ui/#tasks?task_type=${env.taskType}&status=pending`);
+    await page.waitForSelector(`tr[data-task="${created.task_id}"]`);
+    await page.click(`tr[data-task="${created.task_id}"] a`);
+    await page.waitForSelector('.taskactions button.cancel');
+    await page.waitForSelector('pre.context');
+    await page.click('.taskactions button.cancel');
+    await page.waitForSelector('dd [data-status="cancelled"]');
+    await control('check-cancelled', { task_id: created.task_id });
+    log('cancelled through the page');
+    await shot('flow-task');
+    await page.goto(env.url + '/ui/#');
+    await page.waitForSelector(`${card} .n[data-status="cancelled"]`);
+    await shot('flow');
+  },
+
+  async supervisor() {
+    allow401 = true;
+    await page.goto(env.url + '/ui/');
+    await page.waitForSelector('#banner[data-kind="refused"]');
+    await useToken(env.token);
+    await page.waitForFunction((n) => document.querySelectorAll('tr[data-worker]').length === n, env.workers.length);
+    await page.waitForSelector('#banner[data-kind="refused"]', { state: 'hidden' });
+    allow401 = false;
+    await page.waitForFunction(() => document.querySelectorAll('tr.task').length > 0 && !document.querySelector('tr.task.deficit'));
+    log('all workers shown, every task fully held');
+
+    const killed = await control('kill-worker');
+    await page.waitForSelector(`tr[data-worker="${killed.worker}"]`, { state: 'detached' });
+    await page.waitForSelector(`ol.events li.death`);
+    log('stopped worker disappeared:', killed.worker);
+    await shot('supervisor');
+  },
+};
+
+let code = 0;
+try {
+  if (!scenarios[scenario]) throw new Error(`unknown scenario ${scenario}`);
+  await scenarios[scenario]();
+  if (errors.length) throw new Error('errors in the page:\n  ' + errors.join('\n  '));
+  log('ok');
+} catch (e) {
+  code = 1;
+  console.error(`[${scenario}] FAILED: ${e.message}`);
+  try { await page.screenshot({ path: join(env.failures || tmpdir(), `console-${scenario}-failure.png`), fullPage: true }); } catch {}
+  try { console.error('page text:\n' + (await page.innerText('body')).slice(0, 3000)); } catch {}
+}
+await context.close();
+rmSync(profile, { recursive: true, force: true });
+process.exit(code);

@@ -1,0 +1,390 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	flowserver "github.com/fulcrum-lb/fulcrum/flow/server"
+	"github.com/fulcrum-lb/fulcrum/gateway"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/demo"
+	"github.com/fulcrum-lb/fulcrum/supervisor"
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
+	workersdk "github.com/fulcrum-lb/fulcrum/supervisor/worker"
+)
+
+// The browser tests run console/e2e/run.mjs in headless Chromium against
+// real components started here; they need node, Chromium
+// (FULCRUM_CHROMIUM, default /usr/bin/chromium) and `npm ci --prefix
+// console/e2e`. Outside CI a missing piece skips them with a message;
+// under CI=true it fails them. FULCRUM_CONSOLE_SCREENSHOTS=docs/img
+// (relative to the repository root) writes the pages' screenshots.
+
+const adminToken = "console-e2e-token"
+
+type browser struct{ node, chromium, dir string }
+
+func needBrowser(t *testing.T) browser {
+	t.Helper()
+	missing := func(what, how string) {
+		msg := fmt.Sprintf("console browser tests need %s (%s)", what, how)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + "; CI must not skip them")
+		}
+		t.Skip(msg)
+	}
+	b := browser{chromium: os.Getenv("FULCRUM_CHROMIUM")}
+	if b.chromium == "" {
+		b.chromium = "/usr/bin/chromium"
+	}
+	var err error
+	if b.node, err = exec.LookPath("node"); err != nil {
+		missing("node", "apt-get install nodejs npm")
+	}
+	if _, err := os.Stat(b.chromium); err != nil {
+		missing("Chromium at "+b.chromium, "apt-get install chromium, or set FULCRUM_CHROMIUM")
+	}
+	b.dir, _ = filepath.Abs("e2e")
+	if _, err := os.Stat(filepath.Join(b.dir, "node_modules", "playwright-core", "package.json")); err != nil {
+		missing("playwright-core in console/e2e/node_modules", "npm ci --prefix console/e2e")
+	}
+	return b
+}
+
+// run runs one scenario of run.mjs with the components' addresses and a
+// control server for what the page cannot do itself.
+func (b browser) run(t *testing.T, scenario string, env map[string]any, control map[string]func(body []byte) (any, error)) {
+	t.Helper()
+	mux := http.NewServeMux()
+	for name, fn := range control {
+		mux.HandleFunc("POST /"+name, func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			out, err := fn(body)
+			if err != nil {
+				t.Errorf("control %s: %v", name, err)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(out)
+		})
+	}
+	ctl := httptest.NewServer(mux)
+	defer ctl.Close()
+	env["control"] = ctl.URL
+	env["chromium"] = b.chromium
+	env["failures"] = t.TempDir()
+	if dir := os.Getenv("FULCRUM_CONSOLE_SCREENSHOTS"); dir != "" {
+		abs, err := filepath.Abs(filepath.Join("..", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env["screenshots"] = abs
+	}
+	cfg, _ := json.Marshal(env)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // bounds a hang
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.node, "run.mjs", scenario)
+	cmd.Dir = b.dir
+	cmd.Env = append(os.Environ(), "FULCRUM_E2E="+string(cfg))
+	out, err := cmd.CombinedOutput()
+	t.Logf("node run.mjs %s:\n%s", scenario, out)
+	if err != nil {
+		t.Fatalf("browser scenario %s failed: %v (failure screenshot in %s)", scenario, err, env["failures"])
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A gateway with an admin token in front of three real upstreams, active
+// health checks and traffic: the page asks for the token, shows the
+// targets, shows a killed target turn unhealthy, and disables another
+// through its button, which the gateway then reports.
+func TestConsoleGateway(t *testing.T) {
+	b := needBrowser(t)
+	ups, err := demo.StartAll([]string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { demo.CloseAll(ups) })
+	var cfgText strings.Builder
+	fmt.Fprintf(&cfgText, "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token: %s}\naccess_log: {enabled: false}\n", adminToken)
+	cfgText.WriteString("upstreams:\n  web:\n    strategy: least_active\n    health:\n      active: {path: /healthz, interval: 100ms, timeout: 1s, healthy_threshold: 1, unhealthy_threshold: 1}\n    targets:\n")
+	var addrs []string
+	for i, u := range ups {
+		fmt.Fprintf(&cfgText, "      - {url: \"http://%s\", weight: %d}\n", u.Addr, i+1)
+		addrs = append(addrs, u.Addr)
+	}
+	cfg, err := config.Parse([]byte(cfgText.String()))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, cfgText.String())
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	stop := traffic(t, "http://"+g.Addr()+"/")
+	defer stop()
+
+	target := func(addr string) gateway.TargetView {
+		for _, u := range g.Upstreams() {
+			for _, tv := range u.Targets {
+				if tv.URL == "http://"+addr {
+					return tv
+				}
+			}
+		}
+		t.Fatalf("no target %s", addr)
+		return gateway.TargetView{}
+	}
+	b.run(t, "gateway", map[string]any{"url": "http://" + g.AdminAddr(), "token": adminToken, "targets": addrs},
+		map[string]func([]byte) (any, error){
+			"kill-target": func([]byte) (any, error) {
+				ups[2].Close()
+				return map[string]string{"addr": ups[2].Addr}, nil
+			},
+			"check-disabled": func(body []byte) (any, error) {
+				var req struct{ Addr string }
+				if err := json.Unmarshal(body, &req); err != nil {
+					return nil, err
+				}
+				if tv := target(req.Addr); !tv.Disabled {
+					return nil, fmt.Errorf("the page disabled %s but the gateway says %+v", req.Addr, tv)
+				}
+				return map[string]bool{"ok": true}, nil
+			},
+		})
+	if tv := target(addrs[0]); tv.Requests == 0 {
+		t.Errorf("target %s kept no requests across the page's change: %+v", addrs[0], tv)
+	}
+}
+
+// traffic sends requests until stopped, so the sparklines have something
+// to draw.
+func traffic(t *testing.T, url string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 2 * time.Second}
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				if resp, err := c.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				time.Sleep(5 * time.Millisecond) // a steady trickle, not a load test
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// A flow server on SQLite with a three-stage type part-way through: the
+// page shows the funnel, counts a task created while it watches, lists it
+// and cancels it from the task's page, which the server then reports.
+func TestConsoleFlow(t *testing.T) {
+	b := needBrowser(t)
+	s, err := flowserver.Start(context.Background(), flowserver.Config{
+		Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db"), Logger: quietLog(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	api := func(path string, in, out any) error {
+		method, body := http.MethodGet, []byte(nil)
+		if in != nil {
+			method = http.MethodPost
+			body, _ = json.Marshal(in)
+		}
+		req, _ := http.NewRequest(method, s.URL()+path, bytes.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+		}
+		if out != nil {
+			return json.Unmarshal(data, out)
+		}
+		return nil
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const typ = "articles"
+	must(api("/v1/register_task", flow.TaskType{TaskType: typ, ScheduleLimit: 50, MaxProcessingMS: 60000, MaxRetryNum: 2, RetryIntervalMS: 1000, MaxRetryIntervalMS: 5000}, nil))
+	var nts []flow.NewTask
+	for i := range 40 {
+		nts = append(nts, flow.NewTask{TaskType: typ, TaskStage: "fetch", TaskContext: json.RawMessage(fmt.Sprintf(`{"url":"https://example.org/a/%d"}`, i))})
+	}
+	must(api("/v1/create_task", flow.CreateTaskRequest{Tasks: nts}, nil))
+	// Move tasks along: fetch -> summarize -> publish, some failing, some
+	// left held, so every stage and status has a count.
+	step := func(n int, next string, status flow.Status, errText string) {
+		var held flow.HoldTasksResponse
+		must(api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: typ, Limit: n, WorkerID: "console-e2e"}, &held))
+		for _, tk := range held.Tasks {
+			if status == flow.StatusProcessing {
+				continue // stays held
+			}
+			must(api("/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: status, TaskStage: next, Error: errText}, nil))
+		}
+	}
+	step(30, "summarize", flow.StatusPending, "")
+	step(3, "", flow.StatusProcessing, "") // the next due are still fetch tasks: 3 held in fetch
+	step(7, "", flow.StatusPending, "")    // ...then the last fetch tasks; summarize ones are due after
+	step(20, "publish", flow.StatusPending, "")
+	step(4, "", flow.StatusFailed, "upstream said 500")
+	step(10, "", flow.StatusSuccess, "")
+
+	// A second type worked steadily in the background, so throughput and
+	// queue wait move; the page's checks are on the first type only.
+	const busy = "thumbnails"
+	must(api("/v1/register_task", flow.TaskType{TaskType: busy, ScheduleLimit: 10, MaxProcessingMS: 60000}, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			_ = api("/v1/create_task", flow.CreateTaskRequest{Tasks: []flow.NewTask{{TaskType: busy, TaskStage: "resize"}, {TaskType: busy, TaskStage: "resize"}}}, nil)
+			var held flow.HoldTasksResponse
+			_ = api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: busy, Limit: 1, WorkerID: "thumbnailer"}, &held)
+			for _, tk := range held.Tasks {
+				_ = api("/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: flow.StatusSuccess}, nil)
+			}
+			time.Sleep(50 * time.Millisecond) // a steady trickle, not a load test
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	b.run(t, "flow", map[string]any{"url": s.URL(), "taskType": typ},
+		map[string]func([]byte) (any, error){
+			"create-task": func([]byte) (any, error) {
+				var out flow.CreateTaskResponse
+				err := api("/v1/create_task", flow.NewTask{TaskType: typ, TaskStage: "fetch", TaskContext: json.RawMessage(`{"url":"https://example.org/new"}`)}, &out)
+				if err != nil {
+					return nil, err
+				}
+				return map[string]string{"task_id": out.TaskIDs[0]}, nil
+			},
+			"check-cancelled": func(body []byte) (any, error) {
+				var req struct {
+					TaskID string `json:"task_id"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					return nil, err
+				}
+				var tk flow.Task
+				if err := api("/v1/get_task?task_id="+req.TaskID, nil, &tk); err != nil {
+					return nil, err
+				}
+				if tk.Status != flow.StatusCancelled {
+					return nil, fmt.Errorf("the page cancelled %s but the server says status %v", req.TaskID, tk.Status)
+				}
+				return map[string]bool{"ok": true}, nil
+			},
+		})
+}
+
+// A supervisor (token required) with three real SDK workers over
+// WebSocket holding six tasks twice each: the page shows the workers and
+// the holders; a worker stopped while it watches leaves the list, its
+// death shows among the events.
+func TestConsoleSupervisor(t *testing.T) {
+	b := needBrowser(t)
+	var tasks []protocol.Task
+	for i := range 6 {
+		tasks = append(tasks, protocol.Task{TaskID: fmt.Sprintf("room-%d", i+1), Spec: json.RawMessage(fmt.Sprintf(`{"room":%d}`, i+1))})
+	}
+	c := supervisor.DefaultConfig()
+	c.Listen = "127.0.0.1:0"
+	c.Token = adminToken
+	c.Warmup = 200 * time.Millisecond
+	c.WorkerTimeout = 1500 * time.Millisecond
+	c.TaskTimeout = 5 * time.Second
+	c.Tick = 50 * time.Millisecond
+	c.Redundancy = 2
+	c.Source = source.Config{Type: source.TypeStatic, Tasks: tasks}
+	c.Sink = sink.Config{Type: sink.TypeStdout}
+	s, err := supervisor.Start(context.Background(), c, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stops := map[string]context.CancelFunc{}
+	var wg sync.WaitGroup
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("worker-%d", i+1)
+		ids = append(ids, id)
+		w, err := workersdk.New(workersdk.Config{
+			URL: "ws://" + s.Addr() + supervisor.WorkerPath, Token: adminToken, WorkerID: id, MaxLoad: 5 + i,
+			ReportInterval: 100 * time.Millisecond,
+			Session: workersdk.SessionFunc(func(ctx context.Context, task protocol.Task, out *workersdk.Output) error {
+				tick := time.NewTicker(250 * time.Millisecond)
+				defer tick.Stop()
+				for n := 0; ; n++ {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-tick.C:
+						out.Seen()
+						out.Emit(fmt.Sprintf("%s-%d", task.TaskID, n), []byte(`{}`))
+					}
+				}
+			}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		stops[id] = stop
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(wctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	b.run(t, "supervisor", map[string]any{"url": "http://" + s.Addr(), "token": adminToken, "workers": ids},
+		map[string]func([]byte) (any, error){
+			"kill-worker": func([]byte) (any, error) {
+				stops["worker-2"]()
+				return map[string]string{"worker": "worker-2"}, nil
+			},
+		})
+}

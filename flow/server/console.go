@@ -1,0 +1,176 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/console"
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+)
+
+// This file is what the web console (docs/console.md) adds to the flow
+// server: its pages at /ui/ and GET /v1/funnel, the tasks of each type by
+// stage and status with the age of the oldest due pending task.
+
+// funnelScan bounds how many tasks of one type and status GET /v1/funnel
+// reads to count them by stage; past it the counts are a sample
+// (Truncated) and /v1/stats has the exact totals per status.
+const funnelScan = 2000
+
+// FunnelResponse is GET /v1/funnel.
+type FunnelResponse struct {
+	Types []TypeFunnel `json:"types"`
+}
+
+// TypeFunnel is one type's tasks by stage.
+type TypeFunnel struct {
+	TaskType string `json:"task_type"`
+	// Stages are ordered by how long their tasks had been in the flow
+	// when last changed (the mean of modify_time - create_time), so a
+	// pipeline's first stage comes first: stages have no declared order.
+	Stages    []StageCounts `json:"stages"`
+	Truncated bool          `json:"truncated,omitempty"`
+	// OldestPendingMS is how long the oldest due pending task has been
+	// due (0 when none is due).
+	OldestPendingMS int64 `json:"oldest_pending_ms"`
+}
+
+// StageCounts counts one stage's tasks by status name.
+type StageCounts struct {
+	Stage  string           `json:"stage"`
+	Counts map[string]int64 `json:"counts"`
+}
+
+// consoleActions are the operator endpoints the console offers buttons
+// for; GET /v1/console says which of them this server has.
+var consoleActions = []string{"cancel_task", "retry_task", "delete_task", "pause_task_type", "resume_task_type"}
+
+// withConsole serves the console's pages at /ui/ without a token (they
+// hold no data), and GET /v1/funnel and GET /v1/console behind the same
+// guard as the API; everything else goes to api.
+func (s *Server) withConsole(api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", console.Handler("flow"))
+	mux.Handle("/ui", console.Handler("flow"))
+	mux.Handle("/v1/funnel", s.guard(s.handle("/v1/funnel", endpoint{http.MethodGet, s.funnel})))
+	actions := actionProbe{api: api}
+	mux.Handle("/v1/console", s.guard(s.handle("/v1/console", endpoint{http.MethodGet, actions.serve})))
+	mux.Handle("/", api)
+	return mux
+}
+
+// actionProbe finds which operator endpoints api serves by asking it, the
+// first time, with a GET: those endpoints want POST, so one that exists
+// answers 405 and does nothing; an unknown path answers 404. Asking the
+// handler itself keeps the console right while the API grows, and spares
+// the browser requests that fail on purpose.
+type actionProbe struct {
+	api  http.Handler
+	mu   sync.Mutex
+	have map[string]bool
+}
+
+// ConsoleResponse is GET /v1/console.
+type ConsoleResponse struct {
+	Actions map[string]bool `json:"actions"`
+}
+
+func (p *actionProbe) serve(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := query(r); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.have == nil {
+		have := map[string]bool{}
+		for _, a := range consoleActions {
+			req := httptest.NewRequest(http.MethodGet, "/v1/"+a, nil)
+			req.Header.Set("Authorization", r.Header.Get("Authorization")) // passed the guard already
+			rec := httptest.NewRecorder()
+			p.api.ServeHTTP(rec, req)
+			have[a] = rec.Code != http.StatusNotFound
+		}
+		p.have = have
+	}
+	return ConsoleResponse{Actions: p.have}, nil
+}
+
+func (s *Server) funnel(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q, err := query(r, "task_type")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if name := q.Get("task_type"); name != "" {
+		if err := flow.ValidateTaskTypeName(name); err != nil {
+			return nil, err
+		}
+		if _, err := s.types.get(r.Context(), name); err != nil {
+			return nil, err
+		}
+		names = []string{name}
+	} else {
+		tts, err := s.st.ListTypes(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		for _, tt := range tts {
+			names = append(names, tt.TaskType)
+		}
+	}
+	out := FunnelResponse{Types: []TypeFunnel{}}
+	t := now()
+	for _, name := range names {
+		tf := TypeFunnel{TaskType: name, Stages: []StageCounts{}}
+		type acc struct {
+			counts map[string]int64
+			age    time.Duration
+			n      int64
+		}
+		stages := map[string]*acc{}
+		for _, st := range flow.AllStatuses() {
+			recs, err := s.st.ListTasks(r.Context(), store.ListFilter{TaskType: name, Status: st, Limit: funnelScan})
+			if err != nil {
+				return nil, err
+			}
+			if len(recs) == funnelScan {
+				tf.Truncated = true
+			}
+			for _, rec := range recs {
+				a := stages[rec.TaskStage]
+				if a == nil {
+					a = &acc{counts: map[string]int64{}}
+					stages[rec.TaskStage] = a
+				}
+				a.counts[st.String()]++
+				a.age += rec.ModifyTime.Sub(rec.CreateTime)
+				a.n++
+			}
+		}
+		mean := map[string]time.Duration{}
+		for name, a := range stages {
+			tf.Stages = append(tf.Stages, StageCounts{Stage: name, Counts: a.counts})
+			mean[name] = a.age / time.Duration(a.n)
+		}
+		sort.Slice(tf.Stages, func(i, j int) bool {
+			a, b := tf.Stages[i].Stage, tf.Stages[j].Stage
+			if mean[a] != mean[b] {
+				return mean[a] < mean[b]
+			}
+			return a < b
+		})
+		due, ok, err := s.st.NextDue(r.Context(), name)
+		if err != nil {
+			return nil, err
+		}
+		if ok && due.Before(t) {
+			tf.OldestPendingMS = t.Sub(due).Milliseconds()
+		}
+		out.Types = append(out.Types, tf)
+	}
+	return out, nil
+}

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// GET /v1/funnel counts each type's tasks by stage and status and says how
+// long the oldest due pending task has waited; GET /v1/console names the
+// operator endpoints this server has; /ui/ serves the console.
+func TestConsoleFunnelAndActions(t *testing.T) {
+	s := start(t, Config{})
+	register(t, s, video)
+	var nts []flow.NewTask
+	for range 5 {
+		nts = append(nts, flow.NewTask{TaskType: "video", TaskStage: "download"})
+	}
+	create(t, s, nts...)
+	held := hold(t, s, "video", 3, 0)
+	for i, tk := range held {
+		req := flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: flow.StatusPending, TaskStage: "encode"}
+		if i == 2 {
+			req = flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: flow.StatusFailed, Error: "bad codec"}
+		}
+		do(t, s, "/v1/set_task", req, nil, 200)
+	}
+	var out FunnelResponse
+	do(t, s, "/v1/funnel", nil, &out, 200)
+	if len(out.Types) != 1 || out.Types[0].TaskType != "video" || out.Types[0].Truncated {
+		t.Fatalf("funnel %+v", out)
+	}
+	got := map[string]map[string]int64{}
+	for _, st := range out.Types[0].Stages {
+		got[st.Stage] = st.Counts
+	}
+	if got["download"]["pending"] != 2 || got["download"]["failed"] != 1 || got["encode"]["pending"] != 2 || len(got) != 2 {
+		t.Errorf("stage counts %v, want download: 2 pending 1 failed, encode: 2 pending", got)
+	}
+	if out.Types[0].Stages[0].Stage != "download" {
+		t.Errorf("stages in order %+v, want download first", out.Types[0].Stages)
+	}
+	if out.Types[0].OldestPendingMS < 0 {
+		t.Errorf("oldest pending %d ms", out.Types[0].OldestPendingMS)
+	}
+	do(t, s, "/v1/funnel?task_type=nope", nil, nil, 404)
+	do(t, s, "/v1/funnel?x=1", nil, nil, 400)
+
+	var cr ConsoleResponse
+	do(t, s, "/v1/console", nil, &cr, 200)
+	if !cr.Actions["cancel_task"] || len(cr.Actions) != len(consoleActions) {
+		t.Errorf("actions %v, want cancel_task present and every action named", cr.Actions)
+	}
+	code, body := call(t, "GET", s.URL()+"/ui/", "")
+	if code != 200 || !strings.Contains(string(body), `data-component="flow"`) {
+		t.Errorf("GET /ui/: %d %.200s", code, body)
+	}
+}
