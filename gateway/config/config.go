@@ -102,6 +102,8 @@ type Upstream struct {
 	HashKey string `yaml:"hash_key"`
 	// Targets are the upstream's servers.
 	Targets []Target `yaml:"targets"`
+	// Discovery finds the targets at run time instead (see discovery.go).
+	Discovery *Discovery `yaml:"discovery"`
 	// Health configures active checks and passive ejection.
 	Health Health `yaml:"health"`
 	// Retry configures retries to other targets.
@@ -127,6 +129,9 @@ type Target struct {
 	MaxConcurrency int `yaml:"max_concurrency"`
 	// Disabled keeps the target configured but unused.
 	Disabled bool `yaml:"disabled"`
+	// StartedAt is when the server started (RFC 3339), as a registry
+	// reports it: warm-up counts from there rather than from first sight.
+	StartedAt Time `yaml:"started_at"`
 
 	// Addr is URL's host:port.
 	Addr string `yaml:"-"`
@@ -633,7 +638,11 @@ func (v *validator) upstream(name string, u *Upstream) {
 	default:
 		v.fail(at("warmup"), "%q is not seed or envoy", u.Warmup)
 	}
-	v.targets(u, at)
+	if u.Discovery != nil {
+		v.discovery(u, at)
+	} else {
+		v.targets(u, at)
+	}
 	if a := u.Health.Active; a != nil {
 		if a.Path == "" {
 			a.Path = "/healthz"

@@ -24,7 +24,8 @@ func ParseTargets(data []byte) ([]Target, error) {
 	var wrapped struct {
 		Targets []Target `yaml:"targets"`
 	}
-	if doc.Kind == yaml.SequenceNode {
+	bare := doc.Kind == yaml.SequenceNode
+	if bare {
 		// Decode a bare list as if it were {targets: [...]} so paths agree.
 		var buf bytes.Buffer
 		buf.WriteString("targets:\n")
@@ -44,13 +45,27 @@ func ParseTargets(data []byte) ([]Target, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&wrapped); err != nil && !errors.Is(err, io.EOF) {
-		return nil, decodeError(&root, err)
+		return nil, unwrapLines(decodeError(&root, err), bare)
 	}
 	v := validator{root: &root}
 	u := &Upstream{Targets: wrapped.Targets}
 	v.targets(u, func(keys ...any) []any { return keys })
 	if len(v.errs) > 0 {
-		return nil, &Error{Problems: v.errs}
+		return nil, unwrapLines(&Error{Problems: v.errs}, bare)
 	}
 	return u.Targets, nil
+}
+
+// unwrapLines takes back the line a bare list was given by wrapping it in
+// "targets:", so errors name the caller's lines.
+func unwrapLines(err error, bare bool) error {
+	var e *Error
+	if bare && errors.As(err, &e) {
+		for _, p := range e.Problems {
+			if p.Line > 1 {
+				p.Line--
+			}
+		}
+	}
+	return err
 }

@@ -1,0 +1,192 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/miekg/dns"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+// DNS resolves a name every refresh: A and AAAA records (the port from the
+// config) or SRV records (port and weight from each record).
+type DNS struct {
+	cfg    config.DNSDiscovery
+	server string
+	log    *slog.Logger
+}
+
+// NewDNS builds a DNS source from a validated block. Without a server it
+// asks the first nameserver of /etc/resolv.conf.
+func NewDNS(c config.DNSDiscovery, log *slog.Logger) (*DNS, error) {
+	d := &DNS{cfg: c, server: c.Server, log: log}
+	if d.server == "" {
+		rc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+		if err != nil || len(rc.Servers) == 0 {
+			return nil, fmt.Errorf("discovery: dns: no server configured and none in /etc/resolv.conf (%v)", err)
+		}
+		d.server = net.JoinHostPort(rc.Servers[0], rc.Port)
+	}
+	return d, nil
+}
+
+// Source is "dns".
+func (d *DNS) Source() string { return "dns" }
+
+// Watch resolves the name now and every refresh.
+func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
+	s := sender{update: update}
+	for {
+		ts, err := d.Lookup(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			d.log.Warn("discovery: dns: lookup failed; keeping the last good targets", "name", d.cfg.Name, "server", d.server, "err", err)
+		default:
+			s.send(ts)
+		}
+		if !sleep(ctx, d.cfg.Refresh.D()) {
+			return
+		}
+	}
+}
+
+// Lookup resolves the name once. No records at all is an error, so a
+// name that briefly vanishes keeps the last good list instead of
+// draining every target.
+func (d *DNS) Lookup(ctx context.Context) ([]Target, error) {
+	var ts []Target
+	if d.cfg.Type == "SRV" {
+		srvs, extra, err := d.query(ctx, d.cfg.Name, dns.TypeSRV)
+		if err != nil {
+			return nil, err
+		}
+		// RFC 2782: only the lowest priority is used; the rest are backups.
+		best := -1
+		for _, rr := range srvs {
+			if s, ok := rr.(*dns.SRV); ok && (best < 0 || int(s.Priority) < best) {
+				best = int(s.Priority)
+			}
+		}
+		for _, rr := range srvs {
+			s, ok := rr.(*dns.SRV)
+			if !ok || int(s.Priority) != best || s.Target == "." {
+				continue
+			}
+			ips := addrsIn(extra, s.Target)
+			if len(ips) == 0 {
+				if ips, err = d.addrs(ctx, s.Target); err != nil {
+					return nil, fmt.Errorf("SRV target %s: %w", s.Target, err)
+				}
+			}
+			// Weight 0 is "rarely picked" in RFC 2782, never "excluded".
+			w := max(int(s.Weight), 1)
+			for _, ip := range ips {
+				ts = append(ts, d.target(ip, int(s.Port), w))
+			}
+		}
+	} else {
+		ips, err := d.addrs(ctx, d.cfg.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range ips {
+			ts = append(ts, d.target(ip, d.cfg.Port, 1))
+		}
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("%s %s: no records", d.cfg.Name, d.cfg.Type)
+	}
+	ts = dedupe(ts)
+	sortTargets(ts)
+	return ts, nil
+}
+
+func (d *DNS) target(ip string, port, weight int) Target {
+	return Target{URL: "http://" + net.JoinHostPort(ip, strconv.Itoa(port)), Weight: weight, MaxConcurrency: d.cfg.MaxConcurrency}
+}
+
+// addrs resolves a name's A and AAAA records.
+func (d *DNS) addrs(ctx context.Context, name string) ([]string, error) {
+	var ips []string
+	var errs []error
+	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		rrs, _, err := d.query(ctx, name, qt)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ips = append(ips, addrsIn(rrs, name)...)
+	}
+	if len(ips) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ips, nil
+}
+
+// addrsIn picks the A/AAAA records for name out of rrs.
+func addrsIn(rrs []dns.RR, name string) []string {
+	var ips []string
+	for _, rr := range rrs {
+		if dns.CanonicalName(rr.Header().Name) != dns.CanonicalName(name) {
+			continue
+		}
+		switch r := rr.(type) {
+		case *dns.A:
+			ips = append(ips, r.A.String())
+		case *dns.AAAA:
+			ips = append(ips, r.AAAA.String())
+		}
+	}
+	return ips
+}
+
+// query asks the server over UDP, again over TCP when the answer was
+// truncated. A name that does not exist is an error; a type without
+// records is not.
+func (d *DNS) query(ctx context.Context, name string, qt uint16) (answer, extra []dns.RR, err error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qt)
+	m.SetEdns0(4096, false)
+	for _, network := range []string{"udp", "tcp"} {
+		c := &dns.Client{Net: network, Timeout: d.cfg.Timeout.D()}
+		qctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout.D())
+		r, _, err := c.ExchangeContext(qctx, m, d.server)
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s %s: %w", name, dns.TypeToString[qt], err)
+		}
+		if r.Truncated && network == "udp" {
+			continue
+		}
+		switch r.Rcode {
+		case dns.RcodeSuccess:
+			return r.Answer, r.Extra, nil
+		case dns.RcodeNameError:
+			return nil, nil, fmt.Errorf("%s: no such name", name)
+		default:
+			return nil, nil, fmt.Errorf("%s %s: server answered %s", name, dns.TypeToString[qt], dns.RcodeToString[r.Rcode])
+		}
+	}
+	return nil, nil, fmt.Errorf("%s %s: truncated over TCP", name, dns.TypeToString[qt])
+}
+
+func dedupe(ts []Target) []Target {
+	seen := map[string]bool{}
+	out := ts[:0]
+	for _, t := range ts {
+		if !seen[t.URL] {
+			seen[t.URL] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+var _ Provider = (*DNS)(nil)

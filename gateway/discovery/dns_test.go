@@ -1,0 +1,112 @@
+package discovery
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/discovery/discoverytest"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+func dnsBlock(server, name, typ string, port int) config.DNSDiscovery {
+	return config.DNSDiscovery{Name: name, Type: typ, Port: port, Server: server,
+		Refresh: config.Duration(50 * time.Millisecond), Timeout: config.Duration(time.Second)}
+}
+
+func TestDNSARecords(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t, "api.test. 5 IN A 127.0.0.2", "api.test. 5 IN A 127.0.0.1", "api.test. 5 IN AAAA ::1")
+	log, logs := newLog()
+	p, err := NewDNS(dnsBlock(srv.Addr, "api.test", "A", 8080), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := watch(t, p)
+	r.await(t, "http://127.0.0.1:8080 w=1, http://127.0.0.2:8080 w=1, http://[::1]:8080 w=1")
+
+	// A record goes: the list shrinks.
+	srv.Set(t, "api.test. 5 IN A 127.0.0.1")
+	r.await(t, "http://127.0.0.1:8080 w=1")
+
+	// The server fails, then the name vanishes: the last good list stays
+	// (nothing is sent) while resolution goes on.
+	sent := r.updates()
+	srv.Fail(dns.RcodeServerFailure)
+	q := srv.Queries()
+	testenv.Eventually(t, "two more refreshes", func() bool { return srv.Queries() >= q+4 })
+	srv.Fail(0)
+	srv.Set(t)
+	q = srv.Queries()
+	testenv.Eventually(t, "two more refreshes", func() bool { return srv.Queries() >= q+4 })
+	if r.updates() != sent {
+		t.Fatalf("a failing resolution sent a list: %s", r.last())
+	}
+	if !strings.Contains(logs.String(), "SERVFAIL") || !strings.Contains(logs.String(), "no such name") {
+		t.Fatalf("failures not logged:\n%s", logs)
+	}
+	srv.Set(t, "api.test. 5 IN A 127.0.0.3")
+	r.await(t, "http://127.0.0.3:8080 w=1")
+}
+
+func TestDNSSRVRecords(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t,
+		"_http._tcp.api.test. 5 IN SRV 10 5 9001 a.api.test.",
+		"_http._tcp.api.test. 5 IN SRV 10 0 9002 b.api.test.",
+		"_http._tcp.api.test. 5 IN SRV 20 9 9003 backup.api.test.",
+		"a.api.test. 5 IN A 127.0.0.1",
+		"b.api.test. 5 IN A 127.0.0.2",
+		"backup.api.test. 5 IN A 127.0.0.9",
+	)
+	p, err := NewDNS(dnsBlock(srv.Addr, "_http._tcp.api.test", "SRV", 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.log = newLogDiscard()
+	r := watch(t, p)
+	// Ports and weights from the records; weight 0 counts as 1; the
+	// priority-20 backup is left out while priority 10 has records.
+	r.await(t, "http://127.0.0.1:9001 w=5, http://127.0.0.2:9002 w=1")
+
+	srv.Set(t,
+		"_http._tcp.api.test. 5 IN SRV 10 7 9001 a.api.test.",
+		"a.api.test. 5 IN A 127.0.0.1",
+	)
+	r.await(t, "http://127.0.0.1:9001 w=7")
+}
+
+func TestCheckRequire(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t, "ok.test. 5 IN A 127.0.0.1")
+	yaml := `
+upstreams:
+  good:
+    discovery:
+      dns: {name: ok.test, port: 80, server: "` + srv.Addr + `", require: true}
+  lax:
+    discovery:
+      dns: {name: missing.test, port: 80, server: "` + srv.Addr + `"}
+  strict:
+    discovery:
+      dns: {name: missing.test, port: 80, server: "` + srv.Addr + `", require: true}
+routes:
+  - upstream: good
+`
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Check(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "upstreams.strict.discovery.dns") || strings.Contains(err.Error(), "lax") || strings.Contains(err.Error(), "good") {
+		t.Fatalf("Check = %v, want an error for strict only", err)
+	}
+	srv.Set(t, "ok.test. 5 IN A 127.0.0.1", "missing.test. 5 IN A 127.0.0.2")
+	if err := Check(context.Background(), cfg); err != nil {
+		t.Fatalf("Check after the name appeared: %v", err)
+	}
+}
