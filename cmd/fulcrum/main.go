@@ -5,12 +5,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
@@ -25,7 +23,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Balance requests, tasks and long-running sessions",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionString(debug.ReadBuildInfo()),
 	}
+	root.SetVersionTemplate("fulcrum {{.Version}}\n") // the same line as `fulcrum version`
 	root.AddCommand(
 		newVersionCmd(),
 		newGatewayCmd(),
@@ -35,16 +35,4 @@ func newRootCmd() *cobra.Command {
 		newSimCmd(),
 	)
 	return root
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fulcrum %s\n", version)
-			return err
-		},
-	}
 }
