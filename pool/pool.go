@@ -60,8 +60,9 @@ type entry struct {
 
 // Pool runs functions on the least-loaded of a fixed set of runners. It is
 // safe for concurrent use. A function run by the pool must not wait for
-// another run on the same pool that could be queued behind it (the seed's
-// "not re-entrant"): with one-at-a-time runners that is a deadlock.
+// another run on the same pool that could be queued behind it (Dart's
+// LoadBalancer is "not reentrant" for the same reason): with one-at-a-time
+// runners that is a deadlock.
 type Pool struct {
 	mu       sync.Mutex
 	heap     []*entry // min-heap by load; every entry is in it outside mu
@@ -323,9 +324,9 @@ func (p *Pool) pick(load int) (*entry, error) {
 	return e, nil
 }
 
-// pickK takes the k least-loaded runners and adds load to each. As in the
-// seed, it removes the k smallest from the heap and pushes them back with
-// their new load, so no runner is taken twice.
+// pickK takes the k least-loaded runners and adds load to each. As Dart's
+// LoadBalancer.runMultiple does, it removes the k smallest from the heap and
+// pushes them back with their new load, so no runner is taken twice.
 func (p *Pool) pickK(k, load int) ([]*entry, error) {
 	out := make([]*entry, 0, k)
 	p.mu.Lock()

@@ -3,7 +3,7 @@ package pool
 import "sync"
 
 // goRunner is the default runner: one long-lived goroutine draining a
-// bounded FIFO queue, so it runs one function at a time (like the seed's
+// bounded FIFO queue, so it runs one function at a time (like a Dart
 // isolate) and never spawns a goroutine per call.
 type goRunner struct {
 	jobs chan *call

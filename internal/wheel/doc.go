@@ -2,8 +2,8 @@
 // by any comparable value, driven by one ticking goroutine (or by the
 // caller's own loop through Advance).
 //
-// Seed 000 runs every worker and task timeout and every poll on one coarse
-// timer because precision of a tick (1 s) is plenty and a runtime timer per
+// The supervisor runs every worker and task timeout and every poll on one
+// coarse timer because precision of a tick (1 s) is plenty and a runtime timer per
 // key is not free. Set (add or reset), Cancel and Len are O(1): a reset only
 // rewrites the key's deadline, and the entry moves to its new slot lazily
 // when the wheel next visits the old one. A timeout fires at the first tick
