@@ -37,8 +37,75 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /tasks", admin(s.getTasks))
 	mux.HandleFunc("POST /tasks", admin(s.postTasks))
 	mux.HandleFunc("POST /rebalance", admin(s.postRebalance))
+	mux.HandleFunc("GET /status", admin(s.getStatus))
 	mux.Handle("GET /metrics", admin(promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	mux.HandleFunc("GET /{$}", admin(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"service": "fulcrum supervisor", "endpoints": endpoints})
+	}))
 	return mux
+}
+
+// endpoints is the index GET / answers with (docs/supervisor.md#admin-api).
+var endpoints = []string{
+	"GET /ws         worker endpoint (WebSocket, docs/supervisor-protocol.md)",
+	"GET /healthz    liveness, no token",
+	"GET /status     phase, role, workers, deficit, sink counters",
+	"GET /workers    live workers, loads",
+	"GET /tasks      who holds what (?deficit=true: only tasks short of holders)",
+	"POST /tasks     add and remove tasks: {\"add\": [...], \"remove\": [...]}",
+	"POST /rebalance move the fewest holdings to even loads (?threshold=0.1)",
+	"GET /metrics    Prometheus metrics",
+}
+
+// Status is GET /status: what `fulcrum supervisor status` prints.
+type Status struct {
+	Phase      string       `json:"phase"`
+	Role       string       `json:"role"`             // alone, leader or standby
+	Term       uint64       `json:"term,omitempty"`   // leadership term (high availability)
+	Leader     string       `json:"leader,omitempty"` // the leader's worker URL, as far as known
+	Redundancy int          `json:"redundancy"`
+	Tasks      int          `json:"tasks"`
+	Deficit    DeficitView  `json:"deficit"`
+	Workers    []WorkerView `json:"workers"`
+	Sink       SinkView     `json:"sink"`
+}
+
+// DeficitView counts tasks short of holders and the holdings missing.
+type DeficitView struct {
+	Tasks   int `json:"tasks"`
+	Holders int `json:"holders"`
+}
+
+// SinkView is the sink's counters.
+type SinkView struct {
+	Type      string `json:"type"`
+	Offered   uint64 `json:"offered"`   // payloads handed to it (first of their key)
+	Published uint64 `json:"published"` // confirmed by the destination
+	Dropped   uint64 `json:"dropped"`   // never to be delivered
+	Pending   int    `json:"pending"`   // waiting in its buffer
+}
+
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
+	out, err := call(r.Context(), s, func(time.Time) Status {
+		e := s.core.Engine()
+		ws := e.Workers()
+		vs := make([]WorkerView, len(ws))
+		for i, wi := range ws {
+			vs[i] = WorkerView{WorkerInfo: wi, Connected: s.conns[wi.ID] != nil}
+		}
+		_, tasks, d, missing := e.Counts()
+		st := Status{Phase: s.core.Phase().String(), Role: "alone", Redundancy: e.K(), Tasks: tasks,
+			Deficit: DeficitView{d, missing}, Workers: vs}
+		s.roleStatus(&st)
+		return st
+	})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	out.Sink = SinkView{Type: s.cfg.Sink.Type, Offered: s.offered.Load(), Published: s.sink.Published(),
+		Dropped: s.sink.Dropped(), Pending: s.sink.Pending()}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -22,7 +22,8 @@ type Config struct {
 	// Listen is the address of the worker endpoint (/ws) and the admin API.
 	Listen string `yaml:"listen"`
 	// Token authenticates workers and admin calls (Authorization: Bearer, or
-	// ?token=). Required.
+	// ?token=); every endpoint but /healthz requires it. Required unless
+	// Listen is a loopback address (then, if empty, nothing is checked).
 	Token string `yaml:"token"`
 	// Warmup: after start, accept workers and assign nothing for this long.
 	Warmup time.Duration `yaml:"warmup"`
@@ -183,11 +184,12 @@ func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
 		return bad("listen", "%q is not host:port", c.Listen)
 	}
-	if c.Token == "" {
-		return bad("token", "required (workers and admin calls authenticate with it)")
+	if c.Token == "" && !isLoopback(host) {
+		return bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it)", c.Listen)
 	}
 	if c.Tick < time.Millisecond {
 		return bad("tick", "%v is below 1ms", c.Tick)
@@ -256,6 +258,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// isLoopback reports whether a listen host is a loopback address or
+// localhost (the rule of the gateway's admin listener).
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Timings returns the lifecycle durations.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,7 @@ func TestParseConfigRefusesBadFields(t *testing.T) {
 		{base + "worker_timeout: 10ms\n", "line 3: worker_timeout: 10ms is shorter than tick"},
 		{base + "warmup: -1s\n", "line 3: warmup"},
 		{base + "listen: nowhere\n", "line 3: listen"},
-		{"source: {type: static}\n", "token: required"},
+		{"listen: 0.0.0.0:7300\nsource: {type: static}\n", "token: required because listen \"0.0.0.0:7300\" is not a loopback address"},
 		{base + "dedup:\n  window: 0s\n", "line 4: dedup.window"},
 		{base + "dedup:\n  max_entries: -1\n", "line 4: dedup.max_entries"},
 		{base + "rebalance:\n  threshold: 2\n", "line 4: rebalance.threshold"},
@@ -94,7 +95,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("parsed config fails Validate: %v", err)
 		}
-		if c.Tick <= 0 || c.Redundancy < 1 || c.Token == "" {
+		if host, _, _ := net.SplitHostPort(c.Listen); c.Tick <= 0 || c.Redundancy < 1 || (c.Token == "" && !isLoopback(host)) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})

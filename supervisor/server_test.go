@@ -755,3 +755,39 @@ func TestGreedyWorkerCapped(t *testing.T) {
 		}
 	}
 }
+
+// GET / lists the endpoints (with the token, like everything but /healthz);
+// GET /status sums up; on loopback without a token nothing is checked.
+func TestAdminIndexStatusAndTokenRule(t *testing.T) {
+	s := startServer(t, testConfig(tasks(0, 3)))
+	if code := adminNoToken(t, s, "/"); code != 401 {
+		t.Fatalf("GET / without the token: %d, want 401", code)
+	}
+	if code := adminNoToken(t, s, "/healthz"); code != 200 {
+		t.Fatalf("GET /healthz without the token: %d, want 200", code)
+	}
+	var idx struct{ Endpoints []string }
+	if code := admin(t, s, "GET", "/", "", &idx); code != 200 || len(idx.Endpoints) == 0 {
+		t.Fatalf("GET /: %d %v", code, idx)
+	}
+	dialWorker(t, s, "w1", 10)
+	eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
+	var st Status
+	if code := admin(t, s, "GET", "/status", "", &st); code != 200 {
+		t.Fatalf("GET /status: %d", code)
+	}
+	if st.Role != "alone" || st.Tasks != 3 || len(st.Workers) != 1 || st.Deficit.Tasks != 3 || st.Sink.Type != "stdout" {
+		t.Fatalf("status %+v: want alone, 3 tasks, 1 worker, 3 tasks short (k=3), stdout sink", st)
+	}
+
+	open := testConfig(tasks(0, 1))
+	open.Token = ""
+	s2 := startServer(t, open)
+	if code := adminNoToken(t, s2, "/tasks"); code != 200 {
+		t.Fatalf("loopback without a token: GET /tasks %d, want 200", code)
+	}
+	open.Listen, open.Token = "0.0.0.0:0", ""
+	if _, err := Start(context.Background(), open, nil); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("off loopback without a token: %v, want a token error", err)
+	}
+}

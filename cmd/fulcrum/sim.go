@@ -65,7 +65,8 @@ func newSimRoomsCmd() *cobra.Command {
 				defer cancel()
 				_ = srv.Shutdown(sctx)
 			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "sim rooms: %d rooms on http://%s/rooms\n", s.Stats().Rooms, ln.Addr())
+			// stderr: stdout may be a pipe of JSON lines (run.sh's is the sink's).
+			fmt.Fprintf(cmd.ErrOrStderr(), "sim rooms: %d rooms on http://%s/rooms\n", s.Stats().Rooms, ln.Addr())
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}

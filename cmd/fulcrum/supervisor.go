@@ -68,23 +68,23 @@ next supervisor, whose warm-up lets them keep what they hold.`,
 	if w := newSupervisorWorkerCmd(); w != nil {
 		cmd.AddCommand(w)
 	}
+	cmd.AddCommand(newSupervisorStatusCmd())
 	return cmd
 }
 
 // loadSupervisorConfig reads the file, taking the token from FULCRUM_TOKEN
-// when the file has none.
+// when the file has none (without either, only a loopback listener is
+// allowed, and it checks no token).
 func loadSupervisorConfig(path string) (supervisor.Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("supervisor config: %w", err)
 	}
-	cfg, err := supervisor.ParseConfig(data)
-	var ce *supervisor.ConfigError
-	if errors.As(err, &ce) && ce.Field == "token" {
-		if tok := os.Getenv("FULCRUM_TOKEN"); tok != "" {
-			cfg, err = supervisor.ParseConfigWith(data, func(c *supervisor.Config) { c.Token = tok })
+	cfg, err := supervisor.ParseConfigWith(data, func(c *supervisor.Config) {
+		if c.Token == "" {
+			c.Token = os.Getenv("FULCRUM_TOKEN")
 		}
-	}
+	})
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("supervisor config %s: %w", path, err)
 	}

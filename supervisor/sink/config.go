@@ -30,8 +30,14 @@ type Config struct {
 	// Exchange (rabbitmq) to publish to; empty means the default exchange,
 	// which routes by queue name, so RoutingKey must then name a queue.
 	Exchange string `yaml:"exchange"`
-	// RoutingKey (rabbitmq) of every message.
+	// RoutingKey (rabbitmq) of every message; with Queue and the default
+	// exchange it defaults to the queue's name.
 	RoutingKey string `yaml:"routing_key"`
+	// Queue (rabbitmq): a durable queue the sink declares at start (and
+	// binds to Exchange with RoutingKey), so that what it publishes has
+	// somewhere to go. Without it the sink only checks that the exchange,
+	// or with the default exchange the queue RoutingKey names, exists.
+	Queue string `yaml:"queue"`
 	// Subject (nats) to publish on; no wildcards.
 	Subject string `yaml:"subject"`
 	// JetStream (nats): publish through JetStream and wait for its ack; a
@@ -75,7 +81,7 @@ func (c *Config) Validate() error {
 	case TypeStdout:
 		for _, f := range []struct{ name, val, typ string }{
 			{"url", c.URL, "rabbitmq or nats"}, {"exchange", c.Exchange, TypeRabbitMQ},
-			{"routing_key", c.RoutingKey, TypeRabbitMQ}, {"subject", c.Subject, TypeNATS},
+			{"routing_key", c.RoutingKey, TypeRabbitMQ}, {"queue", c.Queue, TypeRabbitMQ}, {"subject", c.Subject, TypeNATS},
 		} {
 			if err := only(f.name, f.val, f.typ); err != nil {
 				return err
@@ -86,7 +92,13 @@ func (c *Config) Validate() error {
 			return err
 		}
 		if c.Exchange == "" && c.RoutingKey == "" {
-			return fmt.Errorf("sink.routing_key: required when sink.exchange is empty (the default exchange routes by queue name)")
+			c.RoutingKey = c.Queue
+		}
+		if c.Exchange == "" && c.RoutingKey == "" {
+			return fmt.Errorf("sink.routing_key: required when sink.exchange is empty (the default exchange routes by queue name; or set sink.queue)")
+		}
+		if c.Exchange == "" && c.Queue != "" && c.RoutingKey != c.Queue {
+			return fmt.Errorf("sink.routing_key: %q would not reach sink.queue %q through the default exchange, which routes by queue name", c.RoutingKey, c.Queue)
 		}
 		if err := only("subject", c.Subject, TypeNATS); err != nil {
 			return err
@@ -102,7 +114,7 @@ func (c *Config) Validate() error {
 			strings.HasSuffix(c.Subject, ".") || strings.Contains(c.Subject, "..") {
 			return fmt.Errorf("sink.subject: %q is not a publishable subject (no wildcards, spaces or empty tokens)", c.Subject)
 		}
-		for _, f := range []struct{ name, val string }{{"exchange", c.Exchange}, {"routing_key", c.RoutingKey}} {
+		for _, f := range []struct{ name, val string }{{"exchange", c.Exchange}, {"routing_key", c.RoutingKey}, {"queue", c.Queue}} {
 			if err := only(f.name, f.val, TypeRabbitMQ); err != nil {
 				return err
 			}

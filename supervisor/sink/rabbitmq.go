@@ -39,18 +39,14 @@ func amqpDialer(c Config) dialFunc {
 		if err != nil {
 			return nil, fmt.Errorf("sink.url: connect to %s: %w", u.Redacted(), err)
 		}
+		if err := declare(conn, c); err != nil {
+			conn.Close()
+			return nil, err
+		}
 		ch, err := conn.Channel()
 		if err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("sink: open channel: %w", err)
-		}
-		if c.Exchange != "" {
-			// Passive: never create or change the user's topology, only
-			// check it exists so a typo fails at start.
-			if err := ch.ExchangeDeclarePassive(c.Exchange, "direct", false, false, false, false, nil); err != nil {
-				conn.Close()
-				return nil, fmt.Errorf("sink.exchange: %q: %w", c.Exchange, err)
-			}
 		}
 		if err := ch.Confirm(false); err != nil {
 			conn.Close()
@@ -62,6 +58,47 @@ func amqpDialer(c Config) dialFunc {
 		p.returns = ch.NotifyReturn(make(chan amqp.Return, maxBatch))
 		return p, nil
 	}
+}
+
+// declare makes sure what the sink publishes to can take it, so a missing
+// queue fails at start instead of every message being dropped as
+// unroutable: it declares sink.queue (durable) and binds it to the
+// exchange; without a queue it checks passively that the exchange exists
+// (its type and bindings are the user's), or, with the default exchange,
+// that the queue the routing key names does.
+// It uses a channel of its own: a failed passive declaration closes it.
+func declare(conn *amqp.Connection, c Config) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("sink: open channel: %w", err)
+	}
+	defer ch.Close()
+	if c.Exchange != "" {
+		if err := ch.ExchangeDeclarePassive(c.Exchange, "direct", false, false, false, false, nil); err != nil {
+			return fmt.Errorf("sink.exchange: %q: %w (declare it; the sink does not create exchanges, whose type is yours to choose)", c.Exchange, err)
+		}
+	}
+	switch {
+	case c.Queue != "":
+		if _, err := ch.QueueDeclare(c.Queue, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("sink.queue: declare %q: %w", c.Queue, err)
+		}
+		if c.Exchange != "" {
+			if err := ch.QueueBind(c.Queue, c.RoutingKey, c.Exchange, false, nil); err != nil {
+				return fmt.Errorf("sink.queue: bind %q to exchange %q with key %q: %w", c.Queue, c.Exchange, c.RoutingKey, err)
+			}
+		}
+	case c.Exchange == "":
+		_, err := ch.QueueDeclarePassive(c.RoutingKey, false, false, false, false, nil)
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+			return nil // it exists, exclusive to another connection: it still takes messages
+		}
+		if err != nil {
+			return fmt.Errorf("sink.routing_key: no queue %q: every message would be dropped as unroutable (declare the queue, or set sink.queue to have the sink declare it): %w", c.RoutingKey, err)
+		}
+	}
+	return nil
 }
 
 type amqpPub struct {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
@@ -208,11 +210,12 @@ func TestBrokerBufferFull(t *testing.T) {
 	}
 }
 
-// A routing key that reaches no queue: the broker confirms but cannot route,
-// and the sink counts those messages as dropped instead of published.
+// A routing key that reaches no queue through an existing exchange: the
+// broker confirms but cannot route, and the sink counts those messages as
+// dropped instead of published.
 func TestRabbitUnroutableCounted(t *testing.T) {
 	c, _ := setup(t, "rabbitmq")
-	c.RoutingKey = name(t, "nowhere")
+	c.Exchange, c.RoutingKey = "amq.direct", name(t, "nowhere")
 	s, err := Open(context.Background(), c, testLog(t))
 	if err != nil {
 		t.Fatal(err)
@@ -228,6 +231,41 @@ func TestRabbitUnroutableCounted(t *testing.T) {
 	}
 }
 
+// With sink.queue the sink declares a durable queue and binds it to the
+// exchange: every message is routed, none dropped.
+func TestRabbitDeclaresQueue(t *testing.T) {
+	c, _ := setup(t, "rabbitmq")
+	q := name(t, "declared")
+	conn, err := amqp.Dial(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = ch.QueueDelete(q, false, false, false) }()
+	c.Exchange, c.RoutingKey, c.Queue = "amq.direct", q, q
+	s, err := Open(context.Background(), c, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		_ = s.Publish(context.Background(), msg(i))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Published() != 10 || s.Dropped() != 0 {
+		t.Fatalf("published %d dropped %d, want 10 and 0", s.Published(), s.Dropped())
+	}
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil || st.Messages != 10 {
+		t.Fatalf("queue %s holds %d messages (%v), want 10", q, st.Messages, err)
+	}
+}
+
 func TestOpenFailsOnBadDestination(t *testing.T) {
 	c, _ := setup(t, "rabbitmq")
 	jc, _ := setup(t, "jetstream")
@@ -238,6 +276,7 @@ func TestOpenFailsOnBadDestination(t *testing.T) {
 		c             Config
 	}{
 		{"missing exchange", "sink.exchange", Config{Type: TypeRabbitMQ, URL: c.URL, Exchange: name(t, "nope")}},
+		{"missing queue on the default exchange", "sink.routing_key", Config{Type: TypeRabbitMQ, URL: c.URL, RoutingKey: name(t, "noqueue")}},
 		{"rabbitmq unreachable", "sink.url", Config{Type: TypeRabbitMQ, URL: "amqp://guest:guest@" + ln.addr() + "/", RoutingKey: "q"}},
 		{"nats unreachable", "sink.url", Config{Type: TypeNATS, URL: "nats://" + ln.addr(), Subject: "a"}},
 		{"no stream for subject", "sink.subject", Config{Type: TypeNATS, URL: jc.URL, Subject: name(t, "nostream"), JetStream: true}},
