@@ -65,6 +65,7 @@ type clientConn struct {
 	// The request in flight, as the fast transport's exchange needs it.
 	n          int64   // body length (0: none)
 	buffered   bool    // the body is in body (or there is none)
+	streamed   bool    // an unbuffered body started going to a target
 	isHead     bool    // HEAD: the response has no body
 	idemKey    bool    // the request carries an Idempotency-Key
 	replayable bool    // see request.replayable

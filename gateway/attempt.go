@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/gateway/health"
 )
 
 // The attempt loop: one request's tries at an upstream's targets, shared
@@ -225,9 +226,9 @@ func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchange
 
 // wait queues for a permit until max_wait passes or the client leaves;
 // a client that left takes no permit (Wait returns none on a done ctx).
-func (up *upstream) wait(ctx context.Context, g *Gateway, info balance.PickInfo) (balance.Pick, error) {
+func (up *upstream) wait(client context.Context, g *Gateway, info balance.PickInfo) (balance.Pick, error) {
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, up.cfg.Queue.MaxWait.D())
+	ctx, cancel := context.WithTimeout(client, up.cfg.Queue.MaxWait.D())
 	waiting := g.metrics.waiting.WithLabelValues(up.name)
 	waiting.Inc()
 	p, err := up.bal.Wait(ctx, info)
@@ -236,6 +237,9 @@ func (up *upstream) wait(ctx context.Context, g *Gateway, info balance.PickInfo)
 	outcome := "served"
 	if err != nil {
 		outcome = "timeout"
+		if client.Err() != nil {
+			outcome = "client_gone"
+		}
 		err = balance.ErrAtCapacity
 	}
 	g.metrics.queued.WithLabelValues(up.name, outcome).Inc()
@@ -281,4 +285,23 @@ func isIdempotent(m []byte) bool {
 func retryAfter(wait time.Duration) []byte {
 	s := max(int64((wait+time.Second-1)/time.Second), 1)
 	return []byte("Retry-After: " + strconv.FormatInt(s, 10) + "\r\n")
+}
+
+// healthLog passes active checks' verdicts to the balancer and logs each
+// transition once, with the probes that decided it.
+type healthLog struct {
+	g  *Gateway
+	up *upstream
+	th health.Config
+}
+
+func (h healthLog) SetHealthy(addr string, ok bool) error {
+	if ok {
+		h.g.log.Info("target healthy", "upstream", h.up.name, "target", addr,
+			"cause", strconv.Itoa(h.th.HealthyThreshold)+" passed probes in a row of "+h.th.Path)
+	} else {
+		h.g.log.Warn("target unhealthy", "upstream", h.up.name, "target", addr,
+			"cause", strconv.Itoa(h.th.UnhealthyThreshold)+" failed probes in a row of "+h.th.Path)
+	}
+	return h.up.bal.SetHealthy(addr, ok)
 }

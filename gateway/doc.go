@@ -2,18 +2,25 @@
 // to a named upstream, picks a target with the upstream's balance strategy,
 // forwards the request and relays the response.
 //
-// A request flows listener → route → pick → target connection → response:
+// A request's path reads file by file:
 //
-//   - Cleartext HTTP/1.1 requests with no body or a Content-Length body take
-//     the fast path (fast.go): one goroutine per client connection, heads
-//     parsed in place by internal/h1, a keep-alive connection pool per
-//     target (pool.go), pooled buffers, no per-request goroutine or map.
-//   - Everything else — HTTP/2 (h2c or TLS), WebSocket and other upgrades,
-//     chunked uploads, Expect: 100-continue, HTTP/1.0 clients — is handed,
-//     connection and all, to a net/http server whose handler is
-//     httputil.ReverseProxy over the same picks and retries (slow.go).
+//   - accept.go: connections, and each one's read loop;
+//   - parse.go (with internal/h1): the head, parsed in place and checked
+//     strictly; the head sent upstream;
+//   - route.go: host and path to an upstream, and the hash key;
+//   - attempt.go: the attempt loop, shared by both transports — pick a
+//     target, exchange, decide (relay, retry under the replay rule, or
+//     answer with a reason), report to the balancer;
+//   - transport_fast.go: cleartext HTTP/1.1 with no body or a
+//     Content-Length body, over keep-alive pools (pool.go), nothing
+//     allocated per request; transport_slow.go: everything else (HTTP/2,
+//     TLS, upgrades, chunked uploads, Expect, HTTP/1.0), handed connection
+//     and all to net/http and httputil.ReverseProxy, whose RoundTrip runs
+//     the same attempt loop;
+//   - relay.go: the response to the client, and the gateway's own answers;
+//   - log.go: one access line per request.
 //
-// Both paths share the upstream runtime (runtime.go): balancer, retry
+// Both transports share the upstream runtime (runtime.go): balancer, retry
 // budget, queueing on capacity and metrics. Reload and the admin API
 // replace the runtime atomically; upstreams and targets that stay keep
 // their balancer state and pooled connections.

@@ -36,7 +36,7 @@ func newMetrics(targets func() []*upstream) *metrics {
 		}, []string{"upstream", "target"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fulcrum_gateway_retries_total",
-			Help: "Retries to another target, by upstream and reason (connect_error, timeout, status).",
+			Help: "Retries to another target, by upstream and reason (connect_error, reset, timeout, status).",
 		}, []string{"upstream", "reason"}),
 		retryDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fulcrum_gateway_retries_denied_total",
@@ -44,7 +44,7 @@ func newMetrics(targets func() []*upstream) *metrics {
 		}, []string{"upstream"}),
 		queued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fulcrum_gateway_queue_waits_total",
-			Help: "Requests that waited for capacity, by upstream and outcome (served, timeout).",
+			Help: "Requests that waited for capacity, by upstream and outcome (served, timeout, client_gone).",
 		}, []string{"upstream", "outcome"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fulcrum_gateway_queue_wait_seconds",

@@ -59,7 +59,7 @@ func (cc *clientConn) serveOne() bool {
 	cc.buildHead(r)
 	_, _ = cc.br.Discard(r.Size) // r's slices are invalid from here on
 
-	cc.n, cc.buffered = n, n == 0
+	cc.n, cc.buffered, cc.streamed = n, n == 0, false
 	if n > 0 && n <= int64(up.cfg.Retry.BufferBody) {
 		if cap(cc.body) < int(n) {
 			cc.body = make([]byte, n)
@@ -89,10 +89,10 @@ func (cc *clientConn) serveOne() bool {
 		if cc.buffered {
 			unread = 0
 		}
-		if unread > 0 && res.reason != reasonAtCapacity && res.reason != reasonNoTarget {
-			clientClose = true // the body is partly sent, or unread
+		if cc.streamed {
+			unread, clientClose = 0, true // some of the body went to a target: the rest is not worth reading
 		}
-		return cc.skipBody(unread) && cc.local(res.code, failureBody(res.code, res.reason), clientClose, hdr) && !clientClose
+		return cc.skipBody(unread) && cc.local(res.code, failureBody(res.code, res.reason), clientClose, hdr)
 	}
 	uc := cc.uc
 	cc.uc = nil
@@ -202,6 +202,7 @@ func (cc *clientConn) send(uc *upConn) error {
 		} else {
 			cc.deadline = time.Now().Add(cc.g.cfg().Timeouts.Idle.D())
 			_ = cc.c.SetReadDeadline(cc.deadline)
+			cc.streamed = true
 			if err := h1.CopyN(uc.bw, cc.br, cc.n); err != nil {
 				var we *h1.WriteError
 				if !errors.As(err, &we) {

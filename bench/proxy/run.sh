@@ -6,6 +6,9 @@
 #
 #   bench/proxy/run.sh                 # ROUNDS=3 DURATION=8s CONNS=64 THREADS=2
 #   ROUNDS=5 bench/proxy/run.sh
+#   FULCRUM_BEFORE=/tmp/fulcrum-old ONLY="fulcrum before" bench/proxy/run.sh
+#                                      # a before/after row: another fulcrum
+#                                      # binary, same config, same rounds
 #
 # Rows: direct = wrk straight at one upstream (the ceiling); fulcrum =
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
@@ -22,6 +25,7 @@ DURATION=${DURATION:-8s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
+FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -126,7 +130,7 @@ CADDY
 
 port_of() {
 	case $1 in
-	direct) echo 19001 ;; fulcrum | fulcrum-1p) echo 18080 ;; nginx) echo 18081 ;;
+	direct) echo 19001 ;; fulcrum | fulcrum-1p | before) echo 18080 ;; nginx) echo 18081 ;;
 	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
 	esac
 }
@@ -136,6 +140,7 @@ start() {
 	direct) return 0 ;;
 	fulcrum) "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum.log" 2>&1 & ;;
 	fulcrum-1p) GOMAXPROCS=1 "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum-1p.log" 2>&1 & ;;
+	before) "$FULCRUM_BEFORE" gateway --config "$work/fulcrum.yaml" >"$work/before.log" 2>&1 & ;;
 	nginx) nginx -c "$work/nginx.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
 	haproxy) haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;

@@ -1,0 +1,145 @@
+package gateway_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// badTarget misbehaves on every request in one way: "refuse" (nothing
+// listens), "reset" (reads the whole request, then resets the
+// connection), "503" (answers 503) or "hang" (reads it and never
+// answers). n counts the requests that reached it.
+type badTarget struct {
+	addr string
+	n    atomic.Int64
+}
+
+func newBadTarget(t *testing.T, mode string) *badTarget {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &badTarget{addr: ln.Addr().String()}
+	if mode == "refuse" {
+		ln.Close()
+		return b
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					b.n.Add(1)
+					switch mode {
+					case "reset":
+						c.(*net.TCPConn).SetLinger(0)
+						return
+					case "503":
+						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nbad")
+					case "hang":
+						io.Copy(io.Discard, c)
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return b
+}
+
+// The retry decision, as a table both transports run: the first target
+// (round robin's first pick) fails in one way, the second answers. What
+// may go to the second target is the replay rule: nothing written to
+// the first, or a replayable request (idempotent method or
+// Idempotency-Key, and a body sent from the buffer). A retried status
+// needs the latter; a timeout is retried only when retry.on lists it.
+func TestRetryDecisionTable(t *testing.T) {
+	type req struct {
+		method, key string
+		body        int // bytes; buffer_body is 16
+	}
+	get := req{"GET", "", 0}
+	post := req{"POST", "", 5}
+	postKey := req{"POST", "k", 5}
+	bigPost := req{"POST", "k", 100}
+	put := req{"PUT", "", 5}
+	cases := []struct {
+		mode    string
+		r       req
+		code    int    // what the client gets
+		reached int64  // requests the second target got
+		reason  string // the body's reason, for a gateway-made answer
+	}{
+		{"refuse", get, 200, 1, ""},
+		{"refuse", post, 200, 1, ""},
+		{"refuse", bigPost, 200, 1, ""},
+		{"reset", get, 200, 1, ""},
+		{"reset", put, 200, 1, ""},
+		{"reset", post, 502, 0, "reset"},
+		{"reset", postKey, 200, 1, ""},
+		{"reset", bigPost, 502, 0, "reset"},
+		{"503", get, 200, 1, ""},
+		{"503", post, 503, 0, ""},
+		{"503", postKey, 200, 1, ""},
+		{"503", bigPost, 503, 0, ""},
+		{"hang", get, 504, 0, "timeout"},
+		{"hang", post, 504, 0, "timeout"},
+	}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	transports := map[string]*http.Client{
+		"fast":     client(),
+		"net/http": {Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}, // h2c: served by net/http
+	}
+	for tname, c := range transports {
+		for _, tc := range cases {
+			name := fmt.Sprintf("%s/%s/%s%s-%d", tname, tc.mode, tc.r.method, tc.r.key, tc.r.body)
+			t.Run(name, func(t *testing.T) {
+				bad := newBadTarget(t, tc.mode)
+				good := newBackend(t, "good")
+				g := start(t, base+"h2c: true\ntimeouts: {response_header: 300ms}\nupstreams:\n  api:\n    strategy: round_robin\n    targets:\n"+
+					"      - {url: \"http://"+bad.addr+"\"}\n      - {url: \""+good.url()+"\"}\n"+
+					"    retry: {attempts: 2, on: [connect_error, 503], buffer_body: 16}\n")
+				var body io.Reader
+				if tc.r.body > 0 {
+					body = strings.NewReader(strings.Repeat("x", tc.r.body))
+				}
+				hdr := []string{}
+				if tc.r.key != "" {
+					hdr = append(hdr, "Idempotency-Key", tc.r.key)
+				}
+				r := do(t, c, tc.r.method, "http://"+g.Addr()+"/", body, hdr...)
+				if r.code != tc.code {
+					t.Errorf("status %d %q, want %d", r.code, r.body, tc.code)
+				}
+				if got := good.hits.Load(); got != tc.reached {
+					t.Errorf("the second target got %d requests, want %d", got, tc.reached)
+				}
+				if tc.mode != "refuse" && bad.n.Load() != 1 {
+					t.Errorf("the first target got %d requests, want 1", bad.n.Load())
+				}
+				if tc.reason != "" && !strings.Contains(r.body, ": "+tc.reason) {
+					t.Errorf("body %q lacks the reason %q", r.body, tc.reason)
+				}
+			})
+		}
+	}
+}
