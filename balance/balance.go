@@ -65,7 +65,7 @@ func New(strategy string, opts Options) (*Balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := f(opts)
+	st, err := f(opts.Settings)
 	if err != nil {
 		return nil, fmt.Errorf("balance: strategy %q: %w", strategy, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -35,15 +36,53 @@ func TestUnknownStrategyAndBadOptions(t *testing.T) {
 		o     Options
 		field string
 	}{
-		{Options{Warmup: "linear"}, "warmup"},
-		{Options{Hash: "crc"}, "hash"},
-		{Options{BoundFactor: 0.9}, "bound_factor"},
+		{Options{Warmup: "cubic"}, "warmup"},
 		{Options{Passive: Passive{MaxFailures: -1}}, "passive.max_failures"},
 		{Options{Passive: Passive{MaxEjectedPercent: 101}}, "passive.max_ejected_percent"},
-		{Options{VirtualNodes: -3}, "virtual_nodes"},
 	} {
 		if _, err := New("random", tc.o); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("options %+v: err = %v, want one naming %q", tc.o, err, tc.field)
+		}
+	}
+}
+
+// Each strategy decodes and checks its own settings: a bad one fails New
+// with a *FieldError naming the key, and settings of the wrong type (or
+// any settings for a strategy without knobs) are refused.
+func TestStrategySettings(t *testing.T) {
+	for _, tc := range []struct {
+		strategy string
+		s        Settings
+		field    string // "" = valid; "-" = an error that is not a field's
+	}{
+		{"hash", SettingsFrom(HashSettings{Function: "md5", VirtualNodes: 5}), ""},
+		{"hash", SettingsFrom(HashSettings{Function: "crc"}), "function"},
+		{"hash", SettingsFrom(&HashSettings{VirtualNodes: -3}), "virtual_nodes"},
+		{"bounded_hash", SettingsFrom(BoundedHashSettings{LoadBound: 1.5, HashSettings: HashSettings{VirtualNodes: 64}}), ""},
+		{"bounded_hash", SettingsFrom(BoundedHashSettings{LoadBound: 0.9}), "load_bound"},
+		{"bounded_hash", SettingsFrom(BoundedHashSettings{LoadBound: math.NaN()}), "load_bound"},
+		{"bounded_hash", SettingsFrom(HashSettings{}), "-"},
+		{"p2c", SettingsFrom(P2CSettings{Decay: time.Second}), ""},
+		{"p2c", SettingsFrom(P2CSettings{Decay: -time.Second}), "decay"},
+		{"shortest_response", SettingsFrom(ShortestResponseSettings{Window: time.Minute}), ""},
+		{"shortest_response", SettingsFrom(ShortestResponseSettings{Window: -1}), "window"},
+		{"capacity", SettingsFrom(map[string]float64{"initial_limit": 50}), ""},
+		{"capacity", SettingsFrom(map[string]float64{"initial": 50}), "initial"},
+		{"round_robin", nil, ""},
+		{"round_robin", SettingsFrom(P2CSettings{}), "-"},
+	} {
+		_, err := New(tc.strategy, Options{Settings: tc.s})
+		if cerr := Check(tc.strategy, tc.s); (cerr == nil) != (err == nil) {
+			t.Errorf("%s %+v: Check says %v, New says %v", tc.strategy, tc.s, cerr, err)
+		}
+		var fe *FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s %+v: %v", tc.strategy, tc.s, err)
+		case tc.field == "-" && (err == nil || errors.As(err, &fe)):
+			t.Errorf("%s %+v: err = %v, want a non-field error", tc.strategy, tc.s, err)
+		case tc.field != "" && tc.field != "-" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%s %+v: err = %v, want a *FieldError for %q", tc.strategy, tc.s, err, tc.field)
 		}
 	}
 }
@@ -65,13 +104,13 @@ func (p firstPicker) Pick(info PickInfo) *Endpoint {
 
 func TestRegisterCustomStrategy(t *testing.T) {
 	r := NewRegistry()
-	if err := r.Register("first", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err != nil {
+	if err := r.Register("first", func(Settings) (Strategy, error) { return firstStrategy{}, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Register("first", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
+	if err := r.Register("first", func(Settings) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
 		t.Fatal("registering a name twice succeeded")
 	}
-	if err := r.Register("round_robin", func(Options) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
+	if err := r.Register("round_robin", func(Settings) (Strategy, error) { return firstStrategy{}, nil }); err == nil {
 		t.Fatal("a plug-in replaced a built-in")
 	}
 	if !slices.Contains(r.Names(), "first") {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,9 @@ type capClock struct{ ns atomic.Int64 }
 
 func (c *capClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
-func newCapacityBalancer(t testing.TB, params map[string]string, clock func() time.Time, targets ...Target) *Balancer {
+func newCapacityBalancer(t testing.TB, params map[string]float64, clock func() time.Time, targets ...Target) *Balancer {
 	t.Helper()
-	b, err := New("capacity", Options{Params: params, Clock: clock})
+	b, err := New("capacity", Options{Settings: SettingsFrom(params), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,20 +393,20 @@ func (r rejectedErr) Rejected() bool { return bool(r) }
 
 func TestCapacityParams(t *testing.T) {
 	for _, tc := range []struct {
-		params map[string]string
+		params map[string]float64
 		want   string // substring of the error; "" = valid
 	}{
 		{nil, ""},
-		{map[string]string{"initial_limit": "50", "max_limit": "100"}, ""},
-		{map[string]string{"initial_limit": "x"}, "params.initial_limit"},
-		{map[string]string{"min_limit": "0"}, "params.min_limit"},
-		{map[string]string{"max_limit": "10"}, "params.initial_limit"},
-		{map[string]string{"tolerance": "1"}, "params.tolerance"},
-		{map[string]string{"probe_interval": "0"}, "params.probe_interval"},
-		{map[string]string{"probe_interval": "NaN"}, "params.probe_interval"},
-		{map[string]string{"probe_interval": "0.5"}, ""},
+		{map[string]float64{"initial_limit": 50, "max_limit": 100}, ""},
+		{map[string]float64{"initial": 50}, "initial_limit"},
+		{map[string]float64{"min_limit": 0}, "min_limit"},
+		{map[string]float64{"max_limit": 10}, "initial_limit"},
+		{map[string]float64{"tolerance": 1}, "tolerance"},
+		{map[string]float64{"probe_interval": 0}, "probe_interval"},
+		{map[string]float64{"probe_interval": math.NaN()}, "probe_interval"},
+		{map[string]float64{"probe_interval": 0.5}, ""},
 	} {
-		_, err := New("capacity", Options{Params: tc.params})
+		_, err := New("capacity", Options{Settings: SettingsFrom(tc.params)})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.params, err)
@@ -498,7 +499,7 @@ func TestCapacityNeverExceedsPermits(t *testing.T) {
 // concurrency with a provider that rejects past its permits: the limit
 // moves under the goroutines' feet, and still no waiter may be lost.
 func TestCapacityLearnedStressCompletes(t *testing.T) {
-	b := newCapacityBalancer(t, map[string]string{"initial_limit": "4"}, nil,
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 4}, nil,
 		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
 	provider := map[string]*atomic.Int64{"a": {}, "b": {}}
 	permits := map[string]int64{"a": 3, "b": 8}
@@ -587,7 +588,7 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 func TestCapacityGrowthWakesWaiters(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, map[string]string{"initial_limit": "2"}, clk.Now, Target{Addr: "a", Weight: 1})
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 2}, clk.Now, Target{Addr: "a", Weight: 1})
 	ms := int64(time.Millisecond)
 	x, y := mustPickCapacity(t, b), mustPickCapacity(t, b)
 	clk.ns.Add(100 * ms)

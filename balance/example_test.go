@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/fulcrum-lb/fulcrum/balance"
 )
 
@@ -13,18 +15,40 @@ import (
 // API, as a plug-in would be: it picks the usable target of lowest mean
 // success latency, trying unmeasured targets first. Its per-target mean is
 // its own state (StateOf), fed by Observe; the balancer keeps it across
-// snapshots for as long as the target stays.
-type fastest struct{}
+// snapshots for as long as the target stays. Its one setting, smoothing,
+// it decodes and checks itself, as the built-in strategies do theirs.
+type fastest struct{ smoothing int64 }
+
+// fastestSettings are the strategy's settings (YAML: strategy_settings).
+type fastestSettings struct {
+	// Smoothing is the EWMA's divisor: a sample moves the mean by
+	// 1/smoothing of the difference (default 4).
+	Smoothing int64 `yaml:"smoothing"`
+}
+
+func newFastest(s balance.Settings) (balance.Strategy, error) {
+	cfg := fastestSettings{Smoothing: 4}
+	if s != nil {
+		if err := s.Decode(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Smoothing < 1 {
+		return nil, &balance.FieldError{Field: "smoothing", Msg: fmt.Sprintf("%d is below 1", cfg.Smoothing)}
+	}
+	return fastest{smoothing: cfg.Smoothing}, nil
+}
 
 type fastestState struct{ mean atomic.Int64 } // EWMA of success latency, ns; 0 = unmeasured
 
 type fastestPicker struct {
-	eps []*balance.Endpoint
-	st  []*fastestState // by endpoint index
+	eps       []*balance.Endpoint
+	st        []*fastestState // by endpoint index
+	smoothing int64
 }
 
-func (fastest) Build(eps []*balance.Endpoint) balance.Picker {
-	p := &fastestPicker{eps: eps, st: make([]*fastestState, len(eps))}
+func (f fastest) Build(eps []*balance.Endpoint) balance.Picker {
+	p := &fastestPicker{eps: eps, st: make([]*fastestState, len(eps)), smoothing: f.smoothing}
 	for i, e := range eps {
 		p.st[i] = balance.StateOf[fastestState](e)
 	}
@@ -54,16 +78,24 @@ func (p *fastestPicker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	if old := st.mean.Load(); old == 0 {
 		st.mean.Store(int64(o.Latency))
 	} else {
-		st.mean.Store(old + (int64(o.Latency)-old)/4)
+		st.mean.Store(old + (int64(o.Latency)-old)/p.smoothing)
 	}
 }
 
 func Example_registerStrategy() {
 	reg := balance.NewRegistry() // balance.Register would add it process-wide
-	if err := reg.Register("fastest", func(balance.Options) (balance.Strategy, error) { return fastest{}, nil }); err != nil {
+	if err := reg.Register("fastest", newFastest); err != nil {
 		panic(err)
 	}
-	b, err := balance.New("fastest", balance.Options{Registry: reg})
+	// Its settings are checked like a built-in's (the gateway's YAML
+	// strategy_settings arrive the same way, as a YAML node).
+	_, err := balance.New("fastest", balance.Options{Registry: reg, Settings: balance.SettingsFrom(fastestSettings{Smoothing: 0})})
+	fmt.Println(err)
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("smoothing: 2"), &doc); err != nil {
+		panic(err)
+	}
+	b, err := balance.New("fastest", balance.Options{Registry: reg, Settings: doc.Content[0]})
 	if err != nil {
 		panic(err)
 	}
@@ -86,6 +118,7 @@ func Example_registerStrategy() {
 	_ = b.Update([]balance.Target{{Addr: "a", Weight: 1}, {Addr: "b", Weight: 1}, {Addr: "c", Weight: 1}, {Addr: "d", Weight: 1}})
 	picks(3)
 	// Output:
+	// balance: strategy "fastest": smoothing: 0 is below 1
 	// a b c b b
 	// d d d
 }

@@ -45,12 +45,66 @@ type inFlight struct {
 	_ [56]byte
 }
 
-func newHash(o Options) (Strategy, error) {
-	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes}, nil
+// HashSettings are the hash strategy's settings.
+type HashSettings struct {
+	// Function is the hash function: "xxhash" (default, 64-bit) or "md5"
+	// (ShenYu's, which seed 001 shows: 32 bits of MD5, ring points hashed
+	// from "API-<addr>-HASH-<i>").
+	Function string `yaml:"function"`
+	// VirtualNodes is the ring points per unit of weight. 0 picks by the
+	// number of targets (512 up to 16, 1024 above), which keeps the
+	// busiest target under 1.15x the mean over uniform keys; ShenYu used 5.
+	VirtualNodes int `yaml:"virtual_nodes"`
 }
 
-func newBoundedHash(o Options) (Strategy, error) {
-	return &hashStrategy{md5: o.Hash == "md5", vnodes: o.VirtualNodes, bounded: true, c: o.BoundFactor, total: new(inFlight)}, nil
+// BoundedHashSettings are bounded_hash's settings.
+type BoundedHashSettings struct {
+	HashSettings `yaml:",inline"`
+	// LoadBound is c: no target above c x the mean in-flight, weighted
+	// (default 1.25, must be above 1).
+	LoadBound float64 `yaml:"load_bound"`
+}
+
+func (s *HashSettings) check() error {
+	switch s.Function {
+	case "":
+		s.Function = "xxhash"
+	case "xxhash", "md5":
+	default:
+		return settingErr("function", "unknown hash function %q (xxhash or md5)", s.Function)
+	}
+	if s.VirtualNodes < 0 {
+		return settingErr("virtual_nodes", "%d is negative", s.VirtualNodes)
+	}
+	return nil
+}
+
+func newHash(set Settings) (Strategy, error) {
+	var s HashSettings
+	if err := decodeSettings(set, &s); err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &hashStrategy{md5: s.Function == "md5", vnodes: s.VirtualNodes}, nil
+}
+
+func newBoundedHash(set Settings) (Strategy, error) {
+	var s BoundedHashSettings
+	if err := decodeSettings(set, &s); err != nil {
+		return nil, err
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if s.LoadBound == 0 {
+		s.LoadBound = 1.25
+	}
+	if !(s.LoadBound > 1) || math.IsInf(s.LoadBound, 0) {
+		return nil, settingErr("load_bound", "%v must be above 1", s.LoadBound)
+	}
+	return &hashStrategy{md5: s.Function == "md5", vnodes: s.VirtualNodes, bounded: true, c: s.LoadBound, total: new(inFlight)}, nil
 }
 
 // maxRingPoints bounds the ring's size; weights beyond it scale down.

@@ -3,13 +3,19 @@ package balance
 import (
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 )
 
 // least_active: the fewest in-flight picks wins; ties are broken by
 // weighted random (seed 001, Dubbo). O(n) per pick.
 type leastActiveStrategy struct{}
 
-func newLeastActive(Options) (Strategy, error) { return leastActiveStrategy{}, nil }
+func newLeastActive(s Settings) (Strategy, error) {
+	if err := noSettings(s); err != nil {
+		return nil, err
+	}
+	return leastActiveStrategy{}, nil
+}
 
 func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 	return &scorePicker{eps: eps, score: func(i int, _ int64) int64 { return eps[i].InFlight() }}
@@ -25,8 +31,24 @@ func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 // window while its fast peers took everything).
 type shortestResponseStrategy struct{ half int64 }
 
-func newShortestResponse(o Options) (Strategy, error) {
-	return shortestResponseStrategy{half: int64(o.Window / 2)}, nil
+// ShortestResponseSettings are shortest_response's settings.
+type ShortestResponseSettings struct {
+	// Window is the sliding window of success latencies (default 30s).
+	Window time.Duration `yaml:"window"`
+}
+
+func newShortestResponse(set Settings) (Strategy, error) {
+	var s ShortestResponseSettings
+	if err := decodeSettings(set, &s); err != nil {
+		return nil, err
+	}
+	if s.Window == 0 {
+		s.Window = 30 * time.Second
+	}
+	if s.Window < 2 {
+		return nil, settingErr("window", "%v is not a positive duration", s.Window)
+	}
+	return shortestResponseStrategy{half: int64(s.Window / 2)}, nil
 }
 
 // responseEndpoint is shortest_response's state for one target, kept

@@ -12,7 +12,12 @@ import (
 // heap is fixed in O(log n) each time.
 type leastLoadedStrategy struct{}
 
-func newLeastLoaded(Options) (Strategy, error) { return leastLoadedStrategy{}, nil }
+func newLeastLoaded(s Settings) (Strategy, error) {
+	if err := noSettings(s); err != nil {
+		return nil, err
+	}
+	return leastLoadedStrategy{}, nil
+}
 
 // loadedEndpoint is least_loaded's state for one target: the load units of
 // its picks outstanding, kept across snapshots.

@@ -20,23 +20,11 @@ type Options struct {
 	// MinWeightPercent is Envoy's floor of the ramp (default 10).
 	MinWeightPercent float64
 
-	// Hash is the hash strategies' function: "xxhash" (default, 64-bit)
-	// or "md5" (the seed's: 32 bits of MD5, ring points hashed from
-	// "API-<addr>-HASH-<i>").
-	Hash string
-	// VirtualNodes is the ring points per unit of weight. The default
-	// depends on the number of targets (512 up to 16, 1024 above), which
-	// keeps the busiest target under 1.15x the mean over uniform keys; the
-	// seed used 5.
-	VirtualNodes int
-	// BoundFactor is bounded_hash's c: no target above c x the mean
-	// in-flight (default 1.25, must be above 1).
-	BoundFactor float64
-
-	// Window is shortest_response's sliding window (default 30s).
-	Window time.Duration
-	// Decay is p2c's peak-EWMA time constant (default 10s).
-	Decay time.Duration
+	// Settings are the strategy's own settings, which its factory decodes
+	// and checks (HashSettings, BoundedHashSettings, P2CSettings,
+	// ShortestResponseSettings, capacity's named numbers); nil means the
+	// strategy's defaults.
+	Settings Settings
 
 	// Passive configures ejection on consecutive failures (off by default).
 	Passive Passive
@@ -47,9 +35,6 @@ type Options struct {
 
 	// Clock replaces time.Now (tests use a fake clock).
 	Clock func() time.Time
-
-	// Params carries options for strategies registered by users.
-	Params map[string]string
 }
 
 // Passive is outlier ejection from reported outcomes.
@@ -89,34 +74,6 @@ func (o *Options) normalize() error {
 	}
 	if o.MinWeightPercent < 0 || o.MinWeightPercent > 100 {
 		return fmt.Errorf("balance: min_weight_percent: %v is outside 0..100", o.MinWeightPercent)
-	}
-	switch o.Hash {
-	case "":
-		o.Hash = "xxhash"
-	case "xxhash", "md5":
-	default:
-		return fmt.Errorf("balance: hash: unknown function %q (xxhash or md5)", o.Hash)
-	}
-	if o.VirtualNodes < 0 {
-		return fmt.Errorf("balance: virtual_nodes: %d is negative", o.VirtualNodes)
-	}
-	if o.BoundFactor == 0 {
-		o.BoundFactor = 1.25
-	}
-	if o.BoundFactor <= 1 {
-		return fmt.Errorf("balance: bound_factor: %v must be above 1", o.BoundFactor)
-	}
-	if o.Window == 0 {
-		o.Window = 30 * time.Second
-	}
-	if o.Window < 0 {
-		return fmt.Errorf("balance: window: %v is negative", o.Window)
-	}
-	if o.Decay == 0 {
-		o.Decay = 10 * time.Second
-	}
-	if o.Decay < 0 {
-		return fmt.Errorf("balance: decay: %v is negative", o.Decay)
 	}
 	p := &o.Passive
 	if p.MaxFailures < 0 {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 )
 
 // p2c: power of two choices on a peak-EWMA cost (Finagle, Linkerd): two
@@ -13,6 +14,12 @@ import (
 // 64 x n picks is picked once, so a target that was slow gets re-measured.
 type p2cStrategy struct{ tau int64 }
 
+// P2CSettings are p2c's settings.
+type P2CSettings struct {
+	// Decay is the peak EWMA's time constant (default 10s).
+	Decay time.Duration `yaml:"decay"`
+}
+
 // p2cEndpoint is p2c's state for one target, kept across snapshots.
 type p2cEndpoint struct {
 	peak     atomic.Int64 // peak EWMA of latency, ns
@@ -20,7 +27,19 @@ type p2cEndpoint struct {
 	lastPick atomic.Int64 // the picker's pick count at this target's last pick
 }
 
-func newP2C(o Options) (Strategy, error) { return p2cStrategy{tau: int64(o.Decay)}, nil }
+func newP2C(set Settings) (Strategy, error) {
+	var s P2CSettings
+	if err := decodeSettings(set, &s); err != nil {
+		return nil, err
+	}
+	if s.Decay == 0 {
+		s.Decay = 10 * time.Second
+	}
+	if s.Decay < 0 {
+		return nil, settingErr("decay", "%v is negative", s.Decay)
+	}
+	return p2cStrategy{tau: int64(s.Decay)}, nil
+}
 
 func (s p2cStrategy) Build(eps []*Endpoint) Picker {
 	p := &p2cPicker{eps: eps, st: make([]*p2cEndpoint, len(eps)), tau: s.tau, forceAfter: int64(64 * max(len(eps), 1))}

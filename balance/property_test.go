@@ -103,7 +103,12 @@ func TestHashMovesOnlyWhatItMust(t *testing.T) {
 					n := rapid.IntRange(2, 40).Draw(rt, "n")
 					gone := rapid.IntRange(0, n-1).Draw(rt, "gone")
 					ts := targetsN(n)
-					b := mustNew(rt, name, Options{Hash: hf, VirtualNodes: 64}, ts...)
+					hs := HashSettings{Function: hf, VirtualNodes: 64}
+					set := SettingsFrom(hs)
+					if name == "bounded_hash" {
+						set = SettingsFrom(BoundedHashSettings{HashSettings: hs})
+					}
+					b := mustNew(rt, name, Options{Settings: set}, ts...)
 					before := map[string]string{}
 					for k := range 500 {
 						key := fmt.Sprint("user-", k)
@@ -165,7 +170,7 @@ func TestBoundedHashRespectsLoadBound(t *testing.T) {
 			ts = append(ts, Target{Addr: fmt.Sprint("t", i), Weight: w})
 			W += float64(w)
 		}
-		b := mustNew(rt, "bounded_hash", Options{BoundFactor: c, VirtualNodes: 32}, ts...)
+		b := mustNew(rt, "bounded_hash", Options{Settings: SettingsFrom(BoundedHashSettings{LoadBound: c, HashSettings: HashSettings{VirtualNodes: 32}})}, ts...)
 		hotKeys := rapid.IntRange(1, 5).Draw(rt, "hotKeys")
 		var held []Pick
 		ops := rapid.IntRange(1, 300).Draw(rt, "ops")

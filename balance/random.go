@@ -7,7 +7,12 @@ import "math/rand/v2"
 // for any number of targets.
 type randomStrategy struct{}
 
-func newRandom(Options) (Strategy, error) { return randomStrategy{}, nil }
+func newRandom(s Settings) (Strategy, error) {
+	if err := noSettings(s); err != nil {
+		return nil, err
+	}
+	return randomStrategy{}, nil
+}
 
 func (randomStrategy) Build(eps []*Endpoint) Picker {
 	p := &randomPicker{eps: eps, equal: true}

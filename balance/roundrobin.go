@@ -15,7 +15,12 @@ import (
 // long to store, picks run nginx's algorithm under a mutex.
 type roundRobinStrategy struct{}
 
-func newRoundRobin(Options) (Strategy, error) { return roundRobinStrategy{}, nil }
+func newRoundRobin(s Settings) (Strategy, error) {
+	if err := noSettings(s); err != nil {
+		return nil, err
+	}
+	return roundRobinStrategy{}, nil
+}
 
 // maxPeriod bounds the precomputed sequence (entries).
 const maxPeriod = 1 << 20

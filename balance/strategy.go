@@ -131,8 +131,11 @@ func (in *PickInfo) Now() int64 {
 	return in.snap.b.now()
 }
 
-// Factory makes a Strategy from options.
-type Factory func(opts Options) (Strategy, error)
+// Factory makes a Strategy from its settings (Options.Settings; nil when
+// none were given, which means every default). It decodes them into its
+// own settings type, fills the defaults, validates, and reports a bad
+// setting as a *FieldError naming its key.
+type Factory func(s Settings) (Strategy, error)
 
 // Registry maps strategy names to factories. The zero value is empty;
 // NewRegistry returns one holding the built-in strategies.
@@ -191,6 +194,19 @@ func (r *Registry) Has(name string) bool {
 	return ok
 }
 
+// Check reports whether name is registered and accepts the settings s,
+// without building a balancer (a configuration check).
+func (r *Registry) Check(name string, s Settings) error {
+	f, err := r.factory(name)
+	if err != nil {
+		return err
+	}
+	if _, err := f(s); err != nil {
+		return fmt.Errorf("balance: strategy %q: %w", name, err)
+	}
+	return nil
+}
+
 func (r *Registry) factory(name string) (Factory, error) {
 	r.mu.RLock()
 	f, ok := r.m[name]
@@ -213,6 +229,9 @@ func Names() []string { return defaultRegistry.Names() }
 
 // Known reports whether the default registry has a strategy by that name.
 func Known(name string) bool { return defaultRegistry.Has(name) }
+
+// Check is Registry.Check on the default registry.
+func Check(name string, s Settings) error { return defaultRegistry.Check(name, s) }
 
 func builtins() map[string]Factory {
 	return map[string]Factory{

@@ -47,7 +47,7 @@ func (u *upstream) target(addr string) *target {
 
 // balanceOptions maps the upstream config onto balance options.
 func balanceOptions(u *config.Upstream) balance.Options {
-	o := balance.Options{Warmup: u.Warmup}
+	o := balance.Options{Warmup: u.Warmup, Settings: u.Settings()}
 	if p := u.Health.Passive; p != nil {
 		o.Passive = balance.Passive{
 			MaxFailures:       p.MaxFailures,
@@ -69,9 +69,9 @@ func balanceTargets(ts []config.Target) []balance.Target {
 }
 
 // sameBalancer reports whether an upstream's balancer can carry over to a
-// new config (its state kept): same strategy and balance options.
+// new config (its state kept): same strategy, settings and balance options.
 func sameBalancer(a, b *config.Upstream) bool {
-	if a.Strategy != b.Strategy || a.Warmup != b.Warmup {
+	if a.Strategy != b.Strategy || a.Warmup != b.Warmup || !a.SameSettings(b) {
 		return false
 	}
 	pa, pb := a.Health.Passive, b.Health.Passive
@@ -89,7 +89,6 @@ func (g *Gateway) build(cfg *config.Config, old *runtime) (*runtime, error) {
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		uc := cfg.Upstreams[name]
 		u := &upstream{name: name, cfg: uc, m: g.metrics}
-		u.usesKey = uc.Strategy == "hash" || uc.Strategy == "bounded_hash" || !builtin[uc.Strategy]
 		for _, s := range uc.Retry.Statuses {
 			u.statuses[s] = true
 		}
@@ -106,6 +105,7 @@ func (g *Gateway) build(cfg *config.Config, old *runtime) (*runtime, error) {
 			}
 			u.bal = b
 		}
+		u.usesKey = u.bal.UsesKey() // compute a request's key only for strategies that use it
 		rt.ups[name] = u
 		rt.order = append(rt.order, u)
 	}
@@ -120,9 +120,6 @@ func (g *Gateway) build(cfg *config.Config, old *runtime) (*runtime, error) {
 	}
 	return rt, nil
 }
-
-var builtin = map[string]bool{"random": true, "round_robin": true, "hash": true, "bounded_hash": true,
-	"least_active": true, "shortest_response": true, "p2c": true, "least_loaded": true, "capacity": true}
 
 // apply sets u's targets: balancer update (state of staying targets kept),
 // target map, health checker restart.

@@ -112,6 +112,10 @@ type Upstream struct {
 	Queue Queue `yaml:"queue"`
 	// Warmup selects the warm-up formula: seed (default) or envoy.
 	Warmup string `yaml:"warmup"`
+	// StrategySettings are the strategy's own settings (bounded_hash's
+	// load_bound, capacity's initial_limit, ...), decoded and checked by
+	// the strategy: see docs/gateway.md.
+	StrategySettings yaml.Node `yaml:"strategy_settings"`
 
 	// Key is HashKey parsed.
 	Key HashKey `yaml:"-"`
@@ -622,6 +626,8 @@ func (v *validator) upstream(name string, u *Upstream) {
 	}
 	if !balance.Known(u.Strategy) {
 		v.fail(at("strategy"), "unknown strategy %q (known: %s)", u.Strategy, strings.Join(balance.Names(), ", "))
+	} else {
+		v.strategySettings(u, at)
 	}
 	if u.HashKey == "" {
 		u.HashKey = "client_ip"

@@ -1,0 +1,109 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+func upstreamWith(strategy, settings string) string {
+	return "upstreams:\n  api:\n    strategy: " + strategy + "\n    targets: [{url: \"http://a:1\"}]\n    strategy_settings:\n" + settings
+}
+
+// Each strategy's settings reach it from the upstream's strategy_settings,
+// decoded by the strategy itself.
+func TestStrategySettingsParse(t *testing.T) {
+	for _, tc := range []struct {
+		strategy, settings string
+		check              func(balance.Settings) error
+	}{
+		{"bounded_hash", "      load_bound: 1.5\n      virtual_nodes: 64\n      function: md5\n", func(s balance.Settings) error {
+			var v balance.BoundedHashSettings
+			if err := s.Decode(&v); err != nil || v.LoadBound != 1.5 || v.VirtualNodes != 64 || v.Function != "md5" {
+				return errors.New("bounded_hash settings lost")
+			}
+			return nil
+		}},
+		{"p2c", "      decay: 3s\n", func(s balance.Settings) error {
+			var v balance.P2CSettings
+			if err := s.Decode(&v); err != nil || v.Decay != 3*time.Second {
+				return errors.New("p2c decay lost")
+			}
+			return nil
+		}},
+		{"capacity", "      initial_limit: 50\n      max_limit: 1000\n", func(s balance.Settings) error {
+			var v map[string]float64
+			if err := s.Decode(&v); err != nil || v["initial_limit"] != 50 || v["max_limit"] != 1000 {
+				return errors.New("capacity settings lost")
+			}
+			return nil
+		}},
+	} {
+		c, err := config.Parse([]byte(upstreamWith(tc.strategy, tc.settings)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.strategy, err)
+		}
+		u := c.Upstreams["api"]
+		if err := tc.check(u.Settings()); err != nil {
+			t.Errorf("%s: %v", tc.strategy, err)
+		}
+		if _, err := balance.New(u.Strategy, balance.Options{Settings: u.Settings()}); err != nil {
+			t.Errorf("%s: %v", tc.strategy, err)
+		}
+	}
+	c, err := config.Parse([]byte("upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n"))
+	if err != nil || c.Upstreams["api"].Settings() != nil {
+		t.Fatalf("no strategy_settings: %v, settings %v", err, c.Upstreams["api"].Settings())
+	}
+}
+
+// A bad setting is refused like any other field: its path and line.
+func TestStrategySettingsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		strategy, settings string
+		want               []string
+	}{
+		{"bounded_hash", "      load_bound: 0.5\n", []string{"upstreams.api.strategy_settings.load_bound (line 6)", "must be above 1"}},
+		{"bounded_hash", "      load_bound: lots\n", []string{"upstreams.api.strategy_settings.load_bound (line 6)", "lots"}},
+		{"bounded_hash", "      virtual_nodes: 64\n      load_bund: 2\n", []string{"upstreams.api.strategy_settings.load_bund (line 7)", "not found", "load_bound"}},
+		{"hash", "      function: crc32\n", []string{"upstreams.api.strategy_settings.function (line 6)", "crc32"}},
+		{"hash", "      virtual_nodes: -1\n", []string{"upstreams.api.strategy_settings.virtual_nodes (line 6)", "negative"}},
+		{"p2c", "      decay: -2s\n", []string{"upstreams.api.strategy_settings.decay (line 6)", "negative"}},
+		{"shortest_response", "      window: soon\n", []string{"upstreams.api.strategy_settings.window (line 6)"}},
+		{"capacity", "      tolerance: 1\n", []string{"upstreams.api.strategy_settings.tolerance (line 6)", "above 1"}},
+		{"capacity", "      initial_limt: 5\n", []string{"upstreams.api.strategy_settings.initial_limt (line 6)", "initial_limit"}},
+		{"capacity", "      min_limit: few\n", []string{"upstreams.api.strategy_settings.min_limit (line 6)", "few"}},
+		{"round_robin", "      anything: 1\n", []string{"upstreams.api.strategy_settings.anything (line 6)", "no settings"}},
+		{"bounded_hash", "      - 1.5\n", []string{"upstreams.api.strategy_settings (line 6)", "mapping"}},
+	} {
+		_, err := config.Parse([]byte(upstreamWith(tc.strategy, tc.settings)))
+		if err == nil {
+			t.Errorf("%s %q: accepted", tc.strategy, tc.settings)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %q: error %q lacks %q", tc.strategy, tc.settings, err, w)
+			}
+		}
+	}
+}
+
+// Reloading with the same settings keeps the balancer; changed ones do not.
+func TestSameSettings(t *testing.T) {
+	parse := func(settings string) *config.Upstream {
+		c, err := config.Parse([]byte(upstreamWith("bounded_hash", settings)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Upstreams["api"]
+	}
+	a, b, c := parse("      load_bound: 1.5\n"), parse("      load_bound: 1.5   # same\n"), parse("      load_bound: 2\n")
+	if !a.SameSettings(b) || a.SameSettings(c) {
+		t.Errorf("SameSettings: same %v, changed %v", a.SameSettings(b), a.SameSettings(c))
+	}
+}
