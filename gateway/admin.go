@@ -22,7 +22,9 @@ var ErrNoUpstream = errors.New("gateway: no such upstream")
 // SetTargets replaces an upstream's targets. Targets that stay keep their
 // state (in-flight, statistics, warm-up, health); new ones warm up;
 // removed ones get no new requests while their in-flight ones finish. The
-// change lasts until the next reload, which applies the file again.
+// change survives a reload that leaves the upstream's targets in the file
+// as they were; on a discovery upstream it lasts until the provider's next
+// change.
 func (g *Gateway) SetTargets(name string, ts []config.Target) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -33,7 +35,7 @@ func (g *Gateway) SetTargets(name string, ts []config.Target) error {
 	if err := checkTargets(ts); err != nil {
 		return fmt.Errorf("targets%w", err)
 	}
-	return g.apply(u, ts)
+	return g.applySet(u, &targetSet{source: sourceAdmin, targets: ts})
 }
 
 // UpstreamView is the admin API's view of an upstream.
@@ -60,6 +62,12 @@ type TargetView struct {
 	LatencyAvgMS    float64    `json:"latency_avg_ms"`
 	Requests        uint64     `json:"requests"`
 	Failures        uint64     `json:"failures"`
+	// Source is where the target came from: config, admin, dns, file or
+	// etcd.
+	Source string `json:"source"`
+	// StartedAt is the start time its source reported; warm-up counts
+	// from it.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 }
 
 // Upstreams returns the live view of every upstream, sorted by name.
@@ -70,9 +78,10 @@ func (g *Gateway) Upstreams() []UpstreamView {
 		if u.usesKey {
 			v.HashKey = u.cfg.HashKey
 		}
+		source := u.source()
 		for _, e := range u.bal.Endpoints() {
 			t := e.Target
-			tv := TargetView{
+			tv := TargetView{Source: source,
 				URL: "http://" + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
 				Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
 				Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
@@ -80,6 +89,9 @@ func (g *Gateway) Upstreams() []UpstreamView {
 			}
 			if t.Warmup > 0 {
 				tv.Warmup = t.Warmup.String()
+			}
+			if !t.StartedAt.IsZero() {
+				tv.StartedAt = &t.StartedAt
 			}
 			if e.Ejected {
 				until := e.EjectedUntil

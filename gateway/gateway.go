@@ -63,6 +63,7 @@ type Gateway struct {
 	stop     chan struct{}
 	bgWG     sync.WaitGroup
 	ccPool   sync.Pool
+	disc     watchers // discovery providers (sources.go)
 }
 
 // New makes the runtime of cfg live (balancers, pools, health checks)
@@ -101,11 +102,15 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	for _, u := range rt.order {
-		if err := g.apply(u, u.cfg.Targets); err != nil {
+		if err := g.applySet(u, reloadSet(u, nil)); err != nil {
 			return nil, fmt.Errorf("upstreams.%s.targets: %w", u.name, err)
 		}
 	}
 	g.rt.Store(rt)
+	g.mu.Lock()
+	first := g.syncWatchers(rt)
+	g.mu.Unlock()
+	awaitFirst(first)
 	return g, nil
 }
 
@@ -288,6 +293,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.admin != nil {
 		g.admin.Close()
 	}
+	g.stopWatchers()
 	for _, u := range g.upstreams() {
 		u.checker.Load().Stop()
 	}
@@ -342,7 +348,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 		if ou := old.ups[u.name]; ou != nil && ou.bal == u.bal {
 			u.targets.Store(ou.targets.Load()) // keep pools and metric handles
 		}
-		if err := g.apply(u, u.cfg.Targets); err != nil {
+		if err := g.applySet(u, reloadSet(u, old.ups[u.name])); err != nil {
 			// Not reached after checkTargets; keep going rather than
 			// leave half the upstreams on the old set.
 			g.log.Error("reload: apply targets", "upstream", u.name, "err", err)
@@ -359,6 +365,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 		g.setSlowTransport(cfg)
 	}
 	g.rt.Store(rt)
+	g.syncWatchers(rt)
 	for _, ou := range old.order {
 		ou.checker.Swap(nil).Stop()
 	}

@@ -30,6 +30,7 @@ type upstream struct {
 	budget   budget
 	targets  atomic.Pointer[map[string]*target]
 	checker  atomic.Pointer[health.Checker]
+	set      atomic.Pointer[targetSet] // live targets and their source (sources.go)
 	m        *metrics
 }
 
@@ -63,7 +64,7 @@ func balanceOptions(u *config.Upstream) balance.Options {
 func balanceTargets(ts []config.Target) []balance.Target {
 	out := make([]balance.Target, len(ts))
 	for i, t := range ts {
-		out[i] = balance.Target{Addr: t.Addr, Weight: t.W(), Warmup: t.Warmup.D(), MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled}
+		out[i] = balance.Target{Addr: t.Addr, Weight: t.W(), Warmup: t.Warmup.D(), MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled, StartedAt: t.StartedAt.Time}
 	}
 	return out
 }

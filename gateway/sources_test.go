@@ -1,0 +1,382 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway"
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
+	"github.com/fulcrum-lb/fulcrum/gateway/discovery/discoverytest"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+// steadyLoad sends GETs from a few workers until stopped and counts what
+// failed.
+type steadyLoad struct {
+	done   atomic.Int64
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	failed []string
+}
+
+func startLoad(t *testing.T, url string, workers int) *steadyLoad {
+	l := &steadyLoad{stop: make(chan struct{})}
+	c := client()
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				res, err := c.Get(url)
+				msg := ""
+				if err != nil {
+					msg = err.Error()
+				} else {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != 200 {
+						msg = res.Status
+					}
+				}
+				if msg != "" {
+					l.mu.Lock()
+					l.failed = append(l.failed, msg)
+					l.mu.Unlock()
+				}
+				l.done.Add(1)
+			}
+		}()
+	}
+	t.Cleanup(l.finish)
+	return l
+}
+
+// await lets n more requests complete.
+func (l *steadyLoad) await(t *testing.T, n int64) {
+	t.Helper()
+	target := l.done.Load() + n
+	testenv.Eventually(t, fmt.Sprintf("%d more requests", n), func() bool { return l.done.Load() >= target })
+}
+
+func (l *steadyLoad) finish() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// check stops the load and fails the test if any request failed.
+func (l *steadyLoad) check(t *testing.T) {
+	t.Helper()
+	l.finish()
+	if len(l.failed) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %s", len(l.failed), l.done.Load(), l.failed[0])
+	}
+	t.Logf("%d requests, 0 failed", l.done.Load())
+}
+
+// awaitTargets waits until the upstream's targets are exactly want (URL
+// to weight), all from source.
+func awaitTargets(t *testing.T, g *gateway.Gateway, up, source string, want map[string]int) {
+	t.Helper()
+	var last map[string]gateway.TargetView
+	defer func() {
+		if t.Failed() {
+			t.Logf("last view: %+v", last)
+		}
+	}()
+	testenv.Eventually(t, fmt.Sprintf("targets %v from %s", want, source), func() bool {
+		last = view(t, g, up)
+		if len(last) != len(want) {
+			return false
+		}
+		for u, w := range want {
+			v, ok := last[u]
+			if !ok || v.Weight != w || v.Source != source {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// hitsGrow waits until b serves more requests than it had.
+func hitsGrow(t *testing.T, b *backend) {
+	t.Helper()
+	n := b.hits.Load()
+	testenv.Eventually(t, b.name+" to get requests", func() bool { return b.hits.Load() > n })
+}
+
+// drained checks that b gets no new requests once it left the set: its
+// count stays put while the load sends many more.
+func drained(t *testing.T, l *steadyLoad, b *backend) {
+	t.Helper()
+	testenv.Eventually(t, b.name+" to have nothing in flight", func() bool { return b.cur.Load() == 0 })
+	n := b.hits.Load()
+	l.await(t, 200)
+	if got := b.hits.Load(); got != n {
+		t.Fatalf("%s got %d requests after it left the set", b.name, got-n)
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// sameIPsBackends starts n backends on 127.0.0.1..n on one port, as A
+// records with a configured port need.
+func sameIPsBackends(t *testing.T, n int) (bs []*backend, port int) {
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := true
+		var lns []net.Listener
+		for i := 1; i <= n; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i, port))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, l)
+		}
+		for _, l := range lns {
+			l.Close()
+		}
+		if ok {
+			for i := 1; i <= n; i++ {
+				bs = append(bs, newBackendAt(t, fmt.Sprintf("b%d", i), fmt.Sprintf("127.0.0.%d:%d", i, port)))
+			}
+			return bs, port
+		}
+	}
+	t.Fatal("no port free on 127.0.0.1..n")
+	return nil, 0
+}
+
+func TestDNSDiscoveryUnderLoad(t *testing.T) {
+	bs, port := sameIPsBackends(t, 3)
+	dns := discoverytest.StartDNS(t)
+	dns.Set(t, "api.test. 1 IN A 127.0.0.1", "api.test. 1 IN A 127.0.0.2")
+	g := start(t, base+fmt.Sprintf(`upstreams:
+  api:
+    retry: {attempts: 1}
+    discovery:
+      dns: {name: api.test, port: %d, server: %q, refresh: 100ms}
+`, port, dns.Addr))
+	// New waited for the first answer: the targets are there at once.
+	if v := view(t, g, "api"); len(v) != 2 || v[bs[0].url()].Source != "dns" {
+		t.Fatalf("after New: %+v, want the two A records from dns", v)
+	}
+	l := startLoad(t, "http://"+g.Addr()+"/", 4)
+	l.await(t, 100)
+
+	dns.Set(t, "api.test. 1 IN A 127.0.0.1", "api.test. 1 IN A 127.0.0.2", "api.test. 1 IN A 127.0.0.3")
+	awaitTargets(t, g, "api", "dns", map[string]int{bs[0].url(): 1, bs[1].url(): 1, bs[2].url(): 1})
+	hitsGrow(t, bs[2])
+	before := view(t, g, "api")[bs[1].url()].Requests
+
+	dns.Set(t, "api.test. 1 IN A 127.0.0.2", "api.test. 1 IN A 127.0.0.3")
+	awaitTargets(t, g, "api", "dns", map[string]int{bs[1].url(): 1, bs[2].url(): 1})
+	drained(t, l, bs[0])
+	// A target that stays keeps its state through the change.
+	if after := view(t, g, "api")[bs[1].url()].Requests; after < before {
+		t.Fatalf("b2's request count went from %d to %d: its state was not kept", before, after)
+	}
+
+	// The server fails: the last good list stays and serves.
+	dns.Fail(2) // SERVFAIL
+	q := dns.Queries()
+	testenv.Eventually(t, "more lookups", func() bool { return dns.Queries() >= q+3 })
+	l.await(t, 100)
+	awaitTargets(t, g, "api", "dns", map[string]int{bs[1].url(): 1, bs[2].url(): 1})
+	l.check(t)
+}
+
+func TestDNSSRVDiscoveryWeights(t *testing.T) {
+	bs := backends(t, 2)
+	dns := discoverytest.StartDNS(t)
+	srv := func(w1, w2 int) []string {
+		return []string{
+			fmt.Sprintf("_http._tcp.api.test. 1 IN SRV 10 %d %s a.test.", w1, bs[0].addr[strings.LastIndex(bs[0].addr, ":")+1:]),
+			fmt.Sprintf("_http._tcp.api.test. 1 IN SRV 10 %d %s a.test.", w2, bs[1].addr[strings.LastIndex(bs[1].addr, ":")+1:]),
+			"a.test. 1 IN A 127.0.0.1",
+		}
+	}
+	dns.Set(t, srv(1, 3)...)
+	g := start(t, base+fmt.Sprintf(`upstreams:
+  api:
+    retry: {attempts: 1}
+    discovery:
+      dns: {name: _http._tcp.api.test, type: SRV, server: %q, refresh: 100ms}
+`, dns.Addr))
+	awaitTargets(t, g, "api", "dns", map[string]int{bs[0].url(): 1, bs[1].url(): 3})
+	l := startLoad(t, "http://"+g.Addr()+"/", 4)
+	dns.Set(t, srv(5, 2)...)
+	awaitTargets(t, g, "api", "dns", map[string]int{bs[0].url(): 5, bs[1].url(): 2})
+	l.await(t, 100)
+	l.check(t)
+}
+
+func TestFileDiscoveryUnderLoad(t *testing.T) {
+	bs := backends(t, 3)
+	dir := t.TempDir()
+	list := filepath.Join(dir, "targets.yaml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(list+".tmp", []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(list+".tmp", list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[0].url(), bs[1].url()))
+	logs := &syncBuf{}
+	cfg, err := config.Parse([]byte(base + fmt.Sprintf("upstreams:\n  api:\n    retry: {attempts: 1}\n    discovery:\n      file: {path: %q}\n", list)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startCfg(t, cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	awaitTargets(t, g, "api", "file", map[string]int{bs[0].url(): 1, bs[1].url(): 1})
+	l := startLoad(t, "http://"+g.Addr()+"/", 4)
+	l.await(t, 100)
+
+	write(fmt.Sprintf(`{"targets": [{"url": %q}, {"url": %q, "weight": 3}, {"url": %q, "weight": 2}]}`, bs[0].url(), bs[1].url(), bs[2].url()))
+	awaitTargets(t, g, "api", "file", map[string]int{bs[0].url(): 1, bs[1].url(): 3, bs[2].url(): 2})
+	hitsGrow(t, bs[2])
+
+	// Invalid: refused whole, logged with the line, the old list serves on.
+	write(fmt.Sprintf("- {url: %q}\n- {url: %q, weight: -2}\n", bs[2].url(), bs[1].url()))
+	testenv.Eventually(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "targets[1].weight (line 2)") })
+	awaitTargets(t, g, "api", "file", map[string]int{bs[0].url(): 1, bs[1].url(): 3, bs[2].url(): 2})
+
+	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[1].url(), bs[2].url()))
+	awaitTargets(t, g, "api", "file", map[string]int{bs[1].url(): 1, bs[2].url(): 1})
+	drained(t, l, bs[0])
+	l.check(t)
+}
+
+func TestEtcdDiscoveryUnderLoad(t *testing.T) {
+	bs := backends(t, 3)
+	endpoint := discoverytest.Etcd(t)
+	prefix := discoverytest.Prefix(t)
+	blk := config.EtcdDiscovery{Endpoints: []string{endpoint}, DialTimeout: config.Duration(5 * time.Second)}
+	cli, err := discovery.NewEtcdClient(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	register := func(ctx context.Context, b *backend, weight int, started time.Time) *discovery.Registration {
+		t.Helper()
+		r, err := discovery.Register(ctx, cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, 2*time.Second, quietLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Started two hours ago with a one-hour warm-up: warm on arrival.
+	// Registered just now: warming.
+	long := time.Now().Add(-2 * time.Hour)
+	r1 := register(t.Context(), bs[0], 1, long)
+	r2 := register(t.Context(), bs[1], 1, long)
+	g := start(t, base+fmt.Sprintf(`upstreams:
+  api:
+    retry: {attempts: 1}
+    discovery:
+      warmup: 1h
+      etcd: {endpoints: [%q], prefix: %q}
+`, endpoint, prefix))
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 1})
+	if v := view(t, g, "api")[bs[0].url()]; v.Warming || v.StartedAt == nil || !v.StartedAt.Equal(long.Truncate(time.Nanosecond)) {
+		t.Fatalf("b1 registered as started 2h ago, 1h warm-up: %+v, want warm with started_at", v)
+	}
+	l := startLoad(t, "http://"+g.Addr()+"/", 4)
+	l.await(t, 100)
+
+	crashCtx, crash := context.WithCancel(t.Context())
+	register(crashCtx, bs[2], 4, time.Time{})
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 1, bs[2].url(): 4})
+	if v := view(t, g, "api")[bs[2].url()]; !v.Warming {
+		t.Fatalf("b3 registered just now with a 1h warm-up: %+v, want warming", v)
+	}
+	hitsGrow(t, bs[2])
+
+	// A new weight: registered again.
+	if err := r2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2 = register(t.Context(), bs[1], 2, long)
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 2, bs[2].url(): 4})
+
+	// b3's registrar dies without deregistering: its lease lapses and it
+	// drains. b1 deregisters cleanly.
+	crash()
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 2})
+	drained(t, l, bs[2])
+	if err := r1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[1].url(): 2})
+	drained(t, l, bs[0])
+	l.check(t)
+	_ = r2.Close()
+}
+
+// Targets set with the admin API survive a reload that leaves the
+// upstream's targets in the file alone, and give way when the file changes
+// them.
+func TestAdminTargetsSurviveReload(t *testing.T) {
+	bs := backends(t, 3)
+	dir := t.TempDir()
+	text := base + "upstreams:\n  api:\n    targets:\n" + targets(bs[:1]) + "  other:\n    targets:\n" + targets(bs[2:]) +
+		"routes:\n  - {match: {path_prefix: /}, upstream: api}\n"
+	path := writeFile(t, dir, "gw.yaml", text)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startCfg(t, cfg, gateway.Options{ConfigPath: path, Logger: quietLog()})
+	awaitTargets(t, g, "api", "config", map[string]int{bs[0].url(): 1})
+	c := client()
+	body := fmt.Sprintf(`[{"url": %q}, {"url": %q, "weight": 2}]`, bs[0].url(), bs[1].url())
+	if r := do(t, c, "PUT", "http://"+g.AdminAddr()+"/upstreams/api/targets", strings.NewReader(body)); r.code != 200 {
+		t.Fatalf("PUT: %d %s", r.code, r.body)
+	}
+	awaitTargets(t, g, "api", "admin", map[string]int{bs[0].url(): 1, bs[1].url(): 2})
+
+	// Another upstream changes: api keeps the admin's targets.
+	writeFile(t, dir, "gw.yaml", strings.Replace(text, bs[2].url(), bs[1].url(), 1))
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	awaitTargets(t, g, "api", "admin", map[string]int{bs[0].url(): 1, bs[1].url(): 2})
+	awaitTargets(t, g, "other", "config", map[string]int{bs[1].url(): 1})
+
+	// The file changes api's targets: the file wins.
+	writeFile(t, dir, "gw.yaml", strings.Replace(text, "targets:\n"+targets(bs[:1]), "targets:\n"+targets(bs[2:]), 1))
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	awaitTargets(t, g, "api", "config", map[string]int{bs[2].url(): 1})
+}
