@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/demo"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
@@ -205,13 +207,13 @@ func traffic(t *testing.T, url string) (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-// A flow server on SQLite with a three-stage type part-way through: the
-// page shows the funnel, counts a task created while it watches, lists it
+// A flow server on SQLite (token required) with a three-stage type
+// part-way through: the page asks for the token, shows the funnel, counts a task created while it watches, lists it
 // and cancels it from the task's page, which the server then reports.
 func TestConsoleFlow(t *testing.T) {
 	b := needBrowser(t)
 	s, err := flowserver.Start(context.Background(), flowserver.Config{
-		Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db"), Logger: quietLog(),
+		Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db"), Logger: quietLog(), Token: adminToken,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +226,7 @@ func TestConsoleFlow(t *testing.T) {
 			body, _ = json.Marshal(in)
 		}
 		req, _ := http.NewRequest(method, s.URL()+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -251,24 +254,52 @@ func TestConsoleFlow(t *testing.T) {
 		nts = append(nts, flow.NewTask{TaskType: typ, TaskStage: "fetch", TaskContext: json.RawMessage(fmt.Sprintf(`{"url":"https://example.org/a/%d"}`, i))})
 	}
 	must(api("/v1/create_task", flow.CreateTaskRequest{Tasks: nts}, nil))
-	// Move tasks along: fetch -> summarize -> publish, some failing, some
-	// left held, so every stage and status has a count.
-	step := func(n int, next string, status flow.Status, errText string) {
+	// Move tasks along fetch -> summarize -> publish: each round holds
+	// every due task and decides its fate by stage and a count, so each
+	// stage ends with tasks pending, held (processing), failed or done.
+	round := func(fate func(stage string, i int) (flow.Status, string)) {
 		var held flow.HoldTasksResponse
-		must(api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: typ, Limit: n, WorkerID: "console-e2e"}, &held))
+		must(api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: typ, Limit: 1000, WorkerID: "console-e2e"}, &held))
+		seen := map[string]int{}
 		for _, tk := range held.Tasks {
-			if status == flow.StatusProcessing {
-				continue // stays held
+			st, next := fate(tk.TaskStage, seen[tk.TaskStage])
+			seen[tk.TaskStage]++
+			switch st {
+			case flow.StatusProcessing: // stays held
+			case flow.StatusFailed:
+				must(api("/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: st, Error: "upstream answered 500"}, nil))
+			default:
+				must(api("/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: st, TaskStage: next}, nil))
 			}
-			must(api("/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: status, TaskStage: next, Error: errText}, nil))
 		}
 	}
-	step(30, "summarize", flow.StatusPending, "")
-	step(3, "", flow.StatusProcessing, "") // the next due are still fetch tasks: 3 held in fetch
-	step(7, "", flow.StatusPending, "")    // ...then the last fetch tasks; summarize ones are due after
-	step(20, "publish", flow.StatusPending, "")
-	step(4, "", flow.StatusFailed, "upstream said 500")
-	step(10, "", flow.StatusSuccess, "")
+	split := func(i int, parts ...int) int { // which part index i falls in
+		for p, n := range parts {
+			if i < n {
+				return p
+			}
+			i -= n
+		}
+		return len(parts)
+	}
+	round(func(stage string, i int) (flow.Status, string) {
+		return [...]flow.Status{flow.StatusPending, flow.StatusProcessing, flow.StatusFailed, flow.StatusPending}[split(i, 30, 4, 2)],
+			[...]string{"summarize", "", "", "fetch"}[split(i, 30, 4, 2)]
+	})
+	round(func(stage string, i int) (flow.Status, string) {
+		if stage != "summarize" {
+			return flow.StatusPending, stage
+		}
+		return [...]flow.Status{flow.StatusPending, flow.StatusFailed, flow.StatusProcessing, flow.StatusPending}[split(i, 18, 3, 3)],
+			[...]string{"publish", "", "", "summarize"}[split(i, 18, 3, 3)]
+	})
+	round(func(stage string, i int) (flow.Status, string) {
+		if stage != "publish" {
+			return flow.StatusPending, stage
+		}
+		return [...]flow.Status{flow.StatusSuccess, flow.StatusProcessing, flow.StatusPending}[split(i, 12, 2)],
+			[...]string{"", "", "publish"}[split(i, 12, 2)]
+	})
 
 	// A second type worked steadily in the background, so throughput and
 	// queue wait move; the page's checks are on the first type only.
@@ -291,7 +322,7 @@ func TestConsoleFlow(t *testing.T) {
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
-	b.run(t, "flow", map[string]any{"url": s.URL(), "taskType": typ},
+	b.run(t, "flow", map[string]any{"url": s.URL(), "token": adminToken, "taskType": typ},
 		map[string]func([]byte) (any, error){
 			"create-task": func([]byte) (any, error) {
 				var out flow.CreateTaskResponse
@@ -387,4 +418,76 @@ func TestConsoleSupervisor(t *testing.T) {
 				return map[string]string{"worker": "worker-2"}, nil
 			},
 		})
+}
+
+// `fulcrum demo` prints the console's address, and the page there shows
+// the demo's three targets live: built and run as the README says, with
+// ports of its own.
+func TestConsoleDemo(t *testing.T) {
+	b := needBrowser(t)
+	bin := filepath.Join(t.TempDir(), "fulcrum")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fulcrum-lb/fulcrum/cmd/fulcrum").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/fulcrum: %v\n%s", err, out)
+	}
+	ports := freePorts(t, 5)
+	cmd := exec.Command(bin, "demo", "--listen", ports[0], "--admin", ports[1], "--upstreams", strings.Join(ports[2:], ","))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var printed bytes.Buffer
+	console := ""
+	buf := make([]byte, 4096)
+	for console == "" {
+		n, err := stdout.Read(buf)
+		printed.Write(buf[:n])
+		for _, line := range strings.Split(printed.String(), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Console:" {
+				console = f[1]
+			}
+		}
+		if err != nil && console == "" {
+			t.Fatalf("demo ended without printing the console's address: %v\n%s", err, printed.String())
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	if want := "http://" + ports[1] + "/ui/"; console != want {
+		t.Fatalf("demo printed console %q, want %q", console, want)
+	}
+	up := func() bool {
+		resp, err := http.Get("http://" + ports[1] + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	testenv.Eventually(t, "the demo's admin address answering", up)
+	stop := traffic(t, "http://"+ports[0]+"/")
+	defer stop()
+	b.run(t, "demo", map[string]any{"url": strings.TrimSuffix(console, "/ui/"), "targets": ports[2:]}, nil)
+}
+
+// freePorts returns n loopback addresses that were free a moment ago (the
+// demo takes fixed addresses, not port 0).
+func freePorts(t *testing.T, n int) []string {
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
 }

@@ -116,6 +116,8 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 		fmt.Fprintf(out, "  %s  http://%s\n", u.Name, u.Addr)
 	}
 	fmt.Fprintf(out, `
+Console: http://%[2]s/ui/   (the targets live: health, in-flight, latency; disable, weight, drain)
+
 Try:
   for i in 1 2 3 4 5 6; do curl -s http://%[1]s/; done   # round robin: upstream-1, -2, -3, -1, ...
   curl -s http://%[2]s/upstreams                        # targets, weights, health, in-flight

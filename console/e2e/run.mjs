@@ -84,10 +84,15 @@ const scenarios = {
   },
 
   async flow() {
+    allow401 = true;
     await page.goto(env.url + '/ui/');
+    await page.waitForSelector('#banner[data-kind="refused"]');
+    await useToken(env.token);
     const card = `section[data-type="${env.taskType}"]`;
     await page.waitForSelector(`${card} table.funnel tr[data-stage]`);
-    log('type card with its funnel shown');
+    await page.waitForSelector('#banner[data-kind="refused"]', { state: 'hidden' });
+    allow401 = false;
+    log('token accepted: type card with its funnel shown');
 
     const before = Number(await page.textContent(`${card} .n[data-status="pending"]`));
     const created = await control('create-task');
@@ -126,6 +131,19 @@ const scenarios = {
     await page.waitForSelector(`ol.events li.death`);
     log('stopped worker disappeared:', killed.worker);
     await shot('supervisor');
+  },
+
+  // `fulcrum demo`: the printed console address shows the three targets,
+  // healthy, their request counts growing.
+  async demo() {
+    await page.goto(env.url + '/ui/');
+    const rows = env.targets.map((a) => `tr[data-target="${a}"][data-state="healthy"]`);
+    for (const r of rows) await page.waitForSelector(r);
+    const served = () => page.$$eval('tr[data-target] .small', (els) => els.map((e) => Number(e.textContent.split(' of ')[1])));
+    const first = await served();
+    await page.waitForFunction((before) => [...document.querySelectorAll('tr[data-target] .small')]
+      .every((e, i) => Number(e.textContent.split(' of ')[1]) > before[i]), first);
+    log('three demo targets shown live:', env.targets.join(', '));
   },
 };
 

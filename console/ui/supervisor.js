@@ -115,7 +115,7 @@ export function start(main) {
     replace(head,
       h('span', { class: 'badge ' + (ws.phase === 'running' ? 'healthy' : 'warming') }, ws.phase),
       h('span', {}, ` ${ws.workers.length} workers · ${ts.tasks.length} tasks · k = ${ts.redundancy} · `),
-      h('span', { class: d.tasks ? 'deficit' : '', dataset: { deficit: d.tasks } }, `${d.tasks} tasks short of k (${d.holders} holders missing)`));
+      h('span', { class: d.tasks ? 'deficit' : '', dataset: { deficit: d.tasks } }, `${d.tasks} ${d.tasks === 1 ? 'task' : 'tasks'} short of k (${d.holders} ${d.holders === 1 ? 'holder' : 'holders'} missing)`));
     const holding = new Map();
     for (const t of ts.tasks) for (const w of t.holders) holding.set(w, (holding.get(w) || 0) + 1);
     replace(workers, ws.workers.length ? h('table', {},

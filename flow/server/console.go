@@ -3,9 +3,8 @@ package server
 import (
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"sync"
-	"time"
 
 	"github.com/fulcrum-lb/fulcrum/console"
 	"github.com/fulcrum-lb/fulcrum/flow"
@@ -29,9 +28,9 @@ type FunnelResponse struct {
 // TypeFunnel is one type's tasks by stage.
 type TypeFunnel struct {
 	TaskType string `json:"task_type"`
-	// Stages are ordered by how long their tasks had been in the flow
-	// when last changed (the mean of modify_time - create_time), so a
-	// pipeline's first stage comes first: stages have no declared order.
+	// Stages have no declared order; they are ordered by the moves the
+	// counted tasks' schedule logs show (a stage before the stages its
+	// tasks moved on to), then by name.
 	Stages    []StageCounts `json:"stages"`
 	Truncated bool          `json:"truncated,omitempty"`
 	// OldestPendingMS is how long the oldest due pending task has been
@@ -126,12 +125,8 @@ func (s *Server) funnel(_ http.ResponseWriter, r *http.Request) (any, error) {
 	t := now()
 	for _, name := range names {
 		tf := TypeFunnel{TaskType: name, Stages: []StageCounts{}}
-		type acc struct {
-			counts map[string]int64
-			age    time.Duration
-			n      int64
-		}
-		stages := map[string]*acc{}
+		counts := map[string]map[string]int64{}
+		moves := map[[2]string]int{} // stage -> next stage, as logged
 		for _, st := range flow.AllStatuses() {
 			recs, err := s.st.ListTasks(r.Context(), store.ListFilter{TaskType: name, Status: st, Limit: funnelScan})
 			if err != nil {
@@ -141,28 +136,20 @@ func (s *Server) funnel(_ http.ResponseWriter, r *http.Request) (any, error) {
 				tf.Truncated = true
 			}
 			for _, rec := range recs {
-				a := stages[rec.TaskStage]
-				if a == nil {
-					a = &acc{counts: map[string]int64{}}
-					stages[rec.TaskStage] = a
+				if counts[rec.TaskStage] == nil {
+					counts[rec.TaskStage] = map[string]int64{}
 				}
-				a.counts[st.String()]++
-				a.age += rec.ModifyTime.Sub(rec.CreateTime)
-				a.n++
+				counts[rec.TaskStage][st.String()]++
+				for i := 1; i < len(rec.ScheduleLog); i++ {
+					if a, b := rec.ScheduleLog[i-1].Stage, rec.ScheduleLog[i].Stage; a != b && a != "" && b != "" {
+						moves[[2]string{a, b}]++
+					}
+				}
 			}
 		}
-		mean := map[string]time.Duration{}
-		for name, a := range stages {
-			tf.Stages = append(tf.Stages, StageCounts{Stage: name, Counts: a.counts})
-			mean[name] = a.age / time.Duration(a.n)
+		for _, stage := range stageOrder(counts, moves) {
+			tf.Stages = append(tf.Stages, StageCounts{Stage: stage, Counts: counts[stage]})
 		}
-		sort.Slice(tf.Stages, func(i, j int) bool {
-			a, b := tf.Stages[i].Stage, tf.Stages[j].Stage
-			if mean[a] != mean[b] {
-				return mean[a] < mean[b]
-			}
-			return a < b
-		})
 		due, ok, err := s.st.NextDue(r.Context(), name)
 		if err != nil {
 			return nil, err
@@ -173,4 +160,48 @@ func (s *Server) funnel(_ http.ResponseWriter, r *http.Request) (any, error) {
 		out.Types = append(out.Types, tf)
 	}
 	return out, nil
+}
+
+// maxOrderedStages bounds stageOrder's quadratic work.
+const maxOrderedStages = 100
+
+// stageOrder sorts stages so that each comes before the stages its tasks
+// were seen moving to: repeatedly the stage with the fewest logged moves
+// into it from the stages left (a loop back counts against its target
+// only), ties by name.
+func stageOrder(counts map[string]map[string]int64, moves map[[2]string]int) []string {
+	left := map[string]bool{}
+	for stage := range counts {
+		left[stage] = true
+	}
+	for m := range moves { // stages only seen in logs are ordered too, then dropped
+		left[m[0]], left[m[1]] = true, true
+	}
+	var order []string
+	if len(left) > maxOrderedStages { // a type with that many stages is not a pipeline; spare the CPU
+		for stage := range counts {
+			order = append(order, stage)
+		}
+		slices.Sort(order)
+		return order
+	}
+	for len(left) > 0 {
+		best, bestIn := "", -1
+		for stage := range left {
+			in := 0
+			for m, n := range moves {
+				if m[1] == stage && left[m[0]] {
+					in += n
+				}
+			}
+			if bestIn < 0 || in < bestIn || (in == bestIn && stage < best) {
+				best, bestIn = stage, in
+			}
+		}
+		delete(left, best)
+		if counts[best] != nil {
+			order = append(order, best)
+		}
+	}
+	return order
 }
