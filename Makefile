@@ -10,6 +10,11 @@ test:
 build:
 	$(GO) build -o bin/fulcrum ./cmd/fulcrum
 
+# The README's first command: a gateway on 127.0.0.1:8080 in front of three
+# demo upstreams, admin API on 127.0.0.1:9901. Ctrl-C stops it.
+demo:
+	$(GO) run ./cmd/fulcrum demo
+
 # vet also fails when go.mod/go.sum are not what `go mod tidy` would write
 # (a direct dependency marked indirect, one left over): the printed diff is
 # the fix, or run `go mod tidy` in the module it names.
