@@ -1,5 +1,5 @@
 // Package testenv gives tests the addresses of the real local services they
-// use (PostgreSQL, MariaDB, Redis, RabbitMQ, NATS). When a service is down a
+// use (PostgreSQL, MariaDB, Redis, RabbitMQ, NATS, etcd). When a service is down a
 // test skips with a message saying what to start, except under CI=true, where
 // a missing service fails the test: CI must never skip.
 package testenv
@@ -24,6 +24,8 @@ var (
 	AMQPURL = env("FULCRUM_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
 	// NATSURL (FULCRUM_TEST_NATS).
 	NATSURL = env("FULCRUM_TEST_NATS", "nats://127.0.0.1:4222")
+	// EtcdAddr (FULCRUM_TEST_ETCD), host:port of an etcd client listener.
+	EtcdAddr = env("FULCRUM_TEST_ETCD", "127.0.0.1:2379")
 )
 
 func env(name, def string) string {
@@ -40,6 +42,7 @@ var startHint = map[string]string{
 	"127.0.0.1:6379": "Redis: redis-server --daemonize yes --port 6379 --save ''",
 	"127.0.0.1:5672": "RabbitMQ: rabbitmq-server -detached",
 	"127.0.0.1:4222": "NATS: nats-server -a 127.0.0.1 -p 4222 -js",
+	"127.0.0.1:2379": "etcd (apt-get install etcd-server): etcd --data-dir /tmp/fulcrum-etcd --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 &",
 }
 
 // Need skips the test (fails it under CI=true) unless something listens on
@@ -75,3 +78,7 @@ func AMQP(t testing.TB) string { t.Helper(); Need(t, "127.0.0.1:5672"); return A
 
 // NATS returns the NATS URL after checking the server is up.
 func NATS(t testing.TB) string { t.Helper(); Need(t, "127.0.0.1:4222"); return NATSURL }
+
+// Etcd returns the etcd client endpoint (http://host:port) after checking
+// the server is up.
+func Etcd(t testing.TB) string { t.Helper(); Need(t, EtcdAddr); return "http://" + EtcdAddr }
