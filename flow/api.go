@@ -9,7 +9,7 @@ import (
 // server, the command-line client and the worker SDK all use these types, so
 // a field renamed here is renamed everywhere.
 
-// Status is a task's state. The numbers are seed 002's and are stored as is.
+// Status is a task's state. The numbers are Asyncflow's and are stored as is.
 type Status int
 
 // Task statuses.
@@ -21,7 +21,7 @@ const (
 	StatusCancelled  Status = 5
 )
 
-// MaxContextBytes is the largest task_context accepted (seed 002).
+// MaxContextBytes is the largest task_context accepted (as in Asyncflow).
 const MaxContextBytes = 4096
 
 // TaskType is a task type's schedule config (POST /v1/register_task).
@@ -34,6 +34,9 @@ type TaskType struct {
 	MaxRetryNum        int    `json:"max_retry_num"`
 	RetryIntervalMS    int64  `json:"retry_interval_ms"`     // first retry delay, doubled per retry
 	MaxRetryIntervalMS int64  `json:"max_retry_interval_ms"` // cap of the doubling
+	// Paused is read-only here: set by pause_task_type, cleared by
+	// resume_task_type. A paused type's tasks are never held.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // LogEntry is one line of a task's short schedule log.
@@ -62,6 +65,7 @@ type Task struct {
 	ScheduleLog []LogEntry      `json:"schedule_log,omitempty"`
 	CreateTime  time.Time       `json:"create_time"`
 	ModifyTime  time.Time       `json:"modify_time"`
+	UniqueKey   string          `json:"unique_key,omitempty"`
 }
 
 // NewTask is one task to create.
@@ -71,6 +75,10 @@ type NewTask struct {
 	TaskContext json.RawMessage `json:"task_context,omitempty"`
 	Priority    int             `json:"priority,omitempty"`
 	DelayMS     int64           `json:"delay_ms,omitempty"` // order_time = now + delay
+	// UniqueKey, when set, makes the create return the id of a pending or
+	// processing task of the same type with the same key, if there is one,
+	// instead of creating another.
+	UniqueKey string `json:"unique_key,omitempty"`
 }
 
 // CreateTaskRequest is the body of POST /v1/create_task: either the fields
@@ -80,9 +88,34 @@ type CreateTaskRequest struct {
 	Tasks []NewTask `json:"tasks,omitempty"`
 }
 
-// CreateTaskResponse lists the ids in request order.
+// CreateTaskResponse lists the ids in request order. An id that belongs
+// to a task that already existed (same type and unique_key, pending or
+// processing) is flagged: Existing for the inline form, ExistingIndex
+// (positions in tasks) for a batch.
 type CreateTaskResponse struct {
-	TaskIDs []string `json:"task_ids"`
+	TaskIDs       []string `json:"task_ids"`
+	Existing      bool     `json:"existing,omitempty"`
+	ExistingIndex []int    `json:"existing_index,omitempty"`
+}
+
+// TaskTypeRequest is the body of POST /v1/pause_task_type and
+// /v1/resume_task_type.
+type TaskTypeRequest struct {
+	TaskType string `json:"task_type"`
+}
+
+// RetryTaskRequest is the body of POST /v1/retry_task: a failed or
+// cancelled task goes back to pending, due now, with its retries reset;
+// TaskStage and TaskContext, when given, replace the task's.
+type RetryTaskRequest struct {
+	TaskID      string          `json:"task_id"`
+	TaskStage   string          `json:"task_stage,omitempty"`
+	TaskContext json.RawMessage `json:"task_context,omitempty"`
+}
+
+// DeleteTaskRequest is the body of POST /v1/delete_task.
+type DeleteTaskRequest struct {
+	TaskID string `json:"task_id"`
 }
 
 // HoldTasksRequest is the body of POST /v1/hold_tasks.
@@ -165,6 +198,7 @@ type StatsResponse struct {
 type TypeStats struct {
 	TaskType string           `json:"task_type"`
 	Counts   map[string]int64 `json:"counts"`
+	Paused   bool             `json:"paused,omitempty"`
 }
 
 // ErrorResponse is the body of every 4xx/5xx answer.

@@ -1,5 +1,5 @@
-// Package flow is the model of fulcrum flow, the multi-stage task service of
-// seed 002 (Asyncflow): the wire types of the HTTP API (api.go), the rules
+// Package flow is the model of fulcrum flow, the multi-stage task service modelled on
+// Asyncflow: the wire types of the HTTP API (api.go), the rules
 // that validate what clients send, and the pure state transitions a task goes
 // through when it is held, set, expired or cancelled.
 //

@@ -13,6 +13,9 @@ type Record struct {
 	Task
 	RetryIntervalMS    int64
 	MaxRetryIntervalMS int64
+	// Existing is set by a store's CreateTasks when TaskID is that of a
+	// live task with the same type and unique key, not a new one.
+	Existing bool
 }
 
 // Schedule log events.
@@ -25,6 +28,7 @@ const (
 	EventRetry     = "retry"
 	EventExpired   = "expired"
 	EventCancelled = "cancelled"
+	EventRetried   = "retried" // an operator's retry_task
 )
 
 // Backoff is the delay before retry number n (1 for the first retry):
@@ -124,6 +128,24 @@ func ApplyExpire(r *Record, now time.Time) {
 	r.retryOrFail(now, 0, EventExpired, worker, "lease expired")
 }
 
+// ApplyRetry is an operator's retry of a failed or cancelled task: back
+// to pending, due now, retries reset; stage and context replaced when given.
+func ApplyRetry(r *Record, stage string, ctx json.RawMessage, now time.Time) error {
+	if r.Status != StatusFailed && r.Status != StatusCancelled {
+		return fmt.Errorf("task %s is %s; only failed or cancelled tasks are retried: %w", r.TaskID, r.Status, ErrConflict)
+	}
+	if stage != "" {
+		r.TaskStage = stage
+	}
+	if ctx != nil {
+		r.TaskContext = ctx
+	}
+	r.release()
+	r.Status, r.CrtRetryNum, r.OrderTime, r.ModifyTime = StatusPending, 0, now, now
+	r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Stage: r.TaskStage, Event: EventRetried})
+	return nil
+}
+
 // NewRecord builds the stored form of a validated NewTask of type tt.
 func NewRecord(id string, nt NewTask, tt TaskType, now time.Time) Record {
 	order := now.Add(time.Duration(nt.DelayMS)*time.Millisecond - time.Duration(nt.Priority)*time.Second)
@@ -140,6 +162,7 @@ func NewRecord(id string, nt NewTask, tt TaskType, now time.Time) Record {
 			ScheduleLog: []LogEntry{{At: now, Stage: nt.TaskStage, Event: EventCreated}},
 			CreateTime:  now,
 			ModifyTime:  now,
+			UniqueKey:   nt.UniqueKey,
 		},
 		RetryIntervalMS:    tt.RetryIntervalMS,
 		MaxRetryIntervalMS: tt.MaxRetryIntervalMS,

@@ -20,6 +20,10 @@ var (
 	// ErrStaleLease: the lease does not match the task's current one (it
 	// expired and the task was held again, or the task ended). Nothing changed.
 	ErrStaleLease = errors.New("stale lease")
+	// ErrConflict: the task is not in a state the operation applies to
+	// (retry of a task that has not ended badly, delete of a held task),
+	// or its unique key is taken. Nothing changed.
+	ErrConflict = errors.New("conflict")
 )
 
 // FieldError is a request field with a bad value. The HTTP API answers 400.
@@ -38,6 +42,7 @@ func fieldErr(field, format string, args ...any) error {
 const (
 	MaxNameLen       = 64    // task_type and task_stage
 	MaxWorkerIDLen   = 128   // worker_id
+	MaxUniqueKeyLen  = 128   // unique_key
 	MaxErrorLen      = 1024  // error text kept in the schedule log (longer is cut)
 	MaxScheduleLimit = 10000 // schedule_limit
 	MaxBatch         = 1000  // tasks in one create_task or set_tasks
@@ -125,6 +130,9 @@ func validName(field, v string, required bool) error {
 // ValidateTaskTypeName checks a task type name.
 func ValidateTaskTypeName(v string) error { return validName("task_type", v, true) }
 
+// ValidateStage checks an optional task stage name.
+func ValidateStage(field, v string) error { return validName(field, v, false) }
+
 // ValidateWorkerID checks a worker id: required, printable UTF-8, bounded.
 func ValidateWorkerID(v string) error {
 	switch {
@@ -143,6 +151,9 @@ func ValidateWorkerID(v string) error {
 func NormalizeTaskType(t TaskType) (TaskType, error) {
 	if err := ValidateTaskTypeName(t.TaskType); err != nil {
 		return t, err
+	}
+	if t.Paused {
+		return t, fieldErr("paused", "set by POST /v1/pause_task_type, not by register_task")
 	}
 	neg := []struct {
 		field string
@@ -281,6 +292,12 @@ func ValidateNewTask(prefix string, t *NewTask) error {
 		return err
 	}
 	t.TaskContext = c
+	switch {
+	case len(t.UniqueKey) > MaxUniqueKeyLen:
+		return fieldErr(prefix+"unique_key", "%d bytes, at most %d", len(t.UniqueKey), MaxUniqueKeyLen)
+	case !utf8.ValidString(t.UniqueKey):
+		return fieldErr(prefix+"unique_key", "not valid UTF-8")
+	}
 	if t.Priority > MaxPriority || t.Priority < -MaxPriority {
 		return fieldErr(prefix+"priority", "%d is outside ±%d", t.Priority, MaxPriority)
 	}

@@ -23,7 +23,8 @@ import (
 // flowClientCmds returns the command-line client (submit, get, ls, stats)
 // that newFlowCmd adds beside serve.
 func flowClientCmds() []*cobra.Command {
-	return []*cobra.Command{flowSubmitCmd(), flowGetCmd(), flowLsCmd(), flowStatsCmd()}
+	return []*cobra.Command{flowSubmitCmd(), flowGetCmd(), flowLsCmd(), flowStatsCmd(),
+		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowDeleteCmd()}
 }
 
 // flowClientFlags are the flags every client command shares.
@@ -74,6 +75,7 @@ func flowSubmitCmd() *cobra.Command {
 		delay    time.Duration
 		file     string
 		batch    int
+		unique   string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit [TYPE STAGE]",
@@ -115,7 +117,7 @@ func flowSubmitCmd() *cobra.Command {
 					return fmt.Errorf("--file %s: no tasks", file)
 				}
 			} else {
-				t := flow.NewTask{TaskType: args[0], TaskStage: args[1], Priority: priority, DelayMS: delay.Milliseconds()}
+				t := flow.NewTask{TaskType: args[0], TaskStage: args[1], Priority: priority, DelayMS: delay.Milliseconds(), UniqueKey: unique}
 				if context != "" {
 					if !json.Valid([]byte(context)) {
 						return fmt.Errorf("--context: not valid JSON: %q", context)
@@ -151,6 +153,7 @@ func flowSubmitCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&delay, "delay", 0, "run no earlier than this from now (e.g. 30s)")
 	cmd.Flags().StringVar(&file, "file", "", "read tasks as JSON lines from this file (- for stdin)")
 	cmd.Flags().IntVar(&batch, "batch", 500, "tasks per create_task request with --file")
+	cmd.Flags().StringVar(&unique, "unique-key", "", "while a task of TYPE with this key is pending or processing, print its id instead of creating another")
 	return cmd
 }
 
@@ -389,7 +392,11 @@ func flowStatsCmd() *cobra.Command {
 			cols := []string{"pending", "processing", "success", "failed", "cancelled"}
 			fmt.Fprintln(tw, "TYPE\tPENDING\tPROCESSING\tSUCCESS\tFAILED\tCANCELLED\t")
 			for _, t := range types {
-				fmt.Fprintf(tw, "%s\t", t.TaskType)
+				name := t.TaskType
+				if t.Paused {
+					name += " (paused)"
+				}
+				fmt.Fprintf(tw, "%s\t", name)
 				for _, c := range cols {
 					fmt.Fprintf(tw, "%d\t", t.Counts[c])
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -181,5 +182,59 @@ func TestFlowClientCommands(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("flow %v: err = %v, want it to mention %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// The operator's commands, with the server named by FULCRUM_FLOW_SERVER.
+func TestFlowOperatorCommands(t *testing.T) {
+	ctx := context.Background()
+	s, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: "sqlite://" + filepath.Join(t.TempDir(), "flow.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Setenv("FULCRUM_FLOW_SERVER", "http://"+s.Addr())
+	c, err := client.New([]string{"http://" + s.Addr()}, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := runFlow(t, "", args...)
+		if err != nil {
+			t.Fatalf("flow %v: %v", args, err)
+		}
+		return out
+	}
+	if out := must("register", "ops", "--max-retry", "2", "--retry-interval", "2s"); !strings.Contains(out, "ops active") || !strings.Contains(out, "max_retry=2") {
+		t.Fatalf("register printed %q", out)
+	}
+	a := strings.TrimSpace(must("submit", "ops", "s", "--unique-key", "k1"))
+	if b := strings.TrimSpace(must("submit", "ops", "s", "--unique-key", "k1")); b != a {
+		t.Fatalf("second submit with the same unique key: %s, want %s", b, a)
+	}
+	if out := must("pause", "ops"); !strings.Contains(out, "ops paused") {
+		t.Fatalf("pause printed %q", out)
+	}
+	if out := must("stats"); !strings.Contains(out, "ops (paused)") {
+		t.Fatalf("stats while paused: %q", out)
+	}
+	if got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "ops", WorkerID: "w"}); err != nil || len(got) != 0 {
+		t.Fatalf("hold of a paused type: %d tasks, %v", len(got), err)
+	}
+	must("resume", "ops")
+	must("cancel", a)
+	if out := must("retry", a, "--stage", "t", "--context", `{"n":1}`); !strings.Contains(out, a+" pending stage=t") {
+		t.Fatalf("retry printed %q", out)
+	}
+	if _, err := runFlow(t, "", "delete", a, "nonsense"); err == nil || !strings.Contains(err.Error(), "1 of 2 tasks failed") {
+		t.Fatalf("delete with one bad id: %v", err)
+	}
+	if _, err := c.GetTask(ctx, a); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("deleted task: %v", err)
+	}
+	if _, err := runFlow(t, "", "retry", a); err == nil || !strings.Contains(err.Error(), "1 of 1") {
+		t.Fatalf("retry of a deleted task: %v", err)
 	}
 }

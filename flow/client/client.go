@@ -205,6 +205,63 @@ func (c *Client) CreateTasks(ctx context.Context, ts []flow.NewTask) ([]string, 
 	return resp.TaskIDs, nil
 }
 
+// CreateTaskInfo creates one task and says whether the id is that of a
+// task that already existed (t.UniqueKey live for the type).
+func (c *Client) CreateTaskInfo(ctx context.Context, t flow.NewTask) (id string, existing bool, err error) {
+	var resp flow.CreateTaskResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/create_task", body: flow.CreateTaskRequest{NewTask: t}, out: &resp}); err != nil {
+		return "", false, err
+	}
+	if len(resp.TaskIDs) != 1 {
+		return "", false, fmt.Errorf("flow /v1/create_task: answer has %d task ids, want 1", len(resp.TaskIDs))
+	}
+	return resp.TaskIDs[0], resp.Existing, nil
+}
+
+// CreateTasksInfo creates a batch and returns the whole answer: the ids in
+// order and the positions whose id is an existing task's (unique keys).
+func (c *Client) CreateTasksInfo(ctx context.Context, ts []flow.NewTask) (*flow.CreateTaskResponse, error) {
+	var resp flow.CreateTaskResponse
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/create_task", body: flow.CreateTaskRequest{Tasks: ts}, out: &resp}); err != nil {
+		return nil, err
+	}
+	if len(resp.TaskIDs) != len(ts) {
+		return nil, fmt.Errorf("flow /v1/create_task: answer has %d task ids for %d tasks", len(resp.TaskIDs), len(ts))
+	}
+	return &resp, nil
+}
+
+// PauseTaskType stops holds of a type (on every server) until
+// ResumeTaskType; it returns the type's config.
+func (c *Client) PauseTaskType(ctx context.Context, taskType string) (*flow.TaskType, error) {
+	var t flow.TaskType
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/pause_task_type", body: flow.TaskTypeRequest{TaskType: taskType}, out: &t, idempotent: true})
+	return &t, err
+}
+
+// ResumeTaskType lets a paused type's tasks be held again.
+func (c *Client) ResumeTaskType(ctx context.Context, taskType string) (*flow.TaskType, error) {
+	var t flow.TaskType
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/resume_task_type", body: flow.TaskTypeRequest{TaskType: taskType}, out: &t, idempotent: true})
+	return &t, err
+}
+
+// RetryTask puts a failed or cancelled task back to pending with its
+// retries reset (stage and context replaced when req gives them). Another
+// status gives a 409 APIError.
+func (c *Client) RetryTask(ctx context.Context, req flow.RetryTaskRequest) (*flow.Task, error) {
+	var t flow.Task
+	if err := c.do(ctx, call{method: http.MethodPost, path: "/v1/retry_task", body: req, out: &t}); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// DeleteTask deletes a task that is not being processed.
+func (c *Client) DeleteTask(ctx context.Context, taskID string) error {
+	return c.do(ctx, call{method: http.MethodPost, path: "/v1/delete_task", body: flow.DeleteTaskRequest{TaskID: taskID}})
+}
+
 // HoldTasks claims up to req.Limit due tasks of req.TaskType for
 // req.WorkerID. With req.WaitMS it long-polls: the call returns as soon as a
 // task is due or after the wait with no tasks.

@@ -47,7 +47,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, flow.ErrUnknownType), errors.Is(err, flow.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, flow.ErrStaleLease):
+	case errors.Is(err, flow.ErrStaleLease), errors.Is(err, flow.ErrConflict):
 		return http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
@@ -63,18 +63,22 @@ type endpoint struct {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	api := map[string]endpoint{
-		"/v1/register_task": {http.MethodPost, s.registerTask},
-		"/v1/create_task":   {http.MethodPost, s.createTask},
-		"/v1/hold_tasks":    {http.MethodPost, s.holdTasks},
-		"/v1/set_task":      {http.MethodPost, s.setTask},
-		"/v1/set_tasks":     {http.MethodPost, s.setTasks},
-		"/v1/renew_lease":   {http.MethodPost, s.renewLease},
-		"/v1/cancel_task":   {http.MethodPost, s.cancelTask},
-		"/v1/get_task":      {http.MethodGet, s.getTask},
-		"/v1/get_task_type": {http.MethodGet, s.getTaskType},
-		"/v1/get_task_list": {http.MethodGet, s.getTaskList},
-		"/v1/stats":         {http.MethodGet, s.stats},
-		"/healthz":          {http.MethodGet, s.health},
+		"/v1/register_task":    {http.MethodPost, s.registerTask},
+		"/v1/create_task":      {http.MethodPost, s.createTask},
+		"/v1/hold_tasks":       {http.MethodPost, s.holdTasks},
+		"/v1/set_task":         {http.MethodPost, s.setTask},
+		"/v1/set_tasks":        {http.MethodPost, s.setTasks},
+		"/v1/renew_lease":      {http.MethodPost, s.renewLease},
+		"/v1/cancel_task":      {http.MethodPost, s.cancelTask},
+		"/v1/retry_task":       {http.MethodPost, s.retryTask},
+		"/v1/delete_task":      {http.MethodPost, s.deleteTask},
+		"/v1/pause_task_type":  {http.MethodPost, s.pauseTaskType},
+		"/v1/resume_task_type": {http.MethodPost, s.resumeTaskType},
+		"/v1/get_task":         {http.MethodGet, s.getTask},
+		"/v1/get_task_type":    {http.MethodGet, s.getTaskType},
+		"/v1/get_task_list":    {http.MethodGet, s.getTaskList},
+		"/v1/stats":            {http.MethodGet, s.stats},
+		"/healthz":             {http.MethodGet, s.health},
 	}
 	index := []string{"GET /metrics"}
 	for path, ep := range api {
@@ -300,7 +304,8 @@ func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	tasks, prefix := req.Tasks, "tasks[%d]."
-	single := req.NewTask.TaskType != "" || req.NewTask.TaskStage != "" || req.NewTask.TaskContext != nil || req.NewTask.Priority != 0 || req.NewTask.DelayMS != 0
+	single := req.NewTask.TaskType != "" || req.NewTask.TaskStage != "" || req.NewTask.TaskContext != nil || req.NewTask.Priority != 0 ||
+		req.NewTask.DelayMS != 0 || req.NewTask.UniqueKey != ""
 	switch {
 	case single && len(tasks) > 0:
 		return nil, badRequest("tasks: give one task inline or a batch in tasks, not both")
@@ -333,10 +338,19 @@ func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error)
 	if err := s.st.CreateTasks(r.Context(), recs); err != nil {
 		return nil, err
 	}
-	for _, rec := range recs {
+	out := flow.CreateTaskResponse{TaskIDs: ids}
+	for i, rec := range recs {
+		ids[i] = rec.TaskID // an existing task's, for a unique key already live
+		if rec.Existing {
+			out.Existing = prefix == ""
+			if prefix != "" {
+				out.ExistingIndex = append(out.ExistingIndex, i)
+			}
+			continue
+		}
 		s.m.created.WithLabelValues(rec.TaskType).Inc()
 	}
-	return flow.CreateTaskResponse{TaskIDs: ids}, nil
+	return out, nil
 }
 
 func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -368,7 +382,18 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, s.cfg.MaxWait)
 	deadline := time.Now().Add(wait)
 	for {
-		woken := s.wake.wait(req.TaskType) // before the claim: a signal during it is not lost
+		woken := s.wake.wait(req.TaskType)                        // before the claim: a signal during it is not lost
+		if tt, err = s.types.get(ctx, req.TaskType); err != nil { // cached: sees a pause within TypeCacheTTL
+			return nil, err
+		}
+		if tt.Paused {
+			// Nothing is handed out (the claim checks the pause too);
+			// wait for a resume here or a look at the type again.
+			if !s.waitPaused(ctx, woken, deadline) {
+				return flow.HoldTasksResponse{Tasks: []flow.Task{}}, nil
+			}
+			continue
+		}
 		t := now()
 		recs, err := s.st.Hold(ctx, store.HoldParams{TaskType: req.TaskType, WorkerID: req.WorkerID, Limit: limit,
 			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond)})
@@ -406,6 +431,26 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 		}
 		timer.Stop()
 	}
+}
+
+// waitPaused sleeps a hold of a paused type until a signal, the poll
+// interval or the deadline; false when the hold should answer now.
+func (s *Server) waitPaused(ctx context.Context, woken <-chan struct{}, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return false
+	}
+	timer := time.NewTimer(min(left, s.cfg.PollInterval))
+	defer timer.Stop()
+	select {
+	case <-woken:
+	case <-timer.C:
+	case <-s.stop:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 func (s *Server) setTask(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -531,6 +576,70 @@ func (s *Server) cancelTask(_ http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	return view(rec), nil
+}
+
+func (s *Server) retryTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.RetryTaskRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskID("task_id", req.TaskID); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateStage("task_stage", req.TaskStage); err != nil {
+		return nil, err
+	}
+	c, err := flow.ValidateContext("task_context", req.TaskContext)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.st.RetryTask(r.Context(), req.TaskID, req.TaskStage, c, now())
+	if err != nil {
+		return nil, err
+	}
+	return view(rec), nil
+}
+
+func (s *Server) deleteTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.DeleteTaskRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskID("task_id", req.TaskID); err != nil {
+		return nil, err
+	}
+	if err := s.st.DeleteTask(r.Context(), req.TaskID); err != nil {
+		return nil, err
+	}
+	return map[string]string{"task_id": req.TaskID, "status": "deleted"}, nil
+}
+
+func (s *Server) pauseTaskType(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return s.setPaused(r, true)
+}
+
+func (s *Server) resumeTaskType(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return s.setPaused(r, false)
+}
+
+// setPaused answers the type's config as it now is.
+func (s *Server) setPaused(r *http.Request, paused bool) (any, error) {
+	var req flow.TaskTypeRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateTaskTypeName(req.TaskType); err != nil {
+		return nil, err
+	}
+	if err := s.st.SetPaused(r.Context(), req.TaskType, paused, now()); err != nil {
+		return nil, err
+	}
+	tt, err := s.st.GetType(r.Context(), req.TaskType)
+	if err != nil {
+		return nil, err
+	}
+	s.types.put(tt)
+	return tt, nil
 }
 
 // view is a task as get_task shows it: the lease token is only ever given

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
 )
 
 // Lock modes for Config.LockMode.
 const (
 	LockSkipLocked = "skip_locked" // row locks in the database (default)
-	LockRedis      = "redis"       // the seed's redsync lock around each hold
+	LockRedis      = "redis"       // Asyncflow's redsync lock around each hold
 )
 
 // Config configures a flow server. Zero fields take the defaults in their
@@ -127,7 +128,7 @@ func (c Config) validate() error {
 	}
 	if !strings.HasPrefix(c.DB, "sqlite://") && !strings.HasPrefix(c.DB, "postgres://") &&
 		!strings.HasPrefix(c.DB, "postgresql://") && !strings.HasPrefix(c.DB, "mysql://") {
-		return fmt.Errorf("flow server: db %q: want sqlite://PATH, postgres://... or mysql://...", c.DB)
+		return fmt.Errorf("flow server: db %q: want sqlite://PATH, postgres://... or mysql://...%s", c.DB, store.Suggest(c.DB))
 	}
 	for _, d := range []struct {
 		name string

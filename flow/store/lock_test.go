@@ -23,7 +23,7 @@ func redisLocker(t testing.TB) store.Locker {
 	return redislock.New(c, 0)
 }
 
-// The seed's design: a Redis lock around the claim instead of SKIP LOCKED.
+// Asyncflow's design: a Redis lock around the claim instead of SKIP LOCKED.
 // Same stress as the suite: three stores, eight holders each.
 func TestRedisLockNoDoubleClaim(t *testing.T) {
 	t.Parallel()
@@ -38,7 +38,7 @@ func TestRedisLockNoDoubleClaim(t *testing.T) {
 	}
 }
 
-// BenchmarkClaim compares the claim with SKIP LOCKED against the seed's
+// BenchmarkClaim compares the claim with SKIP LOCKED against Asyncflow's
 // redsync lock: `workers` goroutines hold batches of 10 and set them
 // success, on PostgreSQL and MariaDB. One op is one task finished.
 //

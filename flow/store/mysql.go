@@ -5,13 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
 )
 
 // MySQL 8 and MariaDB 10.6+ (both have SKIP LOCKED). The session runs READ
-// COMMITTED so that the claim's locking read takes no gap locks (the seed's
+// COMMITTED so that the claim's locking read takes no gap locks (Asyncflow's
 // deadlock story), and claim_idx covers (task_type, status, order_time) so the
 // locking read touches only the rows it returns.
 var myMigrations = [][]string{{
@@ -28,6 +30,14 @@ var myMigrations = [][]string{{
 		KEY claim_idx (task_type, status, order_time), KEY lease_idx (status, lease_expiry),
 		KEY ended_idx (status, modify_time), KEY list_idx (task_type, status, task_id))
 		ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+}, {
+	// Unique tasks: one live (pending or processing) task per type and key.
+	// No partial indexes here: a stored generated column holds the key
+	// only while the task is live (NULL otherwise, and NULLs never clash).
+	`ALTER TABLE {p}tasks ADD COLUMN unique_key VARCHAR(128) NOT NULL DEFAULT '',
+		ADD COLUMN unique_live VARCHAR(128) AS (CASE WHEN unique_key <> '' AND status IN (1, 2) THEN unique_key END) STORED,
+		ADD UNIQUE KEY unique_idx (task_type, unique_live)`,
+	`ALTER TABLE {p}task_types ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`,
 }}
 
 func myLog(event string) string {
@@ -35,8 +45,43 @@ func myLog(event string) string {
 		"JSON_OBJECT('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
 }
 
+// mysqlDSN turns what follows mysql:// into the driver's DSN. Both the
+// driver's own form (user:pass@tcp(host:3306)/db?params) and a URL
+// (user:pass@host:3306/db?params) are accepted.
+func mysqlDSN(spec string) (*mysql.Config, error) {
+	if strings.Contains(spec, "(") {
+		return mysql.ParseDSN(spec)
+	}
+	u, err := url.Parse("mysql://" + spec)
+	if err != nil {
+		return nil, err
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+	if u.Port() == "" {
+		cfg.Addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	if strings.Contains(cfg.DBName, "/") {
+		return nil, fmt.Errorf("database name %q has a /", cfg.DBName)
+	}
+	if u.RawQuery == "" {
+		return cfg, nil
+	}
+	// Let the driver read the parameters as it would in its own form.
+	withParams, err := mysql.ParseDSN("/?" + u.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	withParams.User, withParams.Passwd, withParams.Net, withParams.Addr, withParams.DBName = cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName
+	return withParams, nil
+}
+
 func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := mysqlDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: mysql dsn: %w", err)
 	}

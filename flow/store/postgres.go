@@ -34,6 +34,11 @@ var pgMigrations = [][]string{{
 	`CREATE INDEX IF NOT EXISTS {p}tasks_lease ON {p}tasks (lease_expiry) WHERE status = 2`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_ended ON {p}tasks (modify_time) WHERE status IN (3, 4, 5)`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_list ON {p}tasks (task_type, status, task_id)`,
+}, {
+	// Unique tasks: one live (pending or processing) task per type and key.
+	`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS unique_key VARCHAR(128) NOT NULL DEFAULT ''`,
+	`CREATE UNIQUE INDEX IF NOT EXISTS {p}tasks_unique ON {p}tasks (task_type, unique_key) WHERE unique_key <> '' AND status IN (1, 2)`,
+	`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS paused SMALLINT NOT NULL DEFAULT 0`,
 }}
 
 func pgLog(event string) string {
@@ -150,12 +155,12 @@ func (s *SQLStore) listen(ctx context.Context, dsn string, up func()) error {
 // insertPG creates a batch with one statement of arrays, and NOTIFYs.
 func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
 	n := len(recs)
-	ids, types, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, types, stages, owners, leases, logs, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	statuses, prios, crts, maxr := make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
 	ctxs := make([]*string, n)
 	ots, ris, mris, les, cts, mts := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, r := range recs {
-		ids[i], types[i], stages[i], owners[i], leases[i] = r.TaskID, r.TaskType, r.TaskStage, r.Owner, r.Lease
+		ids[i], types[i], stages[i], owners[i], leases[i], keys[i] = r.TaskID, r.TaskType, r.TaskStage, r.Owner, r.Lease, r.UniqueKey
 		logs[i] = string(marshalLog(r.ScheduleLog))
 		statuses[i], prios[i], crts[i], maxr[i] = int32(r.Status), int32(r.Priority), int32(r.CrtRetryNum), int32(r.MaxRetryNum)
 		if r.TaskContext != nil {
@@ -164,7 +169,7 @@ func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
 		}
 		ots[i], ris[i], mris[i], cts[i], mts[i] = us(r.OrderTime), r.RetryIntervalMS, r.MaxRetryIntervalMS, us(r.CreateTime), us(r.ModifyTime)
 	}
-	_, err := s.w.ExecContext(ctx, s.q.insert, ids, types, stages, statuses, ctxs, prios, ots, crts, maxr, ris, mris, owners, leases, les, logs, cts, mts,
+	_, err := s.w.ExecContext(ctx, s.q.insert, ids, types, stages, statuses, ctxs, prios, ots, crts, maxr, ris, mris, owners, leases, les, logs, cts, mts, keys,
 		s.d.channel(s.p), s.d.instance+":")
 	return err
 }

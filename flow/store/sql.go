@@ -70,7 +70,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 	case strings.HasPrefix(dsn, "mysql://"):
 		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"))
 	default:
-		return nil, fmt.Errorf("store: db %q: want sqlite://PATH, postgres://... or mysql://...", redact(dsn))
+		return nil, fmt.Errorf("store: db %q: want sqlite://PATH, postgres://... or mysql://...%s", redact(dsn), Suggest(dsn))
 	}
 	if err != nil {
 		return nil, err
@@ -88,6 +88,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 		}
 	}
 	return s, nil
+}
+
+// Suggest is a hint for a db name with no scheme: a bare path is most
+// likely a SQLite file.
+func Suggest(dsn string) string {
+	if dsn == "" || strings.Contains(dsn, "://") {
+		return ""
+	}
+	return "; for a SQLite file write sqlite://" + dsn
 }
 
 // redact hides a password in a DSN for error messages.
@@ -147,7 +156,19 @@ func (d *dialect) rebind(q string) string {
 	return b.String()
 }
 
-const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time"
+const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key"
+
+// ncols is how many columns cols names.
+const ncols = 18
+
+// sqlStatus renders statuses for SQL text from the flow constants.
+func sqlStatus(sts ...flow.Status) string {
+	parts := make([]string, len(sts))
+	for i, st := range sts {
+		parts[i] = strconv.Itoa(int(st))
+	}
+	return strings.Join(parts, ", ")
+}
 
 func colsWith(alias, logCast string) string {
 	parts := strings.Split(cols, ", ")
@@ -168,6 +189,7 @@ type queries struct {
 	setFast                                                     string
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
 	getType, listTypes, stats, insert                           string
+	insertOne, insertUnique, liveByKey, setPaused, deleteTask   string
 }
 
 func buildQueries(d *dialect, p string, redisLock bool) queries {
@@ -185,7 +207,11 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		// keeps a hold correct even if the lock expired mid-claim.
 		skip, guard = "", " AND status = 1"
 	}
-	due := "task_type = ? AND status = 1 AND order_time <= ? ORDER BY order_time LIMIT ?"
+	// A paused type has nothing due. The check is part of the claim, so a
+	// pause committed through any server stops every later hold; it is
+	// uncorrelated, so the database evaluates it once per claim (and a
+	// locking read does not lock the type row it reads).
+	due := "task_type = ? AND status = 1 AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p + "task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
 	switch d.name {
 	case "postgres":
 		tg := ""
@@ -212,7 +238,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 			" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
 			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = 1) d"
 		q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
-			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[]) RETURNING task_type)" +
+			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[], ?::text[]) RETURNING task_type)" +
 			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
 		q.setFast = pgSetFast(t)
 	} else {
@@ -242,12 +268,23 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 			" max_processing_ms = excluded.max_processing_ms, max_retry_num = excluded.max_retry_num, retry_interval_ms = excluded.retry_interval_ms," +
 			" max_retry_interval_ms = excluded.max_retry_interval_ms, modify_time = excluded.modify_time"
 	}
-	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms"
+	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
+	live := sqlStatus(flow.StatusPending, flow.StatusProcessing)
+	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
+	if d.name == "mysql" {
+		q.insertUnique = q.insertOne + " ON DUPLICATE KEY UPDATE task_id = task_id" // no change: 0 rows affected
+	} else {
+		q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
+	}
+	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + live + ")"
+	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
+	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + sqlStatus(flow.StatusProcessing)
 	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
-		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert} {
+		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
+		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask} {
 		*s = d.rebind(*s)
 	}
 	return q
@@ -270,7 +307,7 @@ func scanRecord(sc scanner) (flow.Record, error) {
 	var status int
 	var order, le, ct, mt int64
 	err := sc.Scan(&r.TaskID, &r.TaskType, &r.TaskStage, &status, &ctxb, &r.Priority, &order, &r.CrtRetryNum, &r.MaxRetryNum,
-		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &le, &logb, &ct, &mt)
+		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &le, &logb, &ct, &mt, &r.UniqueKey)
 	if err != nil {
 		return r, err
 	}
@@ -349,7 +386,9 @@ func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.T
 
 func scanType(sc scanner) (flow.TaskType, error) {
 	var t flow.TaskType
-	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS)
+	var paused int
+	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS, &paused)
+	t.Paused = paused != 0
 	return t, err
 }
 
@@ -383,30 +422,33 @@ func (s *SQLStore) ListTypes(ctx context.Context) ([]flow.TaskType, error) {
 	return out, rows.Err()
 }
 
-// CreateTasks implements Store.
+// CreateTasks implements Store. Records with a unique key take a path of
+// their own (row by row, in one transaction); a batch without any keeps
+// the bulk insert.
 func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
 	var err error
-	if s.d.name == "postgres" {
+	switch {
+	case hasUniqueKey(recs):
+		err = s.createUnique(ctx, recs)
+	case s.d.name == "postgres":
 		err = s.insertPG(ctx, recs)
-	} else {
+	default:
 		err = s.tx(ctx, func(tx *sql.Tx) error {
 			const chunk = 500
 			for i := 0; i < len(recs); i += chunk {
 				part := recs[i:min(i+chunk, len(recs))]
 				var b strings.Builder
 				b.WriteString("INSERT INTO " + s.p + "tasks (" + cols + ") VALUES ")
-				args := make([]any, 0, len(part)*17)
+				args := make([]any, 0, len(part)*ncols)
 				for k, r := range part {
 					if k > 0 {
 						b.WriteString(", ")
 					}
-					b.WriteString("(" + in(17) + ")")
-					args = append(args, r.TaskID, r.TaskType, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), r.Priority, us(r.OrderTime),
-						r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS, r.Owner, r.Lease, int64(0),
-						string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime))
+					b.WriteString("(" + in(ncols) + ")")
+					args = append(args, insertArgs(&r)...)
 				}
 				if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 					return err
@@ -422,14 +464,94 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 	return nil
 }
 
-// due tells OnDue which types got pending tasks.
-func (s *SQLStore) due(recs []flow.Record) {
+func insertArgs(r *flow.Record) []any {
+	return []any{r.TaskID, r.TaskType, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), r.Priority, us(r.OrderTime),
+		r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS, r.Owner, r.Lease, int64(0),
+		string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime), r.UniqueKey}
+}
+
+func hasUniqueKey(recs []flow.Record) bool {
+	for i := range recs {
+		if recs[i].UniqueKey != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// createUnique inserts recs in one transaction; a record whose (type,
+// unique key) is held by a live (pending or processing) task gets that
+// task's id and Existing instead. The unique index over live keys
+// (partial on PostgreSQL and SQLite, a generated column on MySQL) makes
+// this atomic across servers: a concurrent insert of the same key waits
+// for the first transaction and then conflicts.
+func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
+	ids := make([]string, len(recs))
+	existing := make([]bool, len(recs))
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for i := range recs {
+			ids[i], existing[i] = recs[i].TaskID, false
+			if recs[i].UniqueKey == "" {
+				if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&recs[i])...); err != nil {
+					return err
+				}
+				continue
+			}
+			// The live task may end between our conflict and our look-up;
+			// then the key is free and the insert is tried again.
+			for attempt := 0; ; attempt++ {
+				res, err := tx.ExecContext(ctx, s.q.insertUnique, insertArgs(&recs[i])...)
+				if err != nil {
+					return err
+				}
+				if n, _ := res.RowsAffected(); n == 1 {
+					break
+				}
+				err = tx.QueryRowContext(ctx, s.q.liveByKey, recs[i].TaskType, recs[i].UniqueKey).Scan(&ids[i])
+				if err == nil {
+					existing[i] = true
+					break
+				}
+				if !errors.Is(err, sql.ErrNoRows) || attempt == 3 {
+					return fmt.Errorf("unique key %q of %s: %w", recs[i].UniqueKey, recs[i].TaskType, err)
+				}
+			}
+		}
+		if s.d.name == "postgres" {
+			// Committed with the inserts: holds on every server wake.
+			for _, typ := range dueTypes(recs) {
+				if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+typ); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range recs {
+		recs[i].TaskID, recs[i].Existing = ids[i], existing[i]
+	}
+	return nil
+}
+
+func dueTypes(recs []flow.Record) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, r := range recs {
 		if r.Status == flow.StatusPending && !seen[r.TaskType] {
 			seen[r.TaskType] = true
-			s.onDue(r.TaskType)
+			out = append(out, r.TaskType)
 		}
+	}
+	return out
+}
+
+// due tells OnDue which types got pending tasks.
+func (s *SQLStore) due(recs []flow.Record) {
+	for _, typ := range dueTypes(recs) {
+		s.onDue(typ)
 	}
 }
 
@@ -470,7 +592,7 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 	if s.q.hold != "" {
 		var args []any
 		setArgs := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
-		dueArgs := []any{p.TaskType, us(p.Now), p.Limit}
+		dueArgs := []any{p.TaskType, us(p.Now), p.TaskType, p.Limit}
 		if s.d.name == "postgres" {
 			args = append(dueArgs, setArgs...)
 		} else {
@@ -485,7 +607,7 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 	// MySQL: select under SKIP LOCKED, then update, in one transaction.
 	var out []flow.Record
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.holdSel, p.TaskType, us(p.Now), p.Limit)
+		rows, err := tx.QueryContext(ctx, s.q.holdSel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -759,6 +881,82 @@ func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time)
 	return fmt.Errorf("task %s already ended %s: %w", taskID, r.Status, flow.ErrStaleLease)
 }
 
+// SetPaused implements Store.
+func (s *SQLStore) SetPaused(ctx context.Context, taskType string, paused bool, now time.Time) error {
+	v := 0
+	if paused {
+		v = 1
+	}
+	res, err := s.w.ExecContext(ctx, s.q.setPaused, v, us(now), taskType)
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", taskType, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// MySQL counts only changed rows: tell "no such type" from "no change".
+		if _, err := s.GetType(ctx, taskType); err != nil {
+			return err
+		}
+	}
+	if !paused {
+		s.onDue(taskType)
+	}
+	return nil
+}
+
+// RetryTask implements Store.
+func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskContext json.RawMessage, now time.Time) (flow.Record, error) {
+	var out flow.Record
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		recs, err := s.lockRows(ctx, tx, []string{taskID})
+		if err != nil {
+			return err
+		}
+		r, ok := recs[taskID]
+		if !ok {
+			return fmt.Errorf("task %s: %w", taskID, flow.ErrNotFound)
+		}
+		if err := flow.ApplyRetry(r, stage, taskContext, now); err != nil {
+			return err
+		}
+		if r.UniqueKey != "" {
+			var other string
+			err := tx.QueryRowContext(ctx, s.q.liveByKey, r.TaskType, r.UniqueKey).Scan(&other)
+			if err == nil {
+				return fmt.Errorf("task %s: unique key %q is held by live task %s: %w", taskID, r.UniqueKey, other, flow.ErrConflict)
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		out = *r
+		return s.writeRecords(ctx, tx, []*flow.Record{r})
+	})
+	if err != nil {
+		if errors.Is(err, flow.ErrNotFound) || errors.Is(err, flow.ErrConflict) {
+			return out, err
+		}
+		return out, fmt.Errorf("retry %s: %w", taskID, err)
+	}
+	s.onDue(out.TaskType)
+	return out, nil
+}
+
+// DeleteTask implements Store.
+func (s *SQLStore) DeleteTask(ctx context.Context, taskID string) error {
+	res, err := s.w.ExecContext(ctx, s.q.deleteTask, taskID)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", taskID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	r, err := s.GetTask(ctx, taskID)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("task %s is %s; cancel it before deleting it: %w", taskID, r.Status, flow.ErrConflict)
+}
+
 // GetTask implements Store.
 func (s *SQLStore) GetTask(ctx context.Context, taskID string) (flow.Record, error) {
 	r, err := scanRecord(s.r.QueryRowContext(ctx, s.q.get, taskID))
@@ -841,10 +1039,14 @@ func (s *SQLStore) Stats(ctx context.Context) ([]flow.TypeStats, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	paused := map[string]bool{}
+	for _, t := range types {
+		paused[t.TaskType] = t.Paused
+	}
 	sort.Strings(order)
 	out := make([]flow.TypeStats, 0, len(order))
 	for _, name := range order {
-		out = append(out, flow.TypeStats{TaskType: name, Counts: by[name]})
+		out = append(out, flow.TypeStats{TaskType: name, Counts: by[name], Paused: paused[name]})
 	}
 	return out, nil
 }

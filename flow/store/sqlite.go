@@ -31,6 +31,11 @@ var liteMigrations = [][]string{{
 	`CREATE INDEX IF NOT EXISTS {p}tasks_lease ON {p}tasks (lease_expiry) WHERE status = 2`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_ended ON {p}tasks (modify_time) WHERE status IN (3, 4, 5)`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_list ON {p}tasks (task_type, status, task_id)`,
+}, {
+	// Unique tasks: one live (pending or processing) task per type and key.
+	`ALTER TABLE {p}tasks ADD COLUMN unique_key TEXT NOT NULL DEFAULT ''`,
+	`CREATE UNIQUE INDEX IF NOT EXISTS {p}tasks_unique ON {p}tasks (task_type, unique_key) WHERE unique_key <> '' AND status IN (1, 2)`,
+	`ALTER TABLE {p}task_types ADD COLUMN paused INTEGER NOT NULL DEFAULT 0`,
 }}
 
 func liteLog(event string) string {

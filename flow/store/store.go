@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -19,7 +20,10 @@ type Store interface {
 	// ListTypes returns every registered type, by name.
 	ListTypes(ctx context.Context) ([]flow.TaskType, error)
 
-	// CreateTasks stores new pending records, all or none.
+	// CreateTasks stores new pending records, all or none. A record with a
+	// UniqueKey whose type already has a live (pending or processing) task
+	// with that key is not stored: its TaskID becomes that task's and
+	// Existing is set. Atomic across stores sharing the database.
 	CreateTasks(ctx context.Context, recs []flow.Record) error
 	// Hold claims up to p.Limit due tasks of p.TaskType, oldest order_time
 	// first, marking them processing under p.Lease until p.LeaseExpiry. No
@@ -35,6 +39,15 @@ type Store interface {
 	// CancelTask ends a pending or processing task as cancelled. Cancelling
 	// a cancelled task succeeds; one that ended otherwise gets ErrStaleLease.
 	CancelTask(ctx context.Context, taskID string, now time.Time) error
+	// SetPaused pauses (no hold returns the type's tasks) or resumes a
+	// type; an unknown type gives ErrUnknownType.
+	SetPaused(ctx context.Context, taskType string, paused bool, now time.Time) error
+	// RetryTask puts a failed or cancelled task back to pending (see
+	// flow.ApplyRetry) and returns it; another status, or a unique key now
+	// held by a live task, gives ErrConflict.
+	RetryTask(ctx context.Context, taskID, stage string, taskContext json.RawMessage, now time.Time) (flow.Record, error)
+	// DeleteTask deletes a task that is not processing (ErrConflict).
+	DeleteTask(ctx context.Context, taskID string) error
 	// GetTask returns one task.
 	GetTask(ctx context.Context, taskID string) (flow.Record, error)
 	// ListTasks returns tasks matching f in task_id order.
@@ -76,7 +89,7 @@ type ListFilter struct {
 	Limit     int
 }
 
-// Locker serialises holds of one task type across servers (the seed's
+// Locker serialises holds of one task type across servers (Asyncflow's
 // Redis lock); see package redislock. Without one, a store relies on the
 // database's row locks (SKIP LOCKED).
 type Locker interface {
@@ -89,7 +102,7 @@ type Options struct {
 	// Letters, digits and _ only. Tests use a unique one per run.
 	TablePrefix string
 	// HoldLock, when set, is taken around each hold, and the claim uses no
-	// SKIP LOCKED (the seed's design, for comparison and for databases
+	// SKIP LOCKED (Asyncflow's design, for comparison and for databases
 	// without it).
 	HoldLock Locker
 	// OnDue is called after a commit that made tasks of a type pending

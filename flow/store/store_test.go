@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -80,5 +81,24 @@ func TestMySQLSessionIsReadCommitted(t *testing.T) {
 	}
 	if iso != "READ-COMMITTED" {
 		t.Fatalf("session isolation = %s, want READ-COMMITTED", iso)
+	}
+}
+
+// mysql:// takes a URL as well as the driver's own DSN; a bare path gets a
+// hint to write sqlite://.
+func TestOpenURLForms(t *testing.T) {
+	testenv.MySQL(t) // skips without MariaDB
+	p := storetest.Prefix()
+	s, err := store.Open(context.Background(), "mysql://root@127.0.0.1:3306/test?timeout=5s", store.Options{TablePrefix: p})
+	if err != nil {
+		t.Fatalf("URL form: %v", err)
+	}
+	for _, tbl := range []string{"tasks", "task_types", "meta"} {
+		s.DB().Exec("DROP TABLE IF EXISTS " + p + tbl)
+	}
+	s.Close()
+	_, err = store.Open(context.Background(), "data/flow.db", store.Options{})
+	if err == nil || !strings.Contains(err.Error(), "write sqlite://data/flow.db") {
+		t.Fatalf("bare path: %v, want a sqlite:// hint", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package redislock is the seed's Redis lock around hold_tasks (redsync),
+// Package redislock is Asyncflow's Redis lock around hold_tasks (redsync),
 // offered as a store.Locker for databases without SKIP LOCKED and to measure
 // against it. The lock only makes holds take turns: the claim still checks
 // status = pending when it updates, so a lock that expired mid-claim cannot

@@ -542,7 +542,7 @@ func Run(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0]} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0]}]`
+		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0] false} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0] false}]`
 		if fmt.Sprint(st) != want {
 			t.Fatalf("stats = %v\nwant    %s", st, want)
 		}
@@ -654,6 +654,8 @@ func Run(t *testing.T, f Factory) {
 		t.Parallel()
 		StressHold(t, f, store.Options{}, 3, 8, 600)
 	})
+
+	runOperator(t, f)
 }
 
 // StressHold runs `servers` stores on one set of tables and `workers`

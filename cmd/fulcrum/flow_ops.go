@@ -1,0 +1,221 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+)
+
+// The operator's commands: register a type, pause and resume it, and
+// retry, cancel or delete a task.
+
+func flowRegisterCmd() *cobra.Command {
+	var (
+		f                                         flowClientFlags
+		tt                                        flow.TaskType
+		interval, processing, retry, maxRetryIntv time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:     "register TYPE",
+		Short:   "Create or update a task type (fields left out take the server's defaults)",
+		Example: `  fulcrum flow register video --max-retry 3 --retry-interval 2s --max-processing 2m`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"--schedule-interval", interval}, {"--max-processing", processing}, {"--retry-interval", retry}, {"--max-retry-interval", maxRetryIntv}} {
+				if d.v < 0 {
+					return fmt.Errorf("%s: %v is negative", d.flag, d.v)
+				}
+			}
+			tt.TaskType = args[0]
+			tt.ScheduleIntervalMS, tt.MaxProcessingMS = interval.Milliseconds(), processing.Milliseconds()
+			tt.RetryIntervalMS, tt.MaxRetryIntervalMS = retry.Milliseconds(), maxRetryIntv.Milliseconds()
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.RegisterTask(cmd.Context(), tt); err != nil {
+				return err
+			}
+			got, err := c.GetTaskType(cmd.Context(), tt.TaskType)
+			if err != nil {
+				return err
+			}
+			return printType(cmd, f.output, got)
+		},
+	}
+	f.add(cmd)
+	fl := cmd.Flags()
+	fl.IntVar(&tt.ScheduleLimit, "schedule-limit", 0, "most tasks one hold returns (default 100)")
+	fl.DurationVar(&interval, "schedule-interval", 0, "how often workers pull (default 1s)")
+	fl.DurationVar(&processing, "max-processing", 0, "lease length (default 1m)")
+	fl.IntVar(&tt.MaxRetryNum, "max-retry", 0, "retries per stage")
+	fl.DurationVar(&retry, "retry-interval", 0, "delay before the first retry, doubled per retry (default 1s)")
+	fl.DurationVar(&maxRetryIntv, "max-retry-interval", 0, "cap of the doubling (default 5m)")
+	return cmd
+}
+
+func printType(cmd *cobra.Command, output string, t *flow.TaskType) error {
+	if output == "json" {
+		return printJSON(cmd.OutOrStdout(), t)
+	}
+	state := "active"
+	if t.Paused {
+		state = "paused"
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s: schedule_limit=%d schedule_interval=%v max_processing=%v max_retry=%d retry_interval=%v max_retry_interval=%v\n",
+		t.TaskType, state, t.ScheduleLimit, ms(t.ScheduleIntervalMS), ms(t.MaxProcessingMS), t.MaxRetryNum, ms(t.RetryIntervalMS), ms(t.MaxRetryIntervalMS))
+	return err
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// flowPauseCmd is `pause TYPE` (pause true) or `resume TYPE`.
+func flowPauseCmd(pause bool) *cobra.Command {
+	var f flowClientFlags
+	use, short := "resume TYPE", "Let a paused task type's tasks be held again"
+	if pause {
+		use, short = "pause TYPE", "Stop handing out a task type's tasks (on every server) until resume"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			op := c.ResumeTaskType
+			if pause {
+				op = c.PauseTaskType
+			}
+			t, err := op(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printType(cmd, f.output, t)
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func flowRetryCmd() *cobra.Command {
+	var (
+		f     flowClientFlags
+		stage string
+		ctx   string
+	)
+	cmd := &cobra.Command{
+		Use:   "retry TASK_ID...",
+		Short: "Put failed or cancelled tasks back to pending, retries reset (stage and context kept unless given)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := flow.RetryTaskRequest{TaskStage: stage}
+			if ctx != "" {
+				if !json.Valid([]byte(ctx)) {
+					return fmt.Errorf("--context: not valid JSON: %q", ctx)
+				}
+				req.TaskContext = json.RawMessage(ctx)
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return eachTask(cmd, args, func(id string) error {
+				req.TaskID = id
+				t, err := c.RetryTask(cmd.Context(), req)
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s stage=%s\n", t.TaskID, t.Status, t.TaskStage)
+				}
+				return err
+			})
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&stage, "stage", "", "run this stage instead of the one the task stopped at")
+	cmd.Flags().StringVar(&ctx, "context", "", "replace the task_context (JSON)")
+	return cmd
+}
+
+func flowCancelCmd() *cobra.Command {
+	var f flowClientFlags
+	cmd := &cobra.Command{
+		Use:   "cancel TASK_ID...",
+		Short: "End pending or processing tasks as cancelled",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return eachTask(cmd, args, func(id string) error {
+				err := c.CancelTask(cmd.Context(), id)
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s cancelled\n", id)
+				}
+				return err
+			})
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func flowDeleteCmd() *cobra.Command {
+	var f flowClientFlags
+	cmd := &cobra.Command{
+		Use:   "delete TASK_ID...",
+		Short: "Delete tasks that are not being processed (cancel a held one first)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return eachTask(cmd, args, func(id string) error {
+				err := c.DeleteTask(cmd.Context(), id)
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", id)
+				}
+				return err
+			})
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+// eachTask runs op for every id, reporting each failure and going on; the
+// command fails when any did.
+func eachTask(cmd *cobra.Command, ids []string, op func(id string) error) error {
+	failed := 0
+	for _, id := range ids {
+		if err := flow.ValidateTaskID("task id", id); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), err)
+			failed++
+			continue
+		}
+		if err := op(id); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
+			failed++
+		}
+	}
+	if failed > 0 {
+		return errors.New(fmt.Sprint(failed, " of ", len(ids), " tasks failed"))
+	}
+	return nil
+}

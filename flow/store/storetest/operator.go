@@ -1,0 +1,264 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store"
+)
+
+// runOperator checks what River and Asynq users expect beyond the core:
+// unique tasks, pausing a type, and the operator's retry and delete.
+func runOperator(t *testing.T, f Factory) {
+	ctx := context.Background()
+
+	t.Run("UniqueKey", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		mk := func(key string) flow.Record {
+			return flow.NewRecord(flow.NewTaskIDs(t0, 1)[0], flow.NewTask{TaskType: "video", TaskStage: "s", UniqueKey: key}, e.tt, t0)
+		}
+		// A batch: a new key, the same key again, no key.
+		batch := []flow.Record{mk("a"), mk("a"), mk("")}
+		first := batch[0].TaskID
+		if err := e.s.CreateTasks(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if batch[0].Existing || batch[0].TaskID != first || !batch[1].Existing || batch[1].TaskID != first || batch[2].Existing {
+			t.Fatalf("batch = %+v", batch)
+		}
+		if got := e.get(first); got.UniqueKey != "a" {
+			t.Fatalf("stored unique_key %q", got.UniqueKey)
+		}
+		// Still live while processing.
+		held := e.hold(t0, 10, "w")
+		if len(held) != 2 {
+			t.Fatalf("held %d, want 2 (one per distinct task)", len(held))
+		}
+		again := []flow.Record{mk("a")}
+		if err := e.s.CreateTasks(ctx, again); err != nil || !again[0].Existing || again[0].TaskID != first {
+			t.Fatalf("create while processing: %+v %v", again[0], err)
+		}
+		// Another type may use the same key.
+		other := e.tt
+		other.TaskType = "audio"
+		if err := e.s.RegisterType(ctx, other, t0); err != nil {
+			t.Fatal(err)
+		}
+		oa := []flow.Record{flow.NewRecord(flow.NewTaskIDs(t0, 1)[0], flow.NewTask{TaskType: "audio", UniqueKey: "a"}, other, t0)}
+		if err := e.s.CreateTasks(ctx, oa); err != nil || oa[0].Existing {
+			t.Fatalf("same key, other type: %+v %v", oa[0], err)
+		}
+		// Once the task ended, the key is free again.
+		for _, r := range held {
+			if r.TaskID == first {
+				if err := e.set(flow.SetTaskRequest{TaskID: first, Lease: r.Lease, Status: flow.StatusSuccess}, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fresh := []flow.Record{mk("a")}
+		if err := e.s.CreateTasks(ctx, fresh); err != nil || fresh[0].Existing || fresh[0].TaskID == first {
+			t.Fatalf("create after the task ended: %+v %v", fresh[0], err)
+		}
+		// A cancelled task with key b cannot come back while another live
+		// task holds b.
+		b1 := []flow.Record{mk("b")}
+		if err := e.s.CreateTasks(ctx, b1); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.CancelTask(ctx, b1[0].TaskID, t0); err != nil {
+			t.Fatal(err)
+		}
+		b2 := []flow.Record{mk("b")}
+		if err := e.s.CreateTasks(ctx, b2); err != nil || b2[0].Existing {
+			t.Fatalf("create b after cancel: %+v %v", b2[0], err)
+		}
+		if _, err := e.s.RetryTask(ctx, b1[0].TaskID, "", nil, t0); !errors.Is(err, flow.ErrConflict) {
+			t.Fatalf("retry while the key is taken: %v, want ErrConflict", err)
+		}
+		// Only failed or cancelled tasks are retried.
+		_, err := e.s.RetryTask(ctx, first, "", nil, t0)
+		if !errors.Is(err, flow.ErrConflict) {
+			t.Fatalf("retry of a success: %v, want ErrConflict", err)
+		}
+	})
+
+	t.Run("UniqueKeyConcurrentServers", func(t *testing.T) {
+		t.Parallel()
+		// Three stores on one set of tables, eight goroutines each, all
+		// creating the same 20 keys at once: exactly one task per key.
+		p := Prefix()
+		stores := []store.Store{f.Open(t, p, store.Options{}), f.Open(t, p, store.Options{}), f.Open(t, p, store.Options{})}
+		if err := stores[0].RegisterType(ctx, defType, t0); err != nil {
+			t.Fatal(err)
+		}
+		const keys = 20
+		var mu sync.Mutex
+		idOf := map[string]map[string]bool{} // key -> ids answered
+		created := 0
+		var wg sync.WaitGroup
+		for _, s := range stores {
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := 0; k < keys; k++ {
+						key := fmt.Sprintf("k%d", (k+g)%keys)
+						recs := []flow.Record{flow.NewRecord(flow.NewTaskIDs(t0, 1)[0], flow.NewTask{TaskType: "video", UniqueKey: key}, defType, t0)}
+						if err := s.CreateTasks(ctx, recs); err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						if idOf[key] == nil {
+							idOf[key] = map[string]bool{}
+						}
+						idOf[key][recs[0].TaskID] = true
+						if !recs[0].Existing {
+							created++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		if created != keys {
+			t.Errorf("%d creates made a new task, want %d (one per key)", created, keys)
+		}
+		for k, ids := range idOf {
+			if len(ids) != 1 {
+				t.Errorf("key %s answered with %d different ids", k, len(ids))
+			}
+		}
+		st, err := stores[0].Stats(ctx)
+		if err != nil || len(st) != 1 || st[0].Counts["pending"] != keys {
+			t.Fatalf("stats %+v %v, want %d pending", st, err, keys)
+		}
+	})
+
+	t.Run("PauseResume", func(t *testing.T) {
+		t.Parallel()
+		p := Prefix()
+		a, b := f.Open(t, p, store.Options{}), f.Open(t, p, store.Options{})
+		if err := a.RegisterType(ctx, defType, t0); err != nil {
+			t.Fatal(err)
+		}
+		e := &env{t: t, s: a, tt: defType}
+		e.create(flow.NewTask{TaskStage: "s"}, flow.NewTask{TaskStage: "s"})
+		if err := a.SetPaused(ctx, "video", true, t0); err != nil {
+			t.Fatal(err)
+		}
+		// Through the other store too: the pause is in the database.
+		eb := &env{t: t, s: b, tt: defType}
+		if got := eb.hold(t0, 10, "w"); len(got) != 0 {
+			t.Fatalf("paused type held %d tasks", len(got))
+		}
+		if tt, err := b.GetType(ctx, "video"); err != nil || !tt.Paused {
+			t.Fatalf("GetType after pause: %+v %v", tt, err)
+		}
+		st, err := b.Stats(ctx)
+		if err != nil || len(st) != 1 || !st[0].Paused || st[0].Counts["pending"] != 2 {
+			t.Fatalf("stats while paused: %+v %v", st, err)
+		}
+		// Registering again does not resume it.
+		if err := a.RegisterType(ctx, defType, t0); err != nil {
+			t.Fatal(err)
+		}
+		if got := eb.hold(t0, 10, "w"); len(got) != 0 {
+			t.Fatalf("re-registered paused type held %d tasks", len(got))
+		}
+		if err := b.SetPaused(ctx, "video", false, t0); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.hold(t0, 10, "w"); len(got) != 2 {
+			t.Fatalf("after resume held %d, want 2", len(got))
+		}
+		if err := a.SetPaused(ctx, "nope", true, t0); !errors.Is(err, flow.ErrUnknownType) {
+			t.Fatalf("pause of an unknown type: %v", err)
+		}
+		// Pausing twice is no error.
+		if err := a.SetPaused(ctx, "video", true, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SetPaused(ctx, "video", true, t0); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("RetryAndDelete", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		first := e.create(flow.NewTask{TaskStage: "one", TaskContext: json.RawMessage(`{"n":1}`)})[0]
+		held := e.hold(t0, 1, "w")[0]
+		// Fail it with retries used up: two retries, then failed.
+		now := t0
+		for i := 0; i < 3; i++ {
+			if err := e.set(flow.SetTaskRequest{TaskID: held.TaskID, Lease: held.Lease, Status: flow.StatusPending, Error: "boom"}, now); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Hour)
+			if i < 2 {
+				held = e.hold(now, 1, "w")[0]
+			}
+		}
+		if got := e.get(first); got.Status != flow.StatusFailed || got.CrtRetryNum != 2 {
+			t.Fatalf("before retry: %+v", got)
+		}
+		idv := append([]string{first}, e.create(flow.NewTask{TaskStage: "one"}, flow.NewTask{TaskStage: "one"})...)
+		// Retry keeps stage and context when none are given.
+		later := now.Add(time.Minute)
+		r, err := e.s.RetryTask(ctx, held.TaskID, "", nil, later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := e.get(held.TaskID)
+		if got.Status != flow.StatusPending || got.CrtRetryNum != 0 || got.TaskStage != "one" || string(got.TaskContext) != `{"n":1}` ||
+			!got.OrderTime.Equal(later) || got.ScheduleLog[len(got.ScheduleLog)-1].Event != flow.EventRetried || r.TaskID != got.TaskID {
+			t.Fatalf("after retry: %+v", got)
+		}
+		// A cancelled task, retried with a new stage and context.
+		if err := e.s.CancelTask(ctx, idv[2], later); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.s.RetryTask(ctx, idv[2], "two", json.RawMessage(`{"n":2}`), later); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.get(idv[2]); got.Status != flow.StatusPending || got.TaskStage != "two" || string(got.TaskContext) != `{"n":2}` {
+			t.Fatalf("cancelled then retried: %+v", got)
+		}
+		// Only failed and cancelled tasks are retried.
+		if _, err := e.s.RetryTask(ctx, idv[1], "", nil, later); !errors.Is(err, flow.ErrConflict) {
+			t.Fatalf("retry of a pending task: %v, want ErrConflict", err)
+		}
+		if _, err := e.s.RetryTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV", "", nil, later); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("retry of a missing task: %v", err)
+		}
+		// Delete: not while held; otherwise gone.
+		h := e.hold(later, 1, "w")[0]
+		if err := e.s.DeleteTask(ctx, h.TaskID); !errors.Is(err, flow.ErrConflict) {
+			t.Fatalf("delete of a held task: %v, want ErrConflict", err)
+		}
+		for _, id := range idv {
+			if id == h.TaskID {
+				continue
+			}
+			if err := e.s.DeleteTask(ctx, id); err != nil && !errors.Is(err, flow.ErrNotFound) {
+				t.Fatal(err)
+			}
+			if _, err := e.s.GetTask(ctx, id); !errors.Is(err, flow.ErrNotFound) {
+				t.Fatalf("deleted task %s still there: %v", id, err)
+			}
+		}
+		if err := e.s.DeleteTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, flow.ErrNotFound) {
+			t.Fatalf("delete of a missing task: %v", err)
+		}
+	})
+}
