@@ -151,6 +151,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		}
 		writeJSON(w, 200, map[string]string{"status": "reloaded"})
 	})
+	mux.HandleFunc("GET /{$}", adminIndex(mux)) // an index of the endpoints (admin_index.go)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	// Profiles, for finding where the proxy's time goes (docs/benchmarks.md).
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

@@ -221,3 +221,16 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
+
+// The admin listener's root lists its endpoints instead of a bare 404.
+func TestAdminIndex(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	r := get(t, client(), "http://"+g.AdminAddr()+"/")
+	if r.code != 200 || !strings.Contains(r.body, `"/upstreams"`) || !strings.Contains(r.body, `"/reload"`) || !strings.Contains(r.body, `"/metrics"`) {
+		t.Fatalf("GET /: %d %s", r.code, r.body)
+	}
+	if r := get(t, client(), "http://"+g.AdminAddr()+"/nope"); r.code != 404 {
+		t.Fatalf("GET /nope: %d, want 404", r.code)
+	}
+}

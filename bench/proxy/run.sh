@@ -39,11 +39,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Install only what the rows asked for (ONLY) need.
+wants() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 need=()
 command -v wrk >/dev/null || need+=(wrk)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
-command -v caddy >/dev/null || need+=(caddy)
+wants nginx && { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light); }
+wants haproxy && { command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy); }
+wants caddy && { command -v caddy >/dev/null || need+=(caddy); }
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing ${need[*]}" >&2
 	apt-get install -y "${need[@]}" >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y "${need[@]}" >/dev/null; }
@@ -163,6 +165,18 @@ stop() {
 	sleep 0.5
 }
 
+# cpu_ticks sums utime+stime of the proxy's process and its children
+# (nginx's workers); 0 for the direct row.
+cpu_ticks() {
+	[ "$1" = direct ] && { echo 0; return; }
+	local sum=0 pid
+	for pid in "$cur" $(pgrep -P "$cur" 2>/dev/null); do
+		[ -r "/proc/$pid/stat" ] || continue
+		sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+	done
+	echo "$sum"
+}
+
 # to_ms converts wrk's 812.00us / 1.23ms / 1.02s to milliseconds.
 to_ms() {
 	awk -v v="$1" 'BEGIN {
@@ -180,13 +194,19 @@ for round in $(seq "$ROUNDS"); do
 	for p in $ONLY; do
 		start "$p"
 		wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
+		t0=$(cpu_ticks "$p")
 		out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
+		t1=$(cpu_ticks "$p")
 		rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
+		reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+		# The proxy's CPU time per request (user + system, all its
+		# processes): on a shared machine a steadier measure than req/s.
+		cpu=$(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0) ? (b - a) / hz * 1e6 / n : 0 }')
 		p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
 		p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
 		errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
-		echo "$round $p $rps $p50 $p99 $errs" >>"$results"
-		echo "round $round: $p $rps req/s p50 ${p50}ms p99 ${p99}ms $errs" >&2
+		echo "$round $p $rps $p50 $p99 $cpu $errs" >>"$results"
+		echo "round $round: $p $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req $errs" >&2
 		stop "$p"
 	done
 done
@@ -194,12 +214,14 @@ done
 echo
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $(nproc) CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-printf "| %-9s | %10s | %8s | %8s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "vs Fulcrum"
-printf "|%s|%s|%s|%s|%s|\n" "-----------" "------------" "----------" "----------" "--------------"
+printf "| %-9s | %10s | %8s | %8s | %12s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "vs Fulcrum"
+printf "|%s|%s|%s|%s|%s|%s|\n" "-----------" "------------" "----------" "----------" "--------------" "--------------"
 frps=$(awk '$2=="fulcrum" {print $3}' "$results" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
 for p in $ONLY; do
+	# The CPU column is its own median (not the median req/s round's).
+	c=$(awk -v p="$p" '$2==p {print $6}' "$results" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
 	awk -v p="$p" '$2==p {print $3, $4, $5}' "$results" | sort -n |
-		awk -v p="$p" -v f="$frps" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
+		awk -v p="$p" -v f="$frps" -v c="$c" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
 			END { m=int((NR+1)/2); ratio = (f > 0) ? sprintf("%.2fx", r[m]/f) : "-";
-			      printf "| %-9s | %10.0f | %8.2f | %8.2f | %12s |\n", p, r[m], a[m], b[m], ratio }'
+			      printf "| %-9s | %10.0f | %8.2f | %8.2f | %12s | %12s |\n", p, r[m], a[m], b[m], c, ratio }'
 done

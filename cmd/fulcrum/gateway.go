@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
 )
 
 func newGatewayCmd() *cobra.Command {
@@ -46,6 +48,16 @@ shutdown_grace.`,
 				return err
 			}
 			if check {
+				// Names under discovery with require: true must resolve.
+				if err := discovery.Check(context.Background(), cfg); err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				// --check loads what start would load: TLS files too.
+				if cfg.TLS != nil {
+					if _, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile); err != nil {
+						return fmt.Errorf("%s: tls: %w", path, err)
+					}
+				}
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d upstreams, %d routes)\n", path, len(cfg.Upstreams), len(cfg.Routes))
 				return err
 			}
