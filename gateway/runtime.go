@@ -153,7 +153,7 @@ func (g *Gateway) startChecks(u *upstream) {
 		}
 		cfg := health.Config{Path: a.Path, Interval: a.Interval.D(), Timeout: a.Timeout.D(),
 			HealthyThreshold: a.HealthyThreshold, UnhealthyThreshold: a.UnhealthyThreshold}
-		c = health.Start(cfg, ts, u.bal, g.healthClient, func(addr string, ok bool) {
+		c = health.Start(cfg, ts, healthLog{g: g, up: u, th: cfg}, g.healthClient, func(addr string, ok bool) {
 			r := "ok"
 			if !ok {
 				r = "fail"

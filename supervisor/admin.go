@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fulcrum-lb/fulcrum/supervisor/lease"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
@@ -225,6 +226,23 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "body: nothing to add or remove")
 		return
 	}
+	// High availability: stored first (only while this process holds the
+	// lease), so the change outlives it; then applied.
+	term := s.term.Load()
+	if s.ha != nil {
+		if s.role.Load() != roleLeader || term == 0 {
+			s.standbyAnswer(w)
+			return
+		}
+		if err := s.ha.SaveTasks(r.Context(), term, add, req.Remove); err != nil {
+			if errors.Is(err, lease.ErrNotLeader) {
+				s.standbyAnswer(w)
+				return
+			}
+			writeError(w, http.StatusServiceUnavailable, "not stored in the database, nothing changed: %v", err)
+			return
+		}
+	}
 	type resp struct {
 		Phase   string `json:"phase"`
 		Queued  bool   `json:"queued,omitempty"` // while warming up
@@ -266,6 +284,10 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {
 	th := s.cfg.Rebalance.Threshold
+	if s.ha != nil && s.role.Load() != roleLeader {
+		s.standbyAnswer(w)
+		return
+	}
 	if v := r.URL.Query().Get("threshold"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f >= 0 && f <= 1) {

@@ -230,8 +230,10 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(c.HA.Advertise); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
 			return bad("ha.advertise", "%q is not a ws:// or wss:// URL", c.HA.Advertise)
 		}
-		if c.HA.Lease < 3*c.Tick {
-			return bad("ha.lease", "%v is shorter than three ticks (%v)", c.HA.Lease, 3*c.Tick)
+		if c.HA.Lease < 5*c.Tick {
+			// The leader trusts itself until two ticks before the lease
+			// ends and renews every third of it.
+			return bad("ha.lease", "%v is shorter than five ticks (%v)", c.HA.Lease, 5*c.Tick)
 		}
 	}
 	if c.Dedup.Window <= 0 {

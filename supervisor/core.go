@@ -65,8 +65,9 @@ type Core struct {
 		order  []string // ids in add, first-added first (may list removed ones)
 		remove map[string]struct{}
 	}
-	query bool     // a task query is due
-	drop  []string // dead workers, to disconnect
+	query   bool     // a task query is due
+	drop    []string // dead workers, to disconnect
+	changed []string // ids a later query added or removed (TakeSourceChanges)
 	// Counters beyond the engine's.
 	WorkerDeaths, TaskTimeouts, Queries, QueryErrors uint64
 }
@@ -231,6 +232,19 @@ func (c *Core) QueryResult(now time.Time, tasks []protocol.Task, err error) {
 	if len(add) > 0 || len(remove) > 0 {
 		c.eng.Assign(add, remove, false)
 	}
+	for _, t := range add {
+		c.changed = append(c.changed, t.TaskID)
+	}
+	c.changed = append(c.changed, remove...)
+}
+
+// TakeSourceChanges returns, once, the ids that task queries added or
+// removed since the last call: an admin change stored for one of them no
+// longer stands (the source changed that task after it).
+func (c *Core) TakeSourceChanges() []string {
+	ch := c.changed
+	c.changed = nil
+	return ch
 }
 
 // TakeQuery reports, once, that a task query is due.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
+	"github.com/fulcrum-lb/fulcrum/supervisor/lease"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
@@ -52,10 +55,33 @@ type Server struct {
 
 	offered atomic.Uint64 // payloads handed to the sink
 
+	// High availability (nil ha: the supervisor runs alone).
+	ha     *lease.Lease
+	role   atomic.Int32           // roleAlone, roleStandby, roleLeader
+	term   atomic.Uint64          // the term this process leads, 0 when it does not
+	leader atomic.Pointer[string] // the leader's worker URL, as last read
+
 	// Owned by the event loop goroutine.
 	core     *Core
 	conns    map[string]*conn // by worker id
 	querying bool
+}
+
+// Roles of a supervisor.
+const (
+	roleAlone int32 = iota
+	roleStandby
+	roleLeader
+)
+
+func roleName(r int32) string {
+	switch r {
+	case roleStandby:
+		return "standby"
+	case roleLeader:
+		return "leader"
+	}
+	return "alone"
 }
 
 // Start validates cfg, opens the source and the sink, listens on
@@ -80,9 +106,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: listen: %w", err)
 	}
+	var ha *lease.Lease
+	if cfg.HA.Database != "" {
+		host, _ := os.Hostname()
+		holder := fmt.Sprintf("%s-%d-%d", host, os.Getpid(), rand.Uint32())
+		if ha, err = lease.Open(ctx, cfg.HA.Database, cfg.HA.Name, holder, cfg.HA.Advertise, cfg.HA.Lease); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+	}
 	sk, err := sink.Open(ctx, cfg.Sink, log)
 	if err != nil {
 		ln.Close()
+		if ha != nil {
+			ha.Close()
+		}
 		return nil, fmt.Errorf("supervisor: sink: %w", err)
 	}
 	s := &Server{
@@ -95,6 +133,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		events: make(chan func(time.Time), 1024),
 		core:   core,
 		conns:  map[string]*conn{},
+		ha:     ha,
+	}
+	if ha != nil {
+		s.role.Store(roleStandby)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.m = newMetrics(s)
@@ -116,8 +158,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.http.Close()
 	}()
+	if ha != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.elect() }()
+	}
 	log.Info("supervisor started", "addr", s.Addr(), "warmup", cfg.Warmup, "redundancy", cfg.Redundancy,
-		"source", cfg.Source.Type, "sink", cfg.Sink.Type)
+		"source", cfg.Source.Type, "sink", cfg.Sink.Type, "role", roleName(s.role.Load()))
 	return s, nil
 }
 
@@ -132,6 +178,9 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		if s.ha != nil {
+			s.ha.Close()
+		}
 		err = s.sink.Close()
 		s.log.Info("supervisor stopped")
 	})
@@ -189,9 +238,9 @@ func (s *Server) loop() {
 // settle sends what the last events produced: instruction sets, the
 // disconnection of dead workers, a task query when one is due.
 func (s *Server) settle(now time.Time) {
-	if s.core.TakeQuery() && !s.querying {
+	if s.core.TakeQuery() && !s.querying && s.role.Load() != roleStandby {
 		s.querying = true
-		go s.query()
+		go s.query(s.core, s.term.Load())
 	}
 	send, drop := s.core.Flush(now)
 	for _, o := range send {
@@ -202,6 +251,7 @@ func (s *Server) settle(now time.Time) {
 			s.m.undelivered.Inc()
 			continue
 		}
+		o.Instruction.Term = s.term.Load()
 		b, err := json.Marshal(o.Instruction)
 		if err != nil { // cannot happen with these types
 			s.log.Error("supervisor: encode instruction", "err", err)
@@ -228,17 +278,45 @@ func (s *Server) disconnect(c *conn, code websocket.StatusCode, reason string) {
 	c.close(code, reason)
 }
 
-func (s *Server) query() {
+// query asks the source for the task list on behalf of core (the lifecycle
+// of one term: a result for a core that has since been replaced is
+// dropped). A leader's first query also loads the admin changes stored in
+// the database, which the end of warm-up applies like queued ones.
+func (s *Server) query(core *Core, term uint64) {
 	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.Source.Timeout, time.Second))
 	tasks, err := s.src.List(ctx)
+	var stored struct {
+		add    []protocol.Task
+		remove []string
+	}
+	if err == nil && s.ha != nil && core.Phase() == Warming {
+		if stored.add, stored.remove, err = s.ha.LoadTasks(ctx); err != nil {
+			err = fmt.Errorf("load admin task changes: %w", err)
+		}
+	}
 	cancel()
 	s.post(func(now time.Time) {
+		if s.core != core {
+			return // a term ended meanwhile; the new one queries for itself
+		}
 		s.querying = false
 		if err != nil {
 			s.log.Error("task query failed", "err", err, "retry_in", min(s.cfg.QueryRetry, s.cfg.QueryInterval))
 		}
+		if len(stored.add) > 0 || len(stored.remove) > 0 {
+			core.AdminTasks(stored.add, stored.remove) // queued: warming up
+		}
 		was := s.core.Phase()
 		s.core.QueryResult(now, tasks, err)
+		if changed := s.core.TakeSourceChanges(); s.ha != nil && len(changed) > 0 {
+			go func() {
+				ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+				defer cancel()
+				if err := s.ha.ForgetTasks(ctx, term, changed); err != nil {
+					s.log.Warn("could not drop stored admin changes the source overrode", "err", err)
+				}
+			}()
+		}
 		if was == Warming && s.core.Phase() == Running {
 			w, t, _, missing := s.core.Engine().Counts()
 			s.log.Info("warm-up over: tasks assigned", "workers", w, "tasks", t, "missing_holders", missing)
@@ -250,6 +328,7 @@ func (s *Server) query() {
 // ---- workers ----
 
 type conn struct {
+	term uint64 // the leadership term it was accepted in
 	ws   *websocket.Conn
 	out  chan []byte
 	done chan struct{}
@@ -284,12 +363,17 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		unauthorized(w)
 		return
 	}
+	term := s.term.Load()
+	if s.ha != nil && (s.role.Load() != roleLeader || term == 0) {
+		s.standbyAnswer(w)
+		return
+	}
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept wrote the HTTP error
 	}
 	ws.SetReadLimit(s.cfg.MaxMessageBytes)
-	c := &conn{ws: ws, out: make(chan []byte, s.cfg.SendQueue), done: make(chan struct{})}
+	c := &conn{term: term, ws: ws, out: make(chan []byte, s.cfg.SendQueue), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	go s.writeLoop(ctx, c)
@@ -374,6 +458,10 @@ func (s *Server) reject(c *conn, kind, reason string) {
 }
 
 func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool) {
+	if c.term != s.term.Load() {
+		c.close(websocket.StatusTryAgainLater, "no longer the leader")
+		return
+	}
 	if first {
 		if old := s.conns[r.WorkerID]; old != nil && old != c {
 			old.close(websocket.StatusPolicyViolation, "replaced by a newer connection of the same worker")
@@ -392,7 +480,7 @@ func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool
 }
 
 func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
-	if s.conns[p.WorkerID] != c {
+	if s.conns[p.WorkerID] != c || c.term != s.term.Load() {
 		return
 	}
 	if !s.core.Payload(now, p) {
@@ -411,7 +499,125 @@ func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
 }
 
 // roleStatus fills the leadership fields of a status.
-func (s *Server) roleStatus(*Status) {}
+func (s *Server) roleStatus(st *Status) {
+	st.Role, st.Term = roleName(s.role.Load()), s.term.Load()
+	if l := s.leader.Load(); l != nil {
+		st.Leader = *l
+	}
+}
+
+// standbyAnswer refuses a worker or an admin change on a standby: 503, with
+// the leader's worker URL in the Fulcrum-Leader header and the body.
+func (s *Server) standbyAnswer(w http.ResponseWriter) {
+	leader := ""
+	if l := s.leader.Load(); l != nil && *l != s.cfg.HA.Advertise {
+		leader = *l
+		w.Header().Set(protocol.LeaderHeader, leader)
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "standby supervisor: not the leader", "leader": leader})
+}
+
+// elect runs the lease (high availability): a standby tries to take it every
+// tick; the leader renews it every third of the lease and trusts itself
+// until two ticks before the lease would end, counted from the start of its
+// last successful renewal, so it steps down (at most a tick late) before a
+// standby can take over. A clean shutdown releases the lease.
+func (s *Server) elect() {
+	lease := s.cfg.HA.Lease
+	trust := lease - 2*s.cfg.Tick
+	renewEvery := lease / 3
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	var term uint64
+	var renewed, lastErrLog time.Time
+	logErr := func(msg string, err error) {
+		if time.Since(lastErrLog) >= 5*time.Second { // one line per 5 s while the database is away
+			lastErrLog = time.Now()
+			s.log.Warn(msg, "err", err)
+		}
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			if term != 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if err := s.ha.Release(ctx, term); err != nil {
+					s.log.Warn("could not release the lease; a standby takes over when it expires", "err", err)
+				}
+				cancel()
+			}
+			return
+		case <-tick.C:
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(s.ctx, max(lease/3, s.cfg.Tick))
+		switch {
+		case term == 0:
+			t, ok, url, err := s.ha.Acquire(ctx)
+			switch {
+			case err != nil:
+				logErr("lease: cannot reach the database", err)
+			case ok:
+				term, renewed = t, start
+				s.leader.Store(&url)
+				s.post(func(now time.Time) { s.lead(now, t) })
+			default:
+				s.leader.Store(&url)
+			}
+		case start.Sub(renewed) >= renewEvery:
+			ok, err := s.ha.Renew(ctx, term)
+			switch {
+			case err != nil:
+				logErr("lease: renewal failed; retrying every tick", err)
+			case ok:
+				renewed = start
+			default:
+				s.log.Warn("lease lost: another supervisor leads", "term", term)
+				renewed = time.Time{} // step down now
+			}
+		}
+		cancel()
+		if term != 0 && time.Since(renewed) >= trust {
+			t := term
+			term = 0
+			s.post(func(now time.Time) { s.stepDown(now, t) })
+		}
+	}
+}
+
+// lead starts term: a fresh lifecycle, warming up, that workers now reach.
+func (s *Server) lead(now time.Time, term uint64) {
+	core, err := NewCore(s.cfg.Timings(), s.cfg.Redundancy, now)
+	if err != nil { // the config was validated; cannot happen
+		s.log.Error("supervisor: new term", "err", err)
+		return
+	}
+	s.core, s.querying = core, false
+	s.term.Store(term)
+	s.role.Store(roleLeader)
+	s.log.Info("leading", "term", term, "warmup", s.cfg.Warmup)
+	s.m.refresh(s)
+}
+
+// stepDown ends term: every worker is disconnected (they go to the next
+// leader) and the lifecycle starts afresh, idle, as a standby's.
+func (s *Server) stepDown(now time.Time, term uint64) {
+	if s.term.Load() != term {
+		return
+	}
+	s.role.Store(roleStandby)
+	s.term.Store(0)
+	for id, c := range s.conns {
+		c.close(websocket.StatusTryAgainLater, "no longer the leader")
+		delete(s.conns, id)
+	}
+	if core, err := NewCore(s.cfg.Timings(), s.cfg.Redundancy, now); err == nil {
+		s.core, s.querying = core, false
+	}
+	s.log.Warn("stepped down: standing by", "term", term)
+	s.m.refresh(s)
+}
 
 // ---- auth ----
 

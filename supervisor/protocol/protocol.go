@@ -18,6 +18,11 @@ const (
 	TypeError       = "error"       // supervisor -> worker, for a rejected message
 )
 
+// LeaderHeader is how a standby supervisor answers a worker's connection:
+// 503 with the leader's worker URL in this header (absent while it knows
+// of no leader).
+const LeaderHeader = "Fulcrum-Leader"
+
 // Envelope is decoded first to learn a message's type.
 type Envelope struct {
 	Type string `json:"type"`

@@ -299,9 +299,8 @@ func (e *FatalError) Error() string {
 	return fmt.Sprintf("worker: %s answered %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Reason)
 }
 
-// LeaderHeader is how a standby supervisor answers a worker: 503 with the
-// leader's worker URL in this header (empty while no one leads).
-const LeaderHeader = "Fulcrum-Leader"
+// LeaderHeader is where a standby supervisor's 503 names the leader.
+const LeaderHeader = protocol.LeaderHeader
 
 // connectOnce runs one connection to u until it fails.
 func (w *Worker) connectOnce(ctx context.Context, u string) error {

@@ -1,0 +1,83 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
+)
+
+func open(t *testing.T, name, holder string, ttl time.Duration) *Lease {
+	t.Helper()
+	l, err := Open(context.Background(), testenv.Postgres(t), name, holder, "ws://"+holder+"/ws", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// One leads; the other sees where; when the leader stops renewing, the
+// other takes over with the next term, and the old term can neither renew
+// nor write tasks.
+func TestLeaseTakeoverAndFencing(t *testing.T) {
+	ctx := context.Background()
+	name := fmt.Sprintf("test-%d", time.Now().UnixNano())
+	a := open(t, name, "a", 300*time.Millisecond)
+	b := open(t, name, "b", 300*time.Millisecond)
+
+	ta, ok, _, err := a.Acquire(ctx)
+	if err != nil || !ok {
+		t.Fatalf("a: Acquire = %d %v %v, want to lead", ta, ok, err)
+	}
+	if tb, ok, url, err := b.Acquire(ctx); err != nil || ok || url != "ws://a/ws" || tb != ta {
+		t.Fatalf("b: Acquire = %d %v %q %v, want a's term and URL", tb, ok, url, err)
+	}
+	if ok, err := a.Renew(ctx, ta); !ok || err != nil {
+		t.Fatalf("a: Renew = %v %v", ok, err)
+	}
+	if err := a.SaveTasks(ctx, ta, []protocol.Task{{TaskID: "x", Spec: json.RawMessage(`{"u":1}`)}}, []string{"y"}); err != nil {
+		t.Fatal(err)
+	}
+
+	var tb uint64
+	testenv.Eventually(t, "b to take the expired lease", func() bool {
+		var ok bool
+		tb, ok, _, err = b.Acquire(ctx)
+		return err == nil && ok
+	})
+	if tb != ta+1 {
+		t.Fatalf("b's term %d, want %d", tb, ta+1)
+	}
+	if ok, err := a.Renew(ctx, ta); ok || err != nil {
+		t.Fatalf("a renewed a lost term: %v %v", ok, err)
+	}
+	if err := a.SaveTasks(ctx, ta, []protocol.Task{{TaskID: "z"}}, nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a wrote with an old term: %v", err)
+	}
+	if err := b.SaveTasks(ctx, tb, nil, []string{"x"}); err != nil {
+		t.Fatal(err)
+	}
+	add, remove, err := b.LoadTasks(ctx)
+	if err != nil || len(add) != 0 || !slices.Equal(remove, []string{"x", "y"}) {
+		t.Fatalf("LoadTasks = %v %v %v, want x and y removed", add, remove, err)
+	}
+	if err := b.ForgetTasks(ctx, tb, []string{"y"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	if tc, ok, _, err := a.Acquire(ctx); err != nil || !ok || tc != tb+1 {
+		t.Fatalf("a after b's release: %d %v %v, want to lead with term %d", tc, ok, err, tb+1)
+	}
+	if _, remove, _ := a.LoadTasks(ctx); !slices.Equal(remove, []string{"x"}) {
+		t.Fatalf("after ForgetTasks(y): removed %v, want [x]", remove)
+	}
+}
