@@ -34,7 +34,11 @@ import (
 //     up; a probe that draws no rejection found a permit, and the next,
 //     twice as big, follows a quarter latency later (probe). The limit
 //     follows the permits as the oracle does, at the cost of one rejection
-//     per failed probe, a few per second.
+//     per failed probe, a few per second. A target that still refuses at
+//     min_limit is parked: the learner holds its permits for
+//     probe_interval latencies, and the first pick after that probes it
+//     (park), so a dead target costs a few rejections a second, not one
+//     per rejection round trip.
 //   - a target that never rejected grows by slow start (doubling per
 //     window of successes while saturated; BIC's climb towards the last
 //     ceiling once one is known) and is bounded by its latency gradient
@@ -143,6 +147,9 @@ func (s capacityStrategy) Build(eps []*Endpoint) Picker {
 	for i, e := range eps {
 		c := capacityOf(e)
 		p.st[i] = c
+		c.mu.Lock()
+		c.unpark(e, math.MaxInt64) // a new set starts with every permit usable
+		c.mu.Unlock()
 		if e.t.MaxConcurrency == 0 {
 			c.mu.Lock()
 			if c.limit == 0 || e.Limit() == 0 {
@@ -180,7 +187,8 @@ func capacityOf(e *Endpoint) *capState {
 // capState is one target's learner. lat is read by picks without a lock;
 // the rest is guarded by mu and only touched by Observe and Build.
 type capState struct {
-	lat atomic.Int64 // EWMA of success latency, ns; 0 = no sample yet
+	lat       atomic.Int64 // EWMA of success latency, ns; 0 = no sample yet
+	parkUntil atomic.Int64 // clock at which a parked target's permit comes back; 0 = not parked
 
 	mu         sync.Mutex
 	limit      float64 // learned limit; 0 = not initialised
@@ -190,6 +198,7 @@ type capState struct {
 	baseLimit  float64 // a limit known not to queue at baseline latency
 	slow       int     // windows in a row too slow at a known-fine limit
 	lastReject int64   // clock of the last rejection; 0 = none
+	held       int64   // permits the learner holds while the target is parked (see park)
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
@@ -227,12 +236,25 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	}
 	var best *Endpoint
 	bestRate := -1.0
+	var now int64 // read only when a target is parked
 	for i := range n {
 		j := i + off
 		if j >= n {
 			j -= n
 		}
 		e := p.eps[j]
+		if until := p.st[j].parkUntil.Load(); until != 0 {
+			// Before Usable: a parked target has no free permit.
+			if now == 0 {
+				now = info.Now()
+			}
+			if now >= until {
+				c := p.st[j]
+				c.mu.Lock()
+				c.unpark(e, now)
+				c.mu.Unlock()
+			}
+		}
 		if !info.Usable(e) {
 			continue
 		}
@@ -313,12 +335,12 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	}
 }
 
-// reject handles a rejection seen with o.InFlight picks outstanding (this
-// one included). The target had every permit taken with at most
-// o.InFlight-1 of our other picks out (ours are out from the pick to the
-// outcome, longer than they hold the target's permit): it has fewer
-// permits than that, and fewer than the limit. Each rejection takes one
-// permit off, no more: an overshoot of k permits answers with k
+// reject handles a rejection. The target had every permit taken while our
+// picks in flight were within the limit (ours are out from the pick to
+// the outcome, longer than they hold the target's permit): it has fewer
+// permits than the limit. Each rejection takes one permit off, no more
+// (the in-flight when the outcome is handled can be far lower than when
+// the target refused, after a scheduling stall, so it is no bound): an overshoot of k permits answers with k
 // rejections and lands back on the last limit that fitted, and a capacity
 // drop answers every pick sent while the old load drains, so the limit
 // follows the in-flight down to the new permits. Nothing is cut by a
@@ -333,13 +355,47 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	}
 	c.lastReject = o.Now
 	c.step, c.probeAt = 1, 0
-	l := max(cfg.min, min(c.limit-1, float64(o.InFlight-1)))
+	l := max(cfg.min, c.limit-1)
+	if l == c.limit {
+		c.park(e, o.Now, cfg)
+		return
+	}
 	if l < c.limit {
 		c.ceiling = c.limit
 		c.limit = l
 		c.baseLimit = min(c.baseLimit, c.limit)
 		c.publish(e)
 	}
+}
+
+// park takes a target at the lowest limit that still refuses out of use
+// for probe_interval mean latencies: the learner holds its permits (they
+// count in the target's in-flight, so no pick, not even the
+// balancer's fallback to any free permit, sends to it). Without it a dead
+// target at min_limit would draw one pick per rejection round trip,
+// thousands of rejections a second. The first pick after the time takes
+// the permits back (unpark) and is the probe.
+func (c *capState) park(e *Endpoint, now int64, cfg capacityConfig) {
+	if c.held != 0 {
+		return
+	}
+	c.held = max(1, int64(math.Ceil(c.limit)))
+	e.s.inflight.Add(c.held)
+	c.parkUntil.Store(now + max(1, int64(cfg.probe*float64(max(c.lat.Load(), int64(time.Millisecond))))))
+}
+
+// unpark gives a parked target's permits back if its time has come. The
+// target refused nothing since it was parked; if the probe succeeds it
+// came back, so growth starts at once (step 2: the next probe follows a
+// quarter latency later).
+func (c *capState) unpark(e *Endpoint, now int64) {
+	if c.held == 0 || now < c.parkUntil.Load() {
+		return
+	}
+	e.s.inflight.Add(-c.held)
+	c.held = 0
+	c.parkUntil.Store(0)
+	c.step = 2
 }
 
 // probe handles a success on a target that rejects. While the target
@@ -380,7 +436,10 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 	if c.limit > c.ceiling {
 		c.ceiling = 0
 	}
-	c.step = min(c.step*2, max(1, math.Floor(c.limit/4)))
+	// Each step at most half the limit: from a parked target's one permit
+	// to 60 in about ten probes, and an overshoot near a large limit
+	// costs at most a proportionate burst of rejections.
+	c.step = min(c.step*2, max(2, math.Floor(c.limit/2)))
 	c.probeAt = o.Now + lat/4
 	c.publish(e)
 }

@@ -41,7 +41,7 @@ func limitOf(b *Balancer, addr string) int64 {
 	return -1
 }
 
-// simTarget is a provider as in seed 004's contest: permits, an
+// simTarget is a provider as in the Tianchi contest: permits, an
 // exponential service time with mean rtt, and an immediate rejection when
 // no permit is free. With knee > 0 it is instead a queueing server that
 // never rejects: its latency grows with its load past knee.
@@ -221,6 +221,33 @@ func TestCapacityLatencyGradientBoundsQueueingTarget(t *testing.T) {
 		if mean := sum / samples; mean < 20 || mean > 150 {
 			t.Errorf("seed %d: mean limit %.0f (peak %.0f) for a target that queues past 30, want 20..150", seed, mean, peak)
 		}
+	}
+}
+
+// TestCapacityParksADeadTarget: a target that loses every permit must not
+// draw a pick per rejection round trip (thousands a second) while it is
+// down, and its limit must come back when it recovers.
+func TestCapacityParksADeadTarget(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	ms := time.Millisecond
+	sims := map[string]*simTarget{"a": {permits: 30, rtt: 50 * ms}, "b": {permits: 60, rtt: 50 * ms}}
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	sim := newSimulation(b, clk, sims, 120, 3)
+	sim.run(t, 6000)
+	sims["b"].permits = 0
+	sim.run(t, 1000) // the old load drains: one rejection per pick sent meanwhile
+	// Down: only the parked target's probes (and a's) are refused. A
+	// rejection answers in 100us here, so an unparked target at one
+	// permit would be refused about as often as a's 600 successes a
+	// second.
+	if rej := sim.run(t, 3000); rej > 90 {
+		t.Errorf("%d of 3000 outcomes rejected while b is down, want at most 90", rej)
+	}
+	sims["b"].permits = 60
+	sim.run(t, 3000)
+	if l := limitOf(b, "b"); l < 54 || l > 66 {
+		t.Errorf("b learned %d after recovering to 60 permits, want 54..66", l)
 	}
 }
 
