@@ -180,8 +180,8 @@ func TestUpdateRejectsBadSetsWhole(t *testing.T) {
 	}
 }
 
-// Zero weight and disabled targets are never picked, by any strategy (the
-// ShenYu bug the seed mentions).
+// Zero weight and disabled targets are never picked, by any strategy (a
+// known Apache ShenYu bug picked them).
 func TestZeroWeightAndDisabledNeverPicked(t *testing.T) {
 	for _, name := range Names() {
 		b := mustNew(t, name, Options{},

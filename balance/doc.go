@@ -15,8 +15,8 @@
 // Pick fails with ErrAtCapacity when none is free and Wait blocks until one
 // is returned or the context ends.
 //
-// Strategies are registered by name in a Registry (the seed's SPI); the
-// built-in ones are random, round_robin, hash, bounded_hash, least_active,
-// shortest_response, p2c, least_loaded and capacity. docs/balance.md
-// explains each and when to use it.
+// Strategies are registered by name in a Registry, a plug-in interface like
+// Dubbo's LoadBalance SPI; the built-in ones are random, round_robin, hash,
+// bounded_hash, least_active, shortest_response, p2c, least_loaded and
+// capacity. docs/balance.md explains each and when to use it.
 package balance

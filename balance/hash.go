@@ -48,7 +48,7 @@ type inFlight struct {
 // HashSettings are the hash strategy's settings.
 type HashSettings struct {
 	// Function is the hash function: "xxhash" (default, 64-bit) or "md5"
-	// (ShenYu's, which seed 001 shows: 32 bits of MD5, ring points hashed
+	// (Apache ShenYu's ring: 32 bits of MD5, ring points hashed
 	// from "API-<addr>-HASH-<i>").
 	Function string `yaml:"function"`
 	// VirtualNodes is the ring points per unit of weight. 0 picks by the
@@ -191,7 +191,7 @@ func (h *hashStrategy) build(eps []*Endpoint) *ringData {
 			total += per[i]
 		}
 	}
-	// Each point packs its hash (top 48 bits; the seed's 32-bit MD5 in the
+	// Each point packs its hash (top 48 bits; ShenYu's 32-bit MD5 in the
 	// top 32) with its owner's rank in the low 16, so one sort of plain
 	// integers orders the ring and breaks ties by address.
 	packed := make([]uint64, 0, total)
@@ -201,7 +201,7 @@ func (h *hashStrategy) build(eps []*Endpoint) *ringData {
 		for v := range per[rank] {
 			var ph uint64
 			if h.md5 {
-				// Seed 001 (ShenYu): "API-" + url + "-HASH-" + i.
+				// Apache ShenYu: "API-" + url + "-HASH-" + i.
 				buf = append(append(append(buf[:0], "API-"...), a...), "-HASH-"...)
 				buf = strconv.AppendInt(buf, int64(v), 10)
 				ph = md5Hash32(buf) << 32

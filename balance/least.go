@@ -7,7 +7,7 @@ import (
 )
 
 // least_active: the fewest in-flight picks wins; ties are broken by
-// weighted random (seed 001, Dubbo). O(n) per pick.
+// weighted random (Dubbo's LeastActiveLoadBalance). O(n) per pick.
 type leastActiveStrategy struct{}
 
 func newLeastActive(s Settings) (Strategy, error) {
@@ -21,8 +21,9 @@ func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 	return &scorePicker{eps: eps, score: func(i int, _ int64) int64 { return eps[i].InFlight() }}
 }
 
-// shortest_response: the seed's estimate, mean success latency over a
-// sliding window x in-flight, lowest wins, weighted random among ties. The
+// shortest_response: the estimate of Dubbo's ShortestResponseLoadBalance,
+// mean success latency over a sliding window x in-flight, lowest wins,
+// weighted random among ties. The
 // estimate uses in-flight+1 (as Dubbo does), so that an idle slow target
 // does not tie with an idle fast one. A target with no sample in the window
 // estimates 0 and is tried. A target not picked in the last 16 x n picks is

@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 )
 
-// least_loaded: seed 003's min-heap of targets ordered by explicit load
-// units (PickInfo.Load, default 1) per unit of weight. A pick takes the top
-// of the heap; its load is added while it runs and removed by Done, and the
-// heap is fixed in O(log n) each time.
+// least_loaded: a min-heap of targets, as a pool keeps its runners, ordered
+// by explicit load units (PickInfo.Load, default 1) per unit of weight. A
+// pick takes the top of the heap; its load is added while it runs and
+// removed by Done, and the heap is fixed in O(log n) each time.
 type leastLoadedStrategy struct{}
 
 func newLeastLoaded(s Settings) (Strategy, error) {

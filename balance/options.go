@@ -11,9 +11,10 @@ type Options struct {
 	// Registry resolves the strategy name; nil means the default registry.
 	Registry *Registry
 
-	// Warmup selects the warm-up formula: "seed" (default; Dubbo's
-	// weight*uptime/window clamped to [1, weight]) or "envoy"
-	// (weight*max(min_weight_percent, time_factor^(1/aggression))).
+	// Warmup selects the warm-up formula: "linear" (default; Dubbo's
+	// weight*uptime/window clamped to [1, weight]; "seed" is accepted as
+	// its old name) or "envoy" (Envoy's slow start:
+	// weight*max(min_weight_percent, time_factor^(1/aggression))).
 	Warmup string
 	// Aggression is Envoy's warm-up curve exponent (default 1: linear).
 	Aggression float64
@@ -57,11 +58,11 @@ type Passive struct {
 
 func (o *Options) normalize() error {
 	switch o.Warmup {
-	case "":
-		o.Warmup = "seed"
-	case "seed", "envoy":
+	case "", "seed": // seed: the old name of linear
+		o.Warmup = "linear"
+	case "linear", "envoy":
 	default:
-		return fmt.Errorf("balance: warmup: unknown formula %q (seed or envoy)", o.Warmup)
+		return fmt.Errorf("balance: warmup: unknown formula %q (linear or envoy)", o.Warmup)
 	}
 	if o.Aggression == 0 {
 		o.Aggression = 1

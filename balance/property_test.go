@@ -256,10 +256,11 @@ func TestLeastLoadedPicksMinimumLoad(t *testing.T) {
 // loadOf is least_loaded's count of e's load units outstanding.
 func loadOf(e *Endpoint) int64 { return StateOf[loadedEndpoint](e).load.Load() }
 
-// Warm-up follows the formula under a fake clock: the seed's by default,
-// Envoy's as an option, counted from when the target came up.
+// Warm-up follows the formula under a fake clock: Dubbo's linear one by
+// default ("seed", its old name, is the same), Envoy's as an option,
+// counted from when the target came up.
 func TestWarmupFollowsFormula(t *testing.T) {
-	for _, mode := range []string{"seed", "envoy"} {
+	for _, mode := range []string{"linear", "seed", "", "envoy"} {
 		t.Run(mode, func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				clk := newFakeClock()
@@ -278,7 +279,7 @@ func TestWarmupFollowsFormula(t *testing.T) {
 				switch {
 				case up >= window:
 					want = float64(weight)
-				case mode == "seed":
+				case mode != "envoy":
 					want = math.Min(math.Max(up.Seconds()*float64(weight)/window.Seconds(), 1), float64(weight))
 				default:
 					tf := math.Max(up.Seconds(), 1) / window.Seconds()

@@ -21,8 +21,8 @@ func (w warmup) weight(e *Endpoint, now int64) float64 {
 		up = 0
 	}
 	if !w.envoy {
-		// Seed 001 / Dubbo: ww = uptime / (warmup / weight), clamped to
-		// [1, weight].
+		// linear (Dubbo's formula): ww = uptime / (warmup / weight),
+		// clamped to [1, weight].
 		ww := float64(up) * weight / float64(win)
 		return math.Min(math.Max(ww, 1), weight)
 	}

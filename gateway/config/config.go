@@ -110,7 +110,8 @@ type Upstream struct {
 	Retry Retry `yaml:"retry"`
 	// Queue configures waiting when every target is at max_concurrency.
 	Queue Queue `yaml:"queue"`
-	// Warmup selects the warm-up formula: seed (default) or envoy.
+	// Warmup selects the warm-up formula: linear (default; Dubbo's ramp,
+	// "seed" is accepted as its old name) or envoy (Envoy's slow start).
 	Warmup string `yaml:"warmup"`
 	// StrategySettings are the strategy's own settings (bounded_hash's
 	// load_bound, capacity's initial_limit, ...), decoded and checked by
@@ -638,11 +639,11 @@ func (v *validator) upstream(name string, u *Upstream) {
 	}
 	u.Key = k
 	switch u.Warmup {
-	case "":
-		u.Warmup = "seed"
-	case "seed", "envoy":
+	case "", "seed": // seed: the old name of linear
+		u.Warmup = "linear"
+	case "linear", "envoy":
 	default:
-		v.fail(at("warmup"), "%q is not seed or envoy", u.Warmup)
+		v.fail(at("warmup"), "%q is not linear or envoy", u.Warmup)
 	}
 	if u.Discovery != nil {
 		v.discovery(u, at)

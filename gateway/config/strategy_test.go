@@ -107,3 +107,21 @@ func TestSameSettings(t *testing.T) {
 		t.Errorf("SameSettings: same %v, changed %v", a.SameSettings(b), a.SameSettings(c))
 	}
 }
+
+// warmup: linear is the default; seed, its old name, is accepted as
+// linear; anything else is refused naming both.
+func TestWarmupNames(t *testing.T) {
+	for in, want := range map[string]string{"": "linear", "warmup: linear\n": "linear", "warmup: seed\n": "linear", "warmup: envoy\n": "envoy"} {
+		c, err := config.Parse([]byte("upstreams:\n  api:\n    " + in + "    targets: [{url: \"http://a:1\"}]\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if got := c.Upstreams["api"].Warmup; got != want {
+			t.Errorf("%q: warmup %q, want %q", in, got, want)
+		}
+	}
+	_, err := config.Parse([]byte("upstreams:\n  api:\n    warmup: cubic\n    targets: [{url: \"http://a:1\"}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "upstreams.api.warmup (line 3)") || !strings.Contains(err.Error(), "linear or envoy") {
+		t.Errorf("warmup: cubic: %v", err)
+	}
+}
