@@ -322,7 +322,14 @@ func TestConsoleFlow(t *testing.T) {
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
-	b.run(t, "flow", map[string]any{"url": s.URL(), "token": adminToken, "taskType": typ},
+	// The operator actions this server has (retry, pause/resume) are
+	// exercised too; cancel always is.
+	var actions struct {
+		Actions map[string]bool `json:"actions"`
+	}
+	must(api("/v1/console", nil, &actions))
+	t.Logf("operator actions: %v", actions.Actions)
+	b.run(t, "flow", map[string]any{"url": s.URL(), "token": adminToken, "taskType": typ, "actions": actions.Actions},
 		map[string]func([]byte) (any, error){
 			"create-task": func([]byte) (any, error) {
 				var out flow.CreateTaskResponse
@@ -332,9 +339,10 @@ func TestConsoleFlow(t *testing.T) {
 				}
 				return map[string]string{"task_id": out.TaskIDs[0]}, nil
 			},
-			"check-cancelled": func(body []byte) (any, error) {
+			"check-status": func(body []byte) (any, error) {
 				var req struct {
 					TaskID string `json:"task_id"`
+					Status string `json:"status"`
 				}
 				if err := json.Unmarshal(body, &req); err != nil {
 					return nil, err
@@ -343,10 +351,42 @@ func TestConsoleFlow(t *testing.T) {
 				if err := api("/v1/get_task?task_id="+req.TaskID, nil, &tk); err != nil {
 					return nil, err
 				}
-				if tk.Status != flow.StatusCancelled {
-					return nil, fmt.Errorf("the page cancelled %s but the server says status %v", req.TaskID, tk.Status)
+				if tk.Status.String() != req.Status {
+					return nil, fmt.Errorf("the page made %s %s but the server says %v", req.TaskID, req.Status, tk.Status)
 				}
 				return map[string]bool{"ok": true}, nil
+			},
+			"check-deleted": func(body []byte) (any, error) {
+				var req struct {
+					TaskID string `json:"task_id"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					return nil, err
+				}
+				err := api("/v1/get_task?task_id="+req.TaskID, nil, nil)
+				if err == nil || !strings.Contains(err.Error(), ": 404 ") {
+					return nil, fmt.Errorf("the page deleted %s but get_task answers %v", req.TaskID, err)
+				}
+				return map[string]bool{"ok": true}, nil
+			},
+			"check-paused": func(body []byte) (any, error) {
+				var req struct{ Paused bool }
+				if err := json.Unmarshal(body, &req); err != nil {
+					return nil, err
+				}
+				var st map[string][]struct {
+					TaskType string `json:"task_type"`
+					Paused   bool   `json:"paused"`
+				}
+				if err := api("/v1/stats", nil, &st); err != nil {
+					return nil, err
+				}
+				for _, ts := range st["types"] {
+					if ts.TaskType == typ && ts.Paused == req.Paused {
+						return map[string]bool{"ok": true}, nil
+					}
+				}
+				return nil, fmt.Errorf("the page set %s paused=%v but /v1/stats says %+v", typ, req.Paused, st)
 			},
 		})
 }

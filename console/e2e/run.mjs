@@ -107,12 +107,39 @@ const scenarios = {
     await page.waitForSelector('pre.context');
     await page.click('.taskactions button.cancel');
     await page.waitForSelector('dd [data-status="cancelled"]');
-    await control('check-cancelled', { task_id: created.task_id });
+    await control('check-status', { task_id: created.task_id, status: 'cancelled' });
     log('cancelled through the page');
+    if (env.actions.retry_task) {
+      await page.click('.taskactions button.retry');
+      await page.waitForSelector('dd [data-status="pending"]');
+      await control('check-status', { task_id: created.task_id, status: 'pending' });
+      log('retried through the page');
+      await page.click('.taskactions button.cancel');
+      await page.waitForSelector('dd [data-status="cancelled"]');
+    }
     await shot('flow-task');
     await page.goto(env.url + '/ui/#');
     await page.waitForSelector(`${card} .n[data-status="cancelled"]`);
+    if (env.actions.pause_task_type) {
+      await page.click(`${card} button.pause`);
+      await page.waitForSelector(`${card}[data-paused="true"] .badge.paused`);
+      await control('check-paused', { paused: true });
+      await page.click(`${card} button.resume`);
+      await page.waitForSelector(`${card}[data-paused="false"]`);
+      await control('check-paused', { paused: false });
+      log('paused and resumed through the page');
+    }
     await shot('flow');
+    if (env.actions.delete_task) {
+      await page.goto(env.url + '/ui/#task/' + created.task_id);
+      page.once('dialog', (d) => d.accept());
+      await page.click('.taskactions button.delete');
+      await page.waitForSelector('form.filters');
+      await page.waitForSelector('table.tasks');
+      if (await page.$(`tr[data-task="${created.task_id}"]`)) throw new Error('deleted task still listed');
+      await control('check-deleted', { task_id: created.task_id });
+      log('deleted through the page');
+    }
   },
 
   async supervisor() {

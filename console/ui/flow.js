@@ -178,7 +178,13 @@ function taskPage(main, id) {
       h('div', { class: 'actions taskactions' },
         have.cancel && !ended ? h('button', { class: 'act cancel', onclick: () => act('cancel', { task_id: id }, () => t.now()) }, 'cancel') : null,
         have.retry && (s === 'failed' || s === 'cancelled') ? h('button', { class: 'act retry', onclick: () => act('retry', { task_id: id }, () => t.now()) }, 'retry') : null,
-        have.delete ? h('button', { class: 'act delete danger', onclick: () => { if (confirm(`Delete task ${id}?`)) act('delete', { task_id: id }, () => t.now()); } }, 'delete') : null),
+        have.delete ? h('button', {
+          class: 'act delete danger', onclick: () => {
+            if (!confirm(`Delete task ${id}? It cannot be undone.`)) return;
+            t.stop(); // the task is going: no more polls of it
+            act('delete', { task_id: id }, () => { location.hash = '#tasks?task_type=' + encodeURIComponent(task.task_type); });
+          },
+        }, 'delete') : null),
       h('dl', { class: 'fields' }, [
         ['status', h('span', { class: 'badge ' + s, dataset: { status: s } }, s)], ['type', task.task_type], ['stage', task.task_stage],
         ['priority', task.priority], ['retries', `${task.crt_retry_num} of ${task.max_retry_num}`], ['due', time(task.order_time)],
