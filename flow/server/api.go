@@ -403,6 +403,12 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 		left := time.Until(deadline)
 		if len(recs) > 0 || left <= 0 {
 			s.m.held.WithLabelValues(req.TaskType).Add(float64(len(recs)))
+			if len(recs) > 0 {
+				wait := s.m.wait.WithLabelValues(req.TaskType)
+				for i := range recs {
+					wait.Observe(max(t.Sub(recs[i].OrderTime), 0).Seconds())
+				}
+			}
 			out := flow.HoldTasksResponse{Tasks: make([]flow.Task, len(recs))}
 			for i := range recs {
 				out.Tasks[i] = recs[i].Task

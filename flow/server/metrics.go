@@ -21,6 +21,7 @@ type metrics struct {
 	set      *prometheus.CounterVec
 	rescued  prometheus.Counter
 	pruned   prometheus.Counter
+	wait     *prometheus.HistogramVec
 }
 
 func newMetrics(st store.Store) *metrics {
@@ -40,8 +41,11 @@ func newMetrics(st store.Store) *metrics {
 			Help: "Held tasks whose lease expired and were returned to pending or failed."}),
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_pruned_total",
 			Help: "Finished tasks deleted after the retention."}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulcrum_flow_queue_wait_seconds",
+			Help: "How long held tasks waited between becoming due (order_time) and being held, by type.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"task_type"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned,
+	m.reg.MustRegister(m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned, m.wait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&taskGauge{st: st})
 	return m
@@ -51,9 +55,13 @@ func newMetrics(st store.Store) *metrics {
 // database at scrape time (all servers see the same numbers).
 type taskGauge struct{ st store.Store }
 
-var taskDesc = prometheus.NewDesc("fulcrum_flow_tasks", "Tasks in the database by type and status.", []string{"task_type", "status"}, nil)
+var (
+	taskDesc   = prometheus.NewDesc("fulcrum_flow_tasks", "Tasks in the database by type and status.", []string{"task_type", "status"}, nil)
+	oldestDesc = prometheus.NewDesc("fulcrum_flow_oldest_pending_age_seconds",
+		"How long the oldest due pending task of the type has been due (0 when none is due).", []string{"task_type"}, nil)
+)
 
-func (g *taskGauge) Describe(ch chan<- *prometheus.Desc) { ch <- taskDesc }
+func (g *taskGauge) Describe(ch chan<- *prometheus.Desc) { ch <- taskDesc; ch <- oldestDesc }
 
 func (g *taskGauge) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -63,9 +71,21 @@ func (g *taskGauge) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(taskDesc, err)
 		return
 	}
+	now := time.Now()
 	for _, t := range stats {
 		for status, n := range t.Counts {
 			ch <- prometheus.MustNewConstMetric(taskDesc, prometheus.GaugeValue, float64(n), t.TaskType, status)
 		}
+		// One index lookup per type (the claim index's first entry).
+		next, ok, err := g.st.NextDue(ctx, t.TaskType)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(oldestDesc, err)
+			continue
+		}
+		age := 0.0
+		if ok && next.Before(now) {
+			age = now.Sub(next).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, t.TaskType)
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -80,5 +81,24 @@ func TestPauseResumeRetryDeleteOverHTTP(t *testing.T) {
 	code, body = call(t, "POST", s.URL()+"/v1/retry_task", `{"task_id":"`+ids[1]+`","task_stage":"a b"}`)
 	if code != 400 || !strings.Contains(string(body), "task_stage") {
 		t.Fatalf("retry with a bad stage: %d %s", code, body)
+	}
+}
+
+// The oldest due pending task's age, per type: a task with priority 100 is
+// due 100 s before its creation.
+func TestOldestPendingAgeGauge(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{})
+	register(t, s, video)
+	create(t, s, flow.NewTask{TaskType: "video", Priority: 100}, flow.NewTask{TaskType: "video", DelayMS: 3_600_000})
+	_, b := call(t, "GET", s.URL()+"/metrics", "")
+	var age float64
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, `fulcrum_flow_oldest_pending_age_seconds{task_type="video"} `); ok {
+			age, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if age < 100 || age > 1000 {
+		t.Fatalf("oldest pending age %v, want about 100 s", age)
 	}
 }

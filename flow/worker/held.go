@@ -154,12 +154,16 @@ func (h *heldTask) setRequest(res Result, err error) flow.SetTaskRequest {
 			case flow.StatusFailed:
 				// Failed is final; the reason goes to the schedule log.
 				req.Status, req.Error = flow.StatusFailed, res.Reason
+				h.w.log.Warn("flow worker: stage failed; the task ends failed", "task_id", h.task.ID, "task_type", h.task.Type,
+					"stage", h.task.Stage, "attempt", h.task.Attempt, "err", res.Reason)
 			default:
 				err = errors.New("handler returned status " + statusName(res.Status) + "; want pending, success or failed")
 			}
 		}
 	}
 	if err != nil {
+		h.w.log.Warn("flow worker: stage failed; the server retries it while retries are left", "task_id", h.task.ID, "task_type", h.task.Type,
+			"stage", h.task.Stage, "attempt", h.task.Attempt, "err", err)
 		return errorRequest(h, err.Error())
 	}
 	return req
