@@ -88,6 +88,16 @@ func TestShortContest(t *testing.T) {
 			t.Errorf("contest.svg has no line for %s", r.Contender)
 		}
 	}
+	if r := got[timelineRow]; r.Timeline == nil || len(r.Timeline.T) == 0 || len(r.Timeline.Targets) != 3 {
+		t.Errorf("%s: no per-target timeline recorded: %+v", timelineRow, r.Timeline)
+	}
+	tsvg, err := os.ReadFile(filepath.Join(out, "contest-timeline.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(tsvg, new(struct{})); err != nil {
+		t.Errorf("contest-timeline.svg is not well-formed XML: %v", err)
+	}
 	md, err := os.ReadFile(filepath.Join(out, "contest.md"))
 	if err != nil || !strings.Contains(string(md), "| library capacity (learned) |") {
 		t.Errorf("contest.md: %v %q", err, md)

@@ -1,5 +1,5 @@
-// Command contest is seed 004's adaptive load-balancing benchmark: the 2019
-// Tianchi contest's shape, run on loopback.
+// Command contest is an adaptive load-balancing benchmark in the shape of
+// the 2019 Tianchi adaptive load-balancing contest, run on loopback.
 //
 // Simulated providers are real HTTP servers: each holds a number of permits
 // and answers a request after an exponentially distributed delay with the
@@ -8,7 +8,10 @@
 // busy through each contender (Fulcrum's strategies in process and through
 // the fulcrum gateway binary, nginx, HAProxy, Caddy) in turn, against the
 // same providers, and scores the successes of the measured phase as a share
-// of the scenario's theoretical maximum.
+// of the scenario's theoretical maximum and of the oracle's (the library
+// forwarder told each stage's permits). Library contenders also record a
+// per-target timeline (limit against the provider's real permits), drawn
+// for the learned row as <scenario>-timeline.svg.
 //
 //	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short] [-out out/]
 //

@@ -122,11 +122,16 @@ func libraryContender(strategy string, mode limitMode) starter {
 		if mode == oracle {
 			go followStages(env, b, targets, done)
 		}
-		if env.verbose {
-			go traceLimits(env, b, done)
-		}
+		tl := &Timeline{}
+		traced := make(chan struct{})
+		go func() {
+			defer close(traced)
+			traceLimits(env, b, tl, done)
+		}()
 		stop := func() {
 			close(done)
+			<-traced
+			env.timeline = tl
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(ctx)
@@ -143,24 +148,58 @@ func libraryContender(strategy string, mode limitMode) starter {
 	}
 }
 
-// traceLimits prints each target's limit and in-flight every half second
-// (with -v), to watch the learner follow the stages.
-func traceLimits(env *runEnv, b *balance.Balancer, done chan struct{}) {
-	t := time.NewTicker(500 * time.Millisecond)
+// Timeline is a library contender's per-target trace: every
+// timelineEvery from the start of the run (warm-up included), each
+// target's limit (learned, configured or the oracle's), the permits the
+// provider really had then, and the picks in flight. It shows where a
+// learner lags the permits; the SVG draws it.
+type Timeline struct {
+	Targets  []string  `json:"targets"`
+	T        []float64 `json:"t_seconds"`
+	Limit    [][]int64 `json:"limit"`   // [sample][target]
+	Permits  [][]int   `json:"permits"` // [sample][target]
+	InFlight [][]int64 `json:"in_flight"`
+}
+
+const timelineEvery = 100 * time.Millisecond
+
+// traceLimits samples each target's limit and in-flight into tl every
+// timelineEvery of the measured run, and with -v prints every fifth
+// sample, to watch the learner follow the stages.
+func traceLimits(env *runEnv, b *balance.Balancer, tl *Timeline, done chan struct{}) {
+	select {
+	case <-env.started:
+	case <-done:
+		return
+	}
+	for _, p := range env.sc.Providers {
+		tl.Targets = append(tl.Targets, p.Name)
+	}
+	t := time.NewTicker(timelineEvery)
 	defer t.Stop()
-	start := time.Now()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-done:
 			return
 		case <-t.C:
 		}
-		line := fmt.Sprintf("    %5.1fs", time.Since(start).Seconds())
-		for i, s := range b.Endpoints() {
-			st := env.sc.Providers[i].stageAt(time.Since(start))
+		at := time.Since(env.start)
+		if at > env.sc.Load.Warmup.D()+env.sc.Load.Duration.D() {
+			return
+		}
+		eps := b.Endpoints()
+		lim, per, in := make([]int64, len(eps)), make([]int, len(eps)), make([]int64, len(eps))
+		line := fmt.Sprintf("    %5.1fs", at.Seconds())
+		for i, s := range eps {
+			st := env.sc.Providers[i].stageAt(at)
+			lim[i], per[i], in[i] = s.Limit, st.Permits, s.InFlight
 			line += fmt.Sprintf("  %s %d/%d (in %d, %v)", env.sc.Providers[i].Name, s.Limit, st.Permits, s.InFlight, s.AvgLatency.Round(time.Millisecond))
 		}
-		fmt.Fprintln(env.log, line)
+		tl.T = append(tl.T, at.Seconds())
+		tl.Limit, tl.Permits, tl.InFlight = append(tl.Limit, lim), append(tl.Permits, per), append(tl.InFlight, in)
+		if env.verbose && n%5 == 0 {
+			fmt.Fprintln(env.log, line)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only the contenders whose name matches this regular expression")
 	flag.BoolVar(&o.install, "install", false, "apt-get install nginx, haproxy and caddy when missing")
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
-	flag.BoolVar(&o.verbose, "v", false, "print per-target state after library contenders")
+	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -109,9 +109,21 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			return rep, err
 		}
 		fmt.Fprintf(w, "wrote %s.json, %s.svg, %s.md\n", base, base, base)
+		for i := range rep.Records {
+			if r := &rep.Records[i]; r.Contender == timelineRow && r.Timeline != nil {
+				if err := writeTimelineSVG(base+"-timeline.svg", rep, r); err != nil {
+					return rep, err
+				}
+				fmt.Fprintf(w, "wrote %s-timeline.svg (%s)\n", base, r.Contender)
+			}
+		}
 	}
 	return rep, nil
 }
+
+// timelineRow is the contender whose per-target timeline is drawn: the
+// learner, in process (the gateway's limits are not visible from outside).
+const timelineRow = "library capacity (learned)"
 
 func needsGateway(cs []contender, only *regexp.Regexp) bool {
 	for _, c := range cs {

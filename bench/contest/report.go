@@ -16,33 +16,45 @@ func printTable(w io.Writer, rep *Report) {
 		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], rep.Scenario.Load.Connections,
 		rep.TheoreticalMax, rep.Scenario.Load.Duration.D(), rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tsuccesses\tof max\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\t")
+	fmt.Fprintln(tw, "contender\tsuccesses\tof max\tof oracle\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\t")
 	for _, r := range rep.Records {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\tskipped\t\n", r.Contender)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\tskipped\t\n", r.Contender)
 			continue
 		}
-		ratio := "-"
-		if r.RatioToBestPeer > 0 {
-			ratio = fmt.Sprintf("%.3f", r.RatioToBestPeer)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%d\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			r.Contender, r.Successes, 100*r.Share, r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%s\t%d\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer))
 	}
 	tw.Flush()
+}
+
+// pct writes a share as a percentage, or "-" when unknown (0).
+func pct(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// ratio writes a ratio, or "-" when unknown (0).
+func ratio(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", v)
 }
 
 // markdownTable is the table as docs/benchmarks.md shows it.
 func markdownTable(rep *Report) string {
 	var b strings.Builder
-	b.WriteString("| contender | successes | of max | errors | p50 ms | p99 ms | vs best peer |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| contender | successes | of max | of oracle | errors | p50 ms | p99 ms | p999 ms | vs best peer |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.Records {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | skipped | | | | | |\n", r.Contender)
+			fmt.Fprintf(&b, "| %s | skipped | | | | | | | |\n", r.Contender)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %d | %.1f | %.1f | %.3f |\n",
-			r.Contender, r.Successes, 100*r.Share, r.Errors, r.P50ms, r.P99ms, r.RatioToBestPeer)
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %s | %d | %.1f | %.1f | %.1f | %s |\n",
+			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer))
 	}
 	return b.String()
 }
@@ -126,6 +138,53 @@ func writeSVG(path string, rep *Report) error {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3" %s/><text x="%d" y="%d">%s (%.1f%%)</text>`+"\n",
 			W-right+10, W-right+34, ly, ly, c, extra, W-right+40, ly+4, esc(r.Contender), 100*r.Share)
 		ly += 17
+	}
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeTimelineSVG draws rec's timeline: one panel per target, its limit
+// (solid) against the provider's real permits (dashed) and the picks in
+// flight (thin), over the run.
+func writeTimelineSVG(path string, rep *Report, rec *Record) error {
+	tl := rec.Timeline
+	if tl == nil || len(tl.T) == 0 || len(tl.Targets) == 0 {
+		return fmt.Errorf("%s: no timeline", rec.Contender)
+	}
+	const W, panelH, left, right, top, gap = 1000, 130, 60, 20, 40, 30
+	H := top + len(tl.Targets)*(panelH+gap)
+	tmax := rep.Scenario.Load.Warmup.D().Seconds() + rep.Scenario.Load.Duration.D().Seconds()
+	pw := float64(W - left - right)
+	x := func(t float64) float64 { return left + pw*t/tmax }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14">%s, %s: limit (red) against the provider's permits (black, dashed) and picks in flight (blue), per target</text>`+"\n",
+		left, esc(rep.Scenario.Name), esc(rec.Contender))
+	for k, name := range tl.Targets {
+		y0 := float64(top + k*(panelH+gap))
+		vmax := 1.0
+		for i := range tl.T {
+			vmax = max(vmax, float64(tl.Limit[i][k]), float64(tl.Permits[i][k]), float64(tl.InFlight[i][k]))
+		}
+		vmax *= 1.1
+		y := func(v float64) float64 { return y0 + panelH*(1-v/vmax) }
+		fmt.Fprintf(&b, `<rect x="%d" y="%.0f" width="%.0f" height="%d" fill="none" stroke="#444444"/>`+"\n", left, y0, pw, panelH)
+		fmt.Fprintf(&b, `<text x="%d" y="%.0f">%s</text><text x="%d" y="%.0f" text-anchor="end">%.0f</text><text x="%d" y="%.0f" text-anchor="end">0</text>`+"\n",
+			left+4, y0-4, esc(name), left-6, y0+10, vmax, left-6, y0+panelH)
+		for s := 0.0; s <= tmax; s += 2 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#888888">%.0fs</text>`+"\n", x(s), y0+panelH+14, s)
+		}
+		series := func(get func(i int) float64, color, extra string) {
+			var pts []string
+			for i, t := range tl.T {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(t), y(get(i))))
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" %s points="%s"/>`+"\n", color, extra, strings.Join(pts, " "))
+		}
+		series(func(i int) float64 { return float64(tl.InFlight[i][k]) }, "#1f77b4", `stroke-width="1"`)
+		series(func(i int) float64 { return float64(tl.Permits[i][k]) }, "#000000", `stroke-width="1.6" stroke-dasharray="6,4"`)
+		series(func(i int) float64 { return float64(tl.Limit[i][k]) }, "#d62728", `stroke-width="1.6"`)
 	}
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)

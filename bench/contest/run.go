@@ -36,6 +36,9 @@ type runEnv struct {
 	// at start; the oracle follows the stages from there.
 	started chan struct{}
 	start   time.Time
+	// timeline is what a library contender sampled of its targets' limits
+	// during its run (nil for the others); runOne moves it to the record.
+	timeline *Timeline
 }
 
 // Record is one contender's result, one JSON record each.
@@ -44,6 +47,7 @@ type Record struct {
 	Kind             string    `json:"kind"`
 	Successes        int64     `json:"successes"`
 	Share            float64   `json:"share_of_max"`
+	ShareOfOracle    float64   `json:"share_of_oracle,omitempty"` // successes / the oracle row's (when it ran)
 	Errors           int64     `json:"errors"`
 	P50ms            float64   `json:"p50_ms"`
 	P99ms            float64   `json:"p99_ms"`
@@ -52,6 +56,7 @@ type Record struct {
 	ProviderServed   int64     `json:"provider_served"`
 	ProviderRejected int64     `json:"provider_rejected"`
 	PerSecond        []float64 `json:"per_second"`
+	Timeline         *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
 	Skipped          string    `json:"skipped,omitempty"`
 	LoadAvg          string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
 	Rounds           int       `json:"rounds,omitempty"`        // runs this record is the best of
@@ -117,6 +122,7 @@ func runAll(ctx context.Context, sc *Scenario, short bool, rounds int, cs []cont
 		rep.Records = append(rep.Records, *r)
 	}
 	rankPeers(rep)
+	rankOracle(rep)
 	return rep, nil
 }
 
@@ -143,7 +149,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	if !ps.Idle(10 * time.Second) {
 		fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
 	}
-	env.started = make(chan struct{})
+	env.started, env.timeline = make(chan struct{}), nil
 	url, stop, err := c.start(ctx, env)
 	if err == nil {
 		err = waitReady(ctx, url, 15*time.Second)
@@ -170,6 +176,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	rec.Share = float64(res.Successes) / rep.TheoreticalMax
 	rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
 	rec.PerSecond = res.PerSecond
+	rec.Timeline = env.timeline
 	rec.LoadAvg = loadAvg()
 	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d; load %s)\n",
 		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected, rec.LoadAvg)
@@ -188,6 +195,24 @@ func rankPeers(rep *Report) {
 		for i := range rep.Records {
 			if rep.Records[i].Skipped == "" {
 				rep.Records[i].RatioToBestPeer = float64(rep.Records[i].Successes) / float64(best)
+			}
+		}
+	}
+}
+
+// rankOracle fills every record's share of the oracle's successes, when
+// the oracle ran.
+func rankOracle(rep *Report) {
+	var oracle int64
+	for _, r := range rep.Records {
+		if r.Kind == "oracle" && r.Skipped == "" {
+			oracle = r.Successes
+		}
+	}
+	if oracle > 0 {
+		for i := range rep.Records {
+			if rep.Records[i].Skipped == "" {
+				rep.Records[i].ShareOfOracle = float64(rep.Records[i].Successes) / float64(oracle)
 			}
 		}
 	}

@@ -33,7 +33,6 @@ func newRootCmd() *cobra.Command {
 		newFlowCmd(),
 		newSupervisorCmd(),
 		newSimCmd(),
-		newRegisterCmd(),
 	)
 	return root
 }
