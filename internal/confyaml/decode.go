@@ -44,13 +44,20 @@ func Decode(data []byte, v any) (*Doc, error) {
 		return nil, &Error{Problems: []*FieldError{syntaxError(err)}}
 	}
 	d := &decoder{maxSteps: 100*countNodes(&root, 0) + 100_000}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		d.errs = append(d.errs, syntaxError(err))
-	default:
-		d.fail(&extra, "", "a second YAML document (after ---) would be ignored: keep the whole configuration in one")
+	for { // later documents: only empty ones (a trailing "---") may follow
+		var extra yaml.Node
+		err := dec.Decode(&extra)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			d.errs = append(d.errs, syntaxError(err))
+			break
+		}
+		if len(extra.Content) > 0 && !isNull(extra.Content[0]) {
+			d.fail(&extra, "", "a second YAML document (after ---) would be ignored: keep the whole configuration in one")
+			break
+		}
 	}
 	doc := &Doc{}
 	if len(root.Content) > 0 {

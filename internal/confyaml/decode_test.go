@@ -132,7 +132,7 @@ source: {type: static, ids: [r1, r2], timeout: 3s}
 }
 
 func TestDecodeEmptyKeepsDefaults(t *testing.T) {
-	for _, doc := range []string{"", "# only a comment\n", "---\n"} {
+	for _, doc := range []string{"", "# only a comment\n", "---\n", "---\n---\n"} {
 		c := defaults()
 		if _, err := Decode([]byte(doc), &c); err != nil {
 			t.Fatalf("%q: %v", doc, err)
@@ -173,6 +173,7 @@ func TestDecodeProblems(t *testing.T) {
 		{"- 1\n", "line 1: want a mapping of fields"},
 		{"listen: [\n", "line 1: invalid YAML: did not find expected node content"},
 		{"listen: a\n---\nlisten: b\n", "line 2: a second YAML document (after ---) would be ignored"},
+		{"listen: a\n---\n# nothing\n---\nlisten: b\n", "line 4: a second YAML document (after ---) would be ignored"},
 		{"dedup: {<<: [1]}\n", "line 1: dedup: a merge (<<) takes a mapping or a list of mappings, got 1"},
 		{"? [a]\n: 1\n", "line 1: a field name is a plain word, not a list"},
 		// A type that decodes itself: confyaml checks its fields first...
