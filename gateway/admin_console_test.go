@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/demo"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // consoleGateway runs a gateway with an admin token in front of n demo
@@ -178,5 +180,71 @@ func TestConsoleTargetActionsKeepState(t *testing.T) {
 	}
 	if m := consoleTargets(t, g); len(m) != 1 {
 		t.Errorf("refused changes changed the set: %+v", m)
+	}
+}
+
+// An ejected target shows the time its ejection has left, and a strategy
+// that learns permits (capacity) shows them as learned.
+func TestConsoleEjectionAndLearnedPermits(t *testing.T) {
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(502) }))
+	defer bad.Close()
+	good, err := demo.Start("good", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	cfgText := fmt.Sprintf(`listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0}
+access_log: {enabled: false}
+upstreams:
+  api:
+    strategy: capacity
+    health: {passive: {max_failures: 1, eject_for: 1m}}
+    targets:
+      - {url: %q}
+      - {url: "http://%s"}
+`, bad.URL, good.Addr)
+	cfg, err := config.Parse([]byte(cfgText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	}()
+	badAddr := strings.TrimPrefix(bad.URL, "http://")
+	var tv gateway.ConsoleTargetView
+	testenv.Eventually(t, "the failing target ejected", func() bool {
+		resp, err := http.Get("http://" + g.Addr() + "/")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		for _, u := range g.ConsoleUpstreams() {
+			for _, v := range u.Targets {
+				if v.Addr == badAddr {
+					tv = v
+				}
+			}
+		}
+		return tv.Ejected
+	})
+	if tv.EjectedForMS <= 0 || tv.EjectedForMS > time.Minute.Milliseconds() || tv.EffectiveWeight != 0 {
+		t.Errorf("ejected target %+v, want up to a minute left and no weight", tv)
+	}
+	for _, u := range g.ConsoleUpstreams() {
+		for _, v := range u.Targets {
+			if v.Permits <= 0 || v.PermitsSource != "learned" {
+				t.Errorf("capacity target %s: %d permits from %q, want learned", v.Addr, v.Permits, v.PermitsSource)
+			}
+		}
 	}
 }
