@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
@@ -25,6 +26,7 @@ import (
 // failed.
 type steadyLoad struct {
 	done   atomic.Int64
+	each   []atomic.Int64 // requests completed, per worker
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -32,9 +34,9 @@ type steadyLoad struct {
 }
 
 func startLoad(t *testing.T, url string, workers int) *steadyLoad {
-	l := &steadyLoad{stop: make(chan struct{})}
+	l := &steadyLoad{stop: make(chan struct{}), each: make([]atomic.Int64, workers)}
 	c := client()
-	for range workers {
+	for w := range workers {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -60,6 +62,7 @@ func startLoad(t *testing.T, url string, workers int) *steadyLoad {
 					l.failed = append(l.failed, msg)
 					l.mu.Unlock()
 				}
+				l.each[w].Add(1)
 				l.done.Add(1)
 			}
 		}()
@@ -73,6 +76,24 @@ func (l *steadyLoad) await(t *testing.T, n int64) {
 	t.Helper()
 	target := l.done.Load() + n
 	testenv.Eventually(t, fmt.Sprintf("%d more requests", n), func() bool { return l.done.Load() >= target })
+}
+
+// settle waits until every worker has finished a request it started after
+// now, so no pick made before now is still in flight.
+func (l *steadyLoad) settle(t *testing.T) {
+	t.Helper()
+	mark := make([]int64, len(l.each))
+	for i := range l.each {
+		mark[i] = l.each[i].Load()
+	}
+	testenv.Eventually(t, "every worker to finish a request started after the change", func() bool {
+		for i := range l.each {
+			if l.each[i].Load() < mark[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (l *steadyLoad) finish() {
@@ -126,11 +147,12 @@ func hitsGrow(t *testing.T, b *backend) {
 	testenv.Eventually(t, b.name+" to get requests", func() bool { return b.hits.Load() > n })
 }
 
-// drained checks that b gets no new requests once it left the set: its
-// count stays put while the load sends many more.
+// drained checks that b gets no new requests once it left the set (and
+// the picks made before finished): its count stays put while the load
+// sends many more.
 func drained(t *testing.T, l *steadyLoad, b *backend) {
 	t.Helper()
-	testenv.Eventually(t, b.name+" to have nothing in flight", func() bool { return b.cur.Load() == 0 })
+	l.settle(t)
 	n := b.hits.Load()
 	l.await(t, 200)
 	if got := b.hits.Load(); got != n {
@@ -287,9 +309,9 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	register := func(ctx context.Context, b *backend, weight int, started time.Time) *discovery.Registration {
+	register := func(cli *clientv3.Client, b *backend, weight int, started time.Time) *discovery.Registration {
 		t.Helper()
-		r, err := discovery.Register(ctx, cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, 2*time.Second, quietLog())
+		r, err := discovery.Register(t.Context(), cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, 2*time.Second, quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,8 +320,8 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 	// Started two hours ago with a one-hour warm-up: warm on arrival.
 	// Registered just now: warming.
 	long := time.Now().Add(-2 * time.Hour)
-	r1 := register(t.Context(), bs[0], 1, long)
-	r2 := register(t.Context(), bs[1], 1, long)
+	r1 := register(cli, bs[0], 1, long)
+	r2 := register(cli, bs[1], 1, long)
 	g := start(t, base+fmt.Sprintf(`upstreams:
   api:
     retry: {attempts: 1}
@@ -314,8 +336,13 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 	l := startLoad(t, "http://"+g.Addr()+"/", 4)
 	l.await(t, 100)
 
-	crashCtx, crash := context.WithCancel(t.Context())
-	register(crashCtx, bs[2], 4, time.Time{})
+	// b3's registrar has a client of its own, to die with.
+	dying, err := discovery.NewEtcdClient(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dying.Close()
+	register(dying, bs[2], 4, time.Time{})
 	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 1, bs[2].url(): 4})
 	if v := view(t, g, "api")[bs[2].url()]; !v.Warming {
 		t.Fatalf("b3 registered just now with a 1h warm-up: %+v, want warming", v)
@@ -326,12 +353,12 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 	if err := r2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r2 = register(t.Context(), bs[1], 2, long)
+	r2 = register(cli, bs[1], 2, long)
 	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 2, bs[2].url(): 4})
 
 	// b3's registrar dies without deregistering: its lease lapses and it
 	// drains. b1 deregisters cleanly.
-	crash()
+	dying.Close()
 	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 2})
 	drained(t, l, bs[2])
 	if err := r1.Close(); err != nil {

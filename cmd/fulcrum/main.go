@@ -33,6 +33,7 @@ func newRootCmd() *cobra.Command {
 		newFlowCmd(),
 		newSupervisorCmd(),
 		newSimCmd(),
+		newRegisterCmd(),
 	)
 	return root
 }

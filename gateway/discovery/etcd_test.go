@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -41,9 +40,14 @@ func TestEtcdRegisterWatchAndLeaseLapse(t *testing.T) {
 	if a.Key != blk.Prefix+"127.0.0.1:9001" {
 		t.Fatalf("key %q", a.Key)
 	}
-	// A registration that will not be closed: its lease must lapse.
-	bctx, crash := context.WithCancel(t.Context())
-	if _, err := Register(bctx, cli, blk.Prefix, Target{URL: "http://127.0.0.1:9002", Weight: 1, MaxConcurrency: 4, StartedAt: started}, 2*time.Second, nil); err != nil {
+	// A registration whose process will die (its client closed without
+	// deregistering): its lease must lapse.
+	dying, err := NewEtcdClient(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dying.Close()
+	if _, err := Register(t.Context(), dying, blk.Prefix, Target{URL: "http://127.0.0.1:9002", Weight: 1, MaxConcurrency: 4, StartedAt: started}, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	r.await(t, "http://127.0.0.1:9001 w=3 started=10:00:00, http://127.0.0.1:9002 w=1 mc=4 started=10:00:00")
@@ -61,7 +65,7 @@ func TestEtcdRegisterWatchAndLeaseLapse(t *testing.T) {
 
 	// The second provider stops keeping its lease alive (as if killed):
 	// its key disappears when the lease lapses.
-	crash()
+	dying.Close()
 	r.await(t, "http://127.0.0.1:9001 w=5 started=10:00:00")
 
 	// A bad value is logged and left out; the rest stand.

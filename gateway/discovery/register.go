@@ -26,11 +26,12 @@ type Registration struct {
 }
 
 // Register puts t under prefix with a lease of ttl (at least 2s; etcd
-// rounds shorter ones up) and keeps the lease alive until ctx ends or
-// Close. A StartedAt left zero is set to now: give the process's own start
-// time so a restart is seen as one. If etcd loses the lease (it was down
-// longer than ttl), the key is put again under a new lease, with the
-// same start time.
+// rounds shorter ones up) and keeps the lease alive until Close; ctx
+// bounds only the first registration. A StartedAt left zero is set to now:
+// give the process's own start time so a restart is seen as one. If etcd
+// loses the lease (it was down longer than ttl), the key is put again
+// under a new lease, with the same start time. If the process dies, or
+// cli is closed, the key disappears when the lease lapses.
 func Register(ctx context.Context, cli *clientv3.Client, prefix string, t Target, ttl time.Duration, log *slog.Logger) (*Registration, error) {
 	if log == nil {
 		log = slog.Default()
@@ -52,9 +53,9 @@ func Register(ctx context.Context, cli *clientv3.Client, prefix string, t Target
 	}
 	secs := int64(max(ttl, 2*time.Second) / time.Second)
 	r := &Registration{Key: prefix + addr, cli: cli, done: make(chan struct{}), leases: make(chan clientv3.LeaseID, 1)}
-	kctx, cancel := context.WithCancel(ctx)
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.cancel = cancel
-	keepalive, err := r.put(kctx, string(value), secs)
+	keepalive, err := r.put(ctx, kctx, string(value), secs)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("discovery: register %s: %w", r.Key, err)
@@ -64,17 +65,17 @@ func Register(ctx context.Context, cli *clientv3.Client, prefix string, t Target
 		for {
 			for range keepalive {
 			}
-			if kctx.Err() != nil {
-				return
+			if kctx.Err() != nil || cli.Ctx().Err() != nil {
+				return // closed, or the client was
 			}
 			// The lease is gone (etcd lost it, or was unreachable past
 			// ttl): register again, retrying until it works or ctx ends.
 			for {
 				log.Warn("discovery: register: lease lost; registering again", "key", r.Key)
-				if keepalive, err = r.put(kctx, string(value), secs); err == nil {
+				if keepalive, err = r.put(kctx, kctx, string(value), secs); err == nil {
 					break
 				}
-				if !sleep(kctx, time.Second) {
+				if !sleep(kctx, time.Second) || cli.Ctx().Err() != nil {
 					return
 				}
 			}
@@ -83,8 +84,9 @@ func Register(ctx context.Context, cli *clientv3.Client, prefix string, t Target
 	return r, nil
 }
 
-// put grants a lease, puts the key under it and starts keeping it alive.
-func (r *Registration) put(ctx context.Context, value string, secs int64) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+// put grants a lease and puts the key under it within ctx, and keeps the
+// lease alive until keep ends.
+func (r *Registration) put(ctx, keep context.Context, value string, secs int64) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
 	g, err := r.cli.Grant(ctx, secs)
 	if err != nil {
 		return nil, err
@@ -97,7 +99,7 @@ func (r *Registration) put(ctx context.Context, value string, secs int64) (<-cha
 	default:
 	}
 	r.leases <- g.ID
-	return r.cli.KeepAlive(ctx, g.ID)
+	return r.cli.KeepAlive(keep, g.ID)
 }
 
 // Close stops keeping the lease alive and revokes it, which deletes the
