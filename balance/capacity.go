@@ -35,10 +35,11 @@ import (
 //     twice as big, follows a quarter latency later (probe). The limit
 //     follows the permits as the oracle does, at the cost of one rejection
 //     per failed probe, a few per second. A target that still refuses at
-//     min_limit is parked: the learner holds its permits for
-//     probe_interval latencies, and the first pick after that probes it
-//     (park), so a dead target costs a few rejections a second, not one
-//     per rejection round trip.
+//     min_limit is parked: the learner holds its permits for one mean
+//     latency, and the first pick after that probes it (park), so a dead
+//     target costs a rejection per latency, not one per rejection round
+//     trip; when a probe succeeds the limit jumps back to half of what it
+//     was before the target went down and climbs on from there.
 //   - a target that never rejected grows by slow start (doubling per
 //     window of successes while saturated; BIC's climb towards the last
 //     ceiling once one is known) and is bounded by its latency gradient
@@ -199,6 +200,8 @@ type capState struct {
 	slow       int     // windows in a row too slow at a known-fine limit
 	lastReject int64   // clock of the last rejection; 0 = none
 	held       int64   // permits the learner holds while the target is parked (see park)
+	peak       float64 // highest limit since the last revival: where a revived target is probed back to
+	revive     bool    // unparked: the next success means the target came back
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
@@ -355,9 +358,10 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	}
 	c.lastReject = o.Now
 	c.step, c.probeAt = 1, 0
+	c.peak = max(c.peak, c.limit)
 	l := max(cfg.min, c.limit-1)
 	if l == c.limit {
-		c.park(e, o.Now, cfg)
+		c.park(e, o.Now)
 		return
 	}
 	if l < c.limit {
@@ -369,25 +373,23 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 }
 
 // park takes a target at the lowest limit that still refuses out of use
-// for probe_interval mean latencies: the learner holds its permits (they
-// count in the target's in-flight, so no pick, not even the
-// balancer's fallback to any free permit, sends to it). Without it a dead
-// target at min_limit would draw one pick per rejection round trip,
-// thousands of rejections a second. The first pick after the time takes
-// the permits back (unpark) and is the probe.
-func (c *capState) park(e *Endpoint, now int64, cfg capacityConfig) {
+// for one mean latency: the learner holds its permits (they count in the
+// target's in-flight, so no pick, not even the balancer's fallback to any
+// free permit, sends to it). Without it a dead target at min_limit would
+// draw one pick per rejection round trip, thousands of rejections a
+// second; parked, it draws one per latency. The first pick after the
+// time takes the permits back (unpark) and is the probe.
+func (c *capState) park(e *Endpoint, now int64) {
 	if c.held != 0 {
 		return
 	}
 	c.held = max(1, int64(math.Ceil(c.limit)))
+	c.revive = false
 	e.s.inflight.Add(c.held)
-	c.parkUntil.Store(now + max(1, int64(cfg.probe*float64(max(c.lat.Load(), int64(time.Millisecond))))))
+	c.parkUntil.Store(now + max(c.lat.Load(), int64(time.Millisecond)))
 }
 
-// unpark gives a parked target's permits back if its time has come. The
-// target refused nothing since it was parked; if the probe succeeds it
-// came back, so growth starts at once (step 2: the next probe follows a
-// quarter latency later).
+// unpark gives a parked target's permits back if its time has come.
 func (c *capState) unpark(e *Endpoint, now int64) {
 	if c.held == 0 || now < c.parkUntil.Load() {
 		return
@@ -395,7 +397,7 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 	e.s.inflight.Add(-c.held)
 	c.held = 0
 	c.parkUntil.Store(0)
-	c.step = 2
+	c.revive = true
 }
 
 // probe handles a success on a target that rejects. While the target
@@ -408,6 +410,19 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 // rejection ends the run (reject). One probe that fails costs one
 // rejection per probe_interval.
 func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
+	if c.revive {
+		// The first success since an unpark: the target came back. Jump
+		// halfway to where it was before it went down (a dead target
+		// walked its limit down to min_limit on the way) and probe on
+		// from there at the quick pace; an overshoot costs a burst of
+		// fast rejections, an idle permit a whole latency of work.
+		c.revive = false
+		c.limit = max(c.limit, math.Min(cfg.max, math.Floor(c.peak/2)))
+		c.peak, c.step = 0, 2
+		c.probeAt = o.Now + max(c.lat.Load(), int64(time.Millisecond))/4
+		c.publish(e)
+		return
+	}
 	full := int64(math.Ceil(c.limit))
 	if o.InFlight < full {
 		// Not full at this instant. Between one pick's end and the next
@@ -433,6 +448,7 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 		return
 	}
 	c.limit = min(cfg.max, c.limit+c.step)
+	c.peak = max(c.peak, c.limit)
 	if c.limit > c.ceiling {
 		c.ceiling = 0
 	}
