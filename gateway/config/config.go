@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -401,7 +402,13 @@ func decodeError(root *yaml.Node, err error) error {
 			if rest, ok := strings.CutPrefix(fe.Msg, "field "); ok {
 				key, _, _ = strings.Cut(rest, " ")
 			}
-			if p := pathAt(root, line, col, key); p != "" {
+			// A type error has no column: the value it quotes finds the
+			// field on a line that holds several ({url: ..., weight: x}).
+			val := ""
+			if m := badValue.FindStringSubmatch(fe.Msg); m != nil {
+				val = m[1]
+			}
+			if p := pathAt(root, line, col, key, val); p != "" {
 				fe.Path = p
 			}
 			fe.Msg = strings.Replace(fe.Msg, "in type config.", "in ", 1)
@@ -411,9 +418,12 @@ func decodeError(root *yaml.Node, err error) error {
 	return out
 }
 
+var badValue = regexp.MustCompile("cannot unmarshal !!\\w+ `(.*)` into")
+
 // pathAt finds the field a decoding error is about: the mapping key named
-// key on line, or the value at line:col, or else the last key on line.
-func pathAt(n *yaml.Node, line, col int, key string) string {
+// key on line, the value at line:col, the scalar val on line, or else the
+// first key on line.
+func pathAt(n *yaml.Node, line, col int, key, val string) string {
 	exact, loose := "", ""
 	var walk func(n *yaml.Node, path string)
 	walk = func(n *yaml.Node, path string) {
@@ -429,7 +439,7 @@ func pathAt(n *yaml.Node, line, col int, key string) string {
 				if k.Line == line && key != "" && k.Value == key {
 					exact = p
 				}
-				if v.Line == line && v.Column == col {
+				if v.Line == line && (v.Column == col || (val != "" && v.Kind == yaml.ScalarNode && v.Value == val && exact == "")) {
 					exact = p
 				}
 				if k.Line == line && loose == "" {

@@ -200,3 +200,12 @@ func TestExamplesParse(t *testing.T) {
 		}
 	}
 }
+
+// A type error inside a one-line entry names the field whose value is
+// wrong, not the entry's first key.
+func TestTypeErrorNamesTheField(t *testing.T) {
+	_, err := config.Parse([]byte("upstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:9001\", weight: abc}\n"))
+	if err == nil || !strings.Contains(err.Error(), "upstreams.api.targets[0].weight (line 4)") {
+		t.Fatalf("got %v, want the error on targets[0].weight", err)
+	}
+}
