@@ -20,8 +20,8 @@
 //   - relay.go: the response to the client, and the gateway's own answers;
 //   - log.go: one access line per request.
 //
-// Both transports share the upstream runtime (runtime.go): balancer, retry
+// Both transports share the live configuration (upstream.go): balancer, retry
 // budget, queueing on capacity and metrics. Reload and the admin API
-// replace the runtime atomically; upstreams and targets that stay keep
+// replace it atomically; upstreams and targets that stay keep
 // their balancer state and pooled connections.
 package gateway

@@ -40,7 +40,7 @@ type Gateway struct {
 	metrics *metrics
 
 	mu sync.Mutex // serialises reloads and admin changes
-	rt atomic.Pointer[runtime]
+	rt atomic.Pointer[liveConfig]
 
 	poolMu sync.Mutex
 	pools  map[string]*pool
@@ -66,7 +66,7 @@ type Gateway struct {
 	disc     watchers // discovery providers (sources.go)
 }
 
-// New makes the runtime of cfg live (balancers, pools, health checks)
+// New makes cfg live (balancers, pools, health checks)
 // without listening yet.
 func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	if opts.Logger == nil {
@@ -95,8 +95,8 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		g.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	}
 	g.setSlowTransport(cfg)
-	// The first runtime needs a config for pool() before it is published.
-	g.rt.Store(&runtime{cfg: cfg})
+	// The first liveConfig needs a config for pool() before it is published.
+	g.rt.Store(&liveConfig{cfg: cfg})
 	rt, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ type route struct {
 }
 
 // match finds the upstream for a host (without port) and path.
-func (rt *runtime) match(host, path []byte) *upstream {
+func (rt *liveConfig) match(host, path []byte) *upstream {
 	for i := range rt.routes {
 		r := &rt.routes[i]
 		if r.host != "" && !eqFoldStr(host, r.host) {
@@ -58,7 +58,7 @@ func eqFoldStr(b []byte, s string) bool {
 
 // route finds the fast-path request's upstream: the host without its
 // port, the path without its query.
-func (rt *runtime) route(r *h1.Request) *upstream {
+func (rt *liveConfig) route(r *h1.Request) *upstream {
 	path := r.URI
 	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -71,7 +71,7 @@ func (rt *runtime) route(r *h1.Request) *upstream {
 }
 
 // routeHTTP is route for a net/http request.
-func (rt *runtime) routeHTTP(r *http.Request) *upstream {
+func (rt *liveConfig) routeHTTP(r *http.Request) *upstream {
 	host := r.Host
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh

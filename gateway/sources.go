@@ -88,7 +88,7 @@ const firstAnswerWait = 5 * time.Second
 // discovery block, keeps those whose block did not change, and stops the
 // rest; g.mu must be held. It returns the first-answer channels of the
 // providers it started.
-func (g *Gateway) syncWatchers(rt *runtime) []chan struct{} {
+func (g *Gateway) syncWatchers(rt *liveConfig) []chan struct{} {
 	if g.disc.m == nil {
 		g.disc.m = map[string]*watcher{}
 	}

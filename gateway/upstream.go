@@ -10,10 +10,10 @@ import (
 	"github.com/fulcrum-lb/fulcrum/gateway/health"
 )
 
-// runtime is one configuration made live: routes and upstreams. It is
+// liveConfig is one configuration made live: routes and upstreams. It is
 // immutable once published except for each upstream's target set, which
 // the admin API swaps atomically.
-type runtime struct {
+type liveConfig struct {
 	cfg    *config.Config
 	routes []route
 	ups    map[string]*upstream
@@ -82,11 +82,11 @@ func sameBalancer(a, b *config.Upstream) bool {
 	return pa == nil || *pa == *pb
 }
 
-// build makes a runtime from cfg, reusing old's balancers (and so their
+// build makes a liveConfig from cfg, reusing old's balancers (and so their
 // target state) where compatible. Nothing is started; nothing of old is
 // changed, so a failure leaves the running gateway untouched.
-func (g *Gateway) build(cfg *config.Config, old *runtime) (*runtime, error) {
-	rt := &runtime{cfg: cfg, ups: map[string]*upstream{}}
+func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error) {
+	rt := &liveConfig{cfg: cfg, ups: map[string]*upstream{}}
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		uc := cfg.Upstreams[name]
 		u := &upstream{name: name, cfg: uc, m: g.metrics}
