@@ -39,6 +39,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /tasks", admin(s.postTasks))
 	mux.HandleFunc("POST /rebalance", admin(s.postRebalance))
 	mux.HandleFunc("GET /status", admin(s.getStatus))
+	mux.HandleFunc("POST /workers/{id}/drain", admin(s.postDrain))
 	mux.Handle("GET /metrics", admin(promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	mux.HandleFunc("GET /{$}", admin(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"service": "fulcrum supervisor", "endpoints": endpoints})
@@ -55,6 +56,7 @@ var endpoints = []string{
 	"GET /tasks      who holds what (?deficit=true: only tasks short of holders)",
 	"POST /tasks     add and remove tasks: {\"add\": [...], \"remove\": [...]}",
 	"POST /rebalance move the fewest holdings to even loads (?threshold=0.1)",
+	"POST /workers/{id}/drain  planned stop: place its tasks elsewhere first, end them there once the new holders run",
 	"GET /metrics    Prometheus metrics",
 }
 
@@ -280,6 +282,49 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusAccepted
 	}
 	writeJSON(w, code, out)
+}
+
+func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
+	if s.ha != nil && s.role.Load() != roleLeader {
+		s.standbyAnswer(w)
+		return
+	}
+	id := r.PathValue("id")
+	if err := checkID("worker id", id); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	type resp struct {
+		Worker   string `json:"worker"`
+		Draining bool   `json:"draining"`
+		Load     int    `json:"load"` // tasks it still holds; 0: drained
+	}
+	out, err := call(r.Context(), s, func(now time.Time) *resp {
+		if s.core.Phase() == Warming {
+			return &resp{}
+		}
+		if !s.core.Drain(id) {
+			return nil
+		}
+		s.settle(now)
+		load := 0
+		for _, wi := range s.core.Engine().Workers() {
+			if wi.ID == id {
+				load = wi.Load
+			}
+		}
+		return &resp{Worker: id, Draining: true, Load: load}
+	})
+	switch {
+	case err != nil:
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case out == nil:
+		writeError(w, http.StatusNotFound, "worker %q: not a live worker", id)
+	case !out.Draining:
+		writeError(w, http.StatusConflict, "warming up: nothing is assigned yet")
+	default:
+		writeJSON(w, http.StatusOK, out)
+	}
 }
 
 func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {

@@ -114,6 +114,9 @@ func (c *Core) Report(now time.Time, r *protocol.Report, first bool) {
 		running[i] = ts.TaskID
 	}
 	c.eng.Report(r.WorkerID, r.MaxLoad, running, first)
+	if r.Draining {
+		c.eng.Drain(r.WorkerID)
+	}
 	// A task whose last_seen moved on since the last report is alive.
 	for _, ts := range r.Tasks {
 		if ts.LastSeen.IsZero() || !c.eng.Holds(r.WorkerID, ts.TaskID) {
@@ -125,6 +128,7 @@ func (c *Core) Report(now time.Time, r *protocol.Report, first bool) {
 		}
 		c.lastSeen[hk] = ts.LastSeen
 		c.wheel.Set(timerKey{timerHolding, r.WorkerID, ts.TaskID}, now.Add(c.t.TaskTimeout))
+		c.eng.Alive(r.WorkerID, ts.TaskID)
 	}
 }
 
@@ -139,6 +143,7 @@ func (c *Core) Payload(now time.Time, p *protocol.Payload) bool {
 		c.wheel.Set(timerKey{kind: timerWorker, worker: p.WorkerID}, now.Add(c.t.WorkerTimeout))
 		if c.eng.Holds(p.WorkerID, p.TaskID) {
 			c.wheel.Set(timerKey{timerHolding, p.WorkerID, p.TaskID}, now.Add(c.t.TaskTimeout))
+			c.eng.Alive(p.WorkerID, p.TaskID)
 		}
 	}
 	if c.phase == Warming {
@@ -278,6 +283,15 @@ func (c *Core) AdminTasks(add []protocol.Task, remove []string) {
 		return
 	}
 	c.eng.Assign(add, remove, false)
+}
+
+// Drain starts a planned stop of a worker (Engine.Drain); false if the
+// worker is unknown or the supervisor is still warming up.
+func (c *Core) Drain(workerID string) bool {
+	if c.phase == Warming {
+		return false
+	}
+	return c.eng.Drain(workerID)
 }
 
 // Rebalance moves the fewest holdings that bring every worker within

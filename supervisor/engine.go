@@ -69,23 +69,38 @@ type worker struct {
 	box     outbox                     // instructions not yet flushed
 	queued  bool                       // in Engine.outq
 	dead    bool
+	// draining: stopping on purpose. It takes nothing new and keeps each
+	// task until a replacement holder has shown life for it.
+	draining bool
 }
 
-func (w *worker) free() int { return w.maxLoad - len(w.held) }
+func (w *worker) free() int {
+	if w.draining {
+		return 0
+	}
+	return w.maxLoad - len(w.held)
+}
 
 // holding is one of a task's holders; pos is the task's index in w.held.
 type holding struct {
 	w   *worker
 	pos int
+	// fresh: placed while the task had a draining holder, and not yet seen
+	// alive; the draining holder keeps the task until no holding is fresh.
+	fresh bool
 }
 
 type task struct {
-	seq     uint64
-	spec    protocol.Task
-	holders []holding
-	inDef   bool // fewer than k holders
-	listed  bool // in Engine.deficit
+	seq      uint64
+	spec     protocol.Task
+	holders  []holding
+	draining int  // holders on draining workers (counted in holders, not toward k)
+	inDef    bool // fewer than k holders that are not draining
+	listed   bool // in Engine.deficit
 }
+
+// live is how many holders count toward k: those not draining.
+func (t *task) live() int { return len(t.holders) - t.draining }
 
 func (t *task) heldBy(w *worker) bool {
 	for _, h := range t.holders {
@@ -288,6 +303,9 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 					break
 				}
 			}
+			if w.draining {
+				t.draining--
+			}
 			e.stats.Vacated++
 			e.markDeficit(t)
 		}
@@ -404,6 +422,7 @@ func (e *Engine) reset() {
 	}
 	for _, t := range e.tasks {
 		t.holders = t.holders[:0]
+		t.draining = 0
 		e.markDeficit(t)
 	}
 	slices.SortStableFunc(keeps, func(a, b keep) int { return cmp.Compare(a.t.seq, b.t.seq) })
@@ -417,9 +436,10 @@ func (e *Engine) reset() {
 
 // Rebalance moves the fewest holdings that bring every worker's load within
 // threshold (a fraction, 0.1 = 10 %) of its fair share, the total load split
-// in proportion to max load. It returns how many holdings moved.
+// in proportion to max load. It returns how many holdings moved. Draining
+// workers take no part.
 func (e *Engine) Rebalance(threshold float64) int {
-	ws := e.sortedWorkers()
+	ws := slices.DeleteFunc(e.sortedWorkers(), func(w *worker) bool { return w.draining })
 	total, capacity := 0, 0
 	for _, w := range ws {
 		total += len(w.held)
@@ -516,13 +536,67 @@ func (e *Engine) shed(w *worker, n int) {
 	}
 }
 
+// Drain starts a planned stop of a worker (make before break): it takes
+// nothing new, each of its tasks gets a replacement holder, and it keeps
+// each task until every replacement has shown life (Alive), so the task
+// never runs on fewer than k workers meanwhile. A task for which no
+// replacement has room stays on it. It reports whether the worker is known.
+func (e *Engine) Drain(workerID string) bool {
+	w := e.workers[workerID]
+	if w == nil {
+		return false
+	}
+	if w.draining {
+		return true
+	}
+	w.draining = true
+	for _, t := range w.held {
+		t.draining++
+		e.markDeficit(t)
+	}
+	e.fill()
+	return true
+}
+
+// Alive notes a sign of life of a holding (a payload, an advancing
+// last_seen). When the task had draining holders and this was the last
+// replacement still unseen, the draining holders are told to end it.
+func (e *Engine) Alive(workerID, taskID string) {
+	t := e.tasks[taskID]
+	if t == nil || t.draining == 0 {
+		return
+	}
+	fresh := 0
+	for i := range t.holders {
+		h := &t.holders[i]
+		if h.w.id == workerID {
+			h.fresh = false
+		}
+		if h.fresh {
+			fresh++
+		}
+	}
+	if fresh > 0 || t.live() < e.k {
+		return
+	}
+	for i := len(t.holders) - 1; i >= 0; i-- {
+		if w := t.holders[i].w; w.draining {
+			e.release(t, w)
+			e.end(w, taskID)
+		}
+	}
+}
+
 // ---- placement ----
 
 func (e *Engine) hold(t *task, w *worker) {
-	t.holders = append(t.holders, holding{w: w, pos: len(w.held)})
+	t.holders = append(t.holders, holding{w: w, pos: len(w.held), fresh: t.draining > 0})
 	w.held = append(w.held, t)
 	e.stats.Placed++
-	if len(t.holders) >= e.k {
+	if w.draining {
+		t.draining++
+	}
+	if t.live() >= e.k {
 		t.inDef = false
 	}
 }
@@ -551,6 +625,9 @@ func (e *Engine) release(t *task, w *worker) {
 		if h.w == w {
 			e.unheld(h)
 			t.holders = slices.Delete(t.holders, i, i+1)
+			if w.draining {
+				t.draining--
+			}
 			break
 		}
 	}
@@ -558,7 +635,7 @@ func (e *Engine) release(t *task, w *worker) {
 }
 
 func (e *Engine) markDeficit(t *task) {
-	t.inDef = len(t.holders) < e.k
+	t.inDef = t.live() < e.k
 	if t.inDef && !t.listed {
 		t.listed = true
 		e.deficit = append(e.deficit, t)
@@ -635,7 +712,7 @@ func (e *Engine) place(ts []*task, capped bool) {
 	}
 	needed, totalWeight := 0, 0
 	for _, t := range ts {
-		needed += e.k - len(t.holders)
+		needed += e.k - t.live()
 	}
 	h := e.heap[:0]
 	for _, w := range e.workers {
@@ -663,7 +740,7 @@ func (e *Engine) place(ts []*task, capped bool) {
 	skipped := e.skipped[:0]
 	for round := 1; round <= e.k && len(h) > 0; round++ {
 		for _, t := range ts {
-			if len(t.holders) >= round || len(t.holders) >= e.k {
+			if t.live() >= round || t.live() >= e.k {
 				continue
 			}
 			// The top is the worker with the most share left; one that
@@ -792,7 +869,7 @@ func (e *Engine) heal(ts []*task) {
 	next:
 		for t.inDef && len(t.holders) < len(e.workers) {
 			for _, v := range full {
-				if v.free() > 0 || t.heldBy(v) || avoids(t, v) {
+				if v.free() > 0 || v.draining || t.heldBy(v) || avoids(t, v) {
 					continue
 				}
 				for _, u := range v.held {
@@ -910,6 +987,9 @@ type WorkerInfo struct {
 	MaxLoad int    `json:"max_load"`
 	Load    int    `json:"load"`
 	Free    int    `json:"free"`
+	// Draining: stopping on purpose (POST /workers/{id}/drain or its
+	// report); it takes nothing new.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // TaskInfo is one supervised task as the admin API shows it.
@@ -925,7 +1005,7 @@ func (e *Engine) Workers() []WorkerInfo {
 	ws := e.sortedWorkers()
 	out := make([]WorkerInfo, len(ws))
 	for i, w := range ws {
-		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free())}
+		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free()), Draining: w.draining}
 	}
 	return out
 }
@@ -950,8 +1030,9 @@ func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
 		}
 	}
 	n, nh := 0, 0
+	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k } // a draining holder still runs the task
 	for _, t := range src {
-		if !deficitOnly || t.inDef {
+		if !deficitOnly || short(t) {
 			n++
 			nh += len(t.holders)
 		}
@@ -959,14 +1040,14 @@ func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
 	out := make([]TaskInfo, 0, n)
 	hs := make([]string, 0, nh) // one slab for every task's holders
 	for _, t := range src {
-		if deficitOnly && !t.inDef {
+		if deficitOnly && !short(t) {
 			continue
 		}
 		h0 := len(hs)
 		for _, h := range t.holders {
 			hs = append(hs, h.w.id)
 		}
-		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: e.k - len(t.holders)})
+		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: max(0, e.k-len(t.holders))})
 	}
 	return out
 }
@@ -1018,7 +1099,7 @@ func (e *Engine) TaskIDs() []string {
 // Counts reports live workers, tasks, tasks in deficit and missing holdings.
 func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
 	for _, t := range e.deficit {
-		if t.inDef {
+		if t.inDef && len(t.holders) < e.k { // a draining holder still runs the task
 			deficitTasks++
 			missing += e.k - len(t.holders)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,9 +23,10 @@ import (
 // of `fulcrum sim rooms` and send their messages as payloads.
 func newSupervisorWorkerCmd() *cobra.Command {
 	var (
-		c       worker.Config
-		simBase string
-		verbose bool
+		c            worker.Config
+		simBase      string
+		verbose      bool
+		drainTimeout time.Duration
 	)
 	host, _ := os.Hostname()
 	cmd := &cobra.Command{
@@ -60,9 +63,26 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			if err != nil {
 				return fmt.Errorf("supervisor worker: %w", err)
 			}
-			ctx, stop := signal.NotifyContext(simContext(cmd), os.Interrupt, syscall.SIGTERM)
+			sig, stop := signal.NotifyContext(simContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			err = w.Run(ctx) // returns when the signal comes, or when retrying cannot help
+			ctx, cancel := context.WithCancel(simContext(cmd))
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			select {
+			case err = <-done: // retrying cannot help
+			case <-sig.Done():
+				// A planned stop: the supervisor places our rooms elsewhere
+				// and ends them here once the new holders run them.
+				c.Logger.Info("draining: waiting for the supervisor to move our tasks", "timeout", drainTimeout)
+				dctx, dcancel := context.WithTimeout(context.Background(), drainTimeout)
+				if derr := w.Drain(dctx); derr != nil {
+					c.Logger.Warn("drain incomplete; stopping anyway", "err", derr, "still_running", len(w.Tasks()))
+				}
+				dcancel()
+				cancel()
+				err = <-done
+			}
 			s := w.Stats()
 			c.Logger.Info("worker stopped", "reports", s.Reports, "payloads", s.Payloads, "dropped", s.Dropped)
 			var fatal *worker.FatalError
@@ -81,5 +101,6 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 	f.IntVar(&c.SendQueue, "send-queue", worker.DefaultSendQueue, "payloads that may wait for the connection")
 	f.StringVar(&simBase, "sim", "http://127.0.0.1:7400", "simulator URL for tasks whose spec has no url")
 	f.BoolVar(&verbose, "verbose", false, "log every instruction set")
+	f.DurationVar(&drainTimeout, "drain-timeout", time.Minute, "on SIGTERM or SIGINT, how long to wait for the supervisor to move this worker's tasks before stopping")
 	return cmd
 }

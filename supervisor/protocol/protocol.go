@@ -36,6 +36,10 @@ type Report struct {
 	MaxLoad  int          `json:"max_load"` // most tasks the worker will run
 	Tasks    []TaskStatus `json:"tasks"`    // what it runs now
 	SentAt   time.Time    `json:"sent_at,omitempty"`
+	// Draining: the worker is stopping on purpose. The supervisor gives its
+	// tasks to others first and ends each on it once the new holder has
+	// shown life; the worker stops when it runs nothing.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // TaskStatus is one task a worker runs and when it last saw data for it.

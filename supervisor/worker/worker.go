@@ -167,6 +167,10 @@ type Worker struct {
 
 	term atomic.Uint64 // highest leadership term seen in an instruction set
 
+	draining  atomic.Bool
+	drained   chan struct{} // closed when, draining, no session runs
+	drainOnce sync.Once
+
 	connected                          atomic.Bool
 	connects, reports, payloads, drops atomic.Uint64
 	instructions, rejections, stale    atomic.Uint64
@@ -198,7 +202,34 @@ func New(c Config) (*Worker, error) {
 		out:      make(chan protocol.Payload, c.SendQueue),
 		kick:     make(chan struct{}, 1),
 		urls:     append([]string{c.URL}, c.URLs...),
+		drained:  make(chan struct{}),
 	}, nil
+}
+
+// Drain is a planned stop, make before break: the worker tells the
+// supervisor (its reports say draining), which gives each of its tasks to
+// another worker and ends it here once the new holder runs it. Drain
+// returns when no session runs any more, or with ctx's error (the caller
+// then stops Run anyway, and the supervisor moves what is left after its
+// timeouts). Run must be running; cancel its context after Drain.
+func (w *Worker) Drain(ctx context.Context) error {
+	w.draining.Store(true)
+	w.mu.Lock()
+	n := len(w.sessions)
+	w.mu.Unlock()
+	if n == 0 {
+		w.drainOnce.Do(func() { close(w.drained) })
+	}
+	select { // report now, not at the next interval
+	case w.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Stats counts what a worker did.
@@ -487,7 +518,8 @@ func (w *Worker) report(withSpecs bool) protocol.Report {
 		}
 		return 0
 	})
-	return protocol.Report{Type: protocol.TypeReport, WorkerID: w.c.WorkerID, MaxLoad: w.c.MaxLoad, Tasks: tasks, SentAt: time.Now().UTC()}
+	return protocol.Report{Type: protocol.TypeReport, WorkerID: w.c.WorkerID, MaxLoad: w.c.MaxLoad, Tasks: tasks,
+		SentAt: time.Now().UTC(), Draining: w.draining.Load()}
 }
 
 func (w *Worker) send(ctx context.Context, conn *websocket.Conn, v any) error {
@@ -549,6 +581,9 @@ func (w *Worker) apply(in *protocol.Instruction) {
 	}
 	n := len(w.sessions)
 	w.mu.Unlock()
+	if n == 0 && w.draining.Load() {
+		w.drainOnce.Do(func() { close(w.drained) })
+	}
 	if len(refused) > 0 {
 		// The next report shows the supervisor what actually runs.
 		w.log.Warn("refused tasks past max load", "max_load", w.c.MaxLoad, "tasks", refused)
