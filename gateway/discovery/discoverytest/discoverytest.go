@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -132,24 +131,20 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	_ = w.WriteMsg(m)
 }
 
-// Etcd returns the client URL of an etcd server: the one listening on
-// 127.0.0.1:2379 if there is one, else a new etcd process (Debian's
-// etcd-server, /usr/bin/etcd) on free loopback ports with a temporary data
-// directory, stopped when the test ends. Without either the test skips,
-// except under CI=true, where it fails.
+// Etcd returns the client URL of an etcd server: testenv's (127.0.0.1:2379,
+// or FULCRUM_TEST_ETCD) when one listens there, as under CI; else a new
+// etcd process (Debian's etcd-server) on free loopback ports with a
+// temporary data directory, stopped when the test ends; else testenv.Etcd
+// skips the test, or fails it under CI=true.
 func Etcd(t testing.TB) string {
 	t.Helper()
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:2379", time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", testenv.EtcdAddr, time.Second); err == nil {
 		c.Close()
-		return "http://127.0.0.1:2379"
+		return testenv.Etcd(t)
 	}
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		msg := "etcd is not running on 127.0.0.1:2379 and no etcd binary is installed (apt-get install etcd-server)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + " (CI=true: service tests may not skip)")
-		}
-		t.Skip(msg)
+		return testenv.Etcd(t)
 	}
 	client, peer := freePort(t), freePort(t)
 	url := "http://" + client
