@@ -37,6 +37,13 @@ type TaskType struct {
 	// Paused is read-only here: set by pause_task_type, cleared by
 	// resume_task_type. A paused type's tasks are never held.
 	Paused bool `json:"paused,omitempty"`
+	// Cron makes the type periodic: a 5-field cron expression (minute hour
+	// day-of-month month day-of-week, or a descriptor such as @hourly),
+	// in UTC. Each tick creates one task at stage CronStage with context
+	// CronContext, exactly once across all servers.
+	Cron        string          `json:"cron,omitempty"`
+	CronStage   string          `json:"cron_stage,omitempty"`
+	CronContext json.RawMessage `json:"cron_context,omitempty"`
 }
 
 // LogEntry is one line of a task's short schedule log.

@@ -26,7 +26,7 @@ func TestNormalizeTaskTypeDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := TaskType{TaskType: "t", ScheduleLimit: 100, ScheduleIntervalMS: 1000, MaxProcessingMS: 60000, RetryIntervalMS: 1000, MaxRetryIntervalMS: 300000}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

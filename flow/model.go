@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/robfig/cron/v3"
 )
 
 // Errors callers branch on. Stores and the service wrap them with the task
@@ -154,6 +157,22 @@ func NormalizeTaskType(t TaskType) (TaskType, error) {
 	}
 	if t.Paused {
 		return t, fieldErr("paused", "set by POST /v1/pause_task_type, not by register_task")
+	}
+	if t.Cron == "" && (t.CronStage != "" || t.CronContext != nil) {
+		return t, fieldErr("cron", "required with cron_stage or cron_context")
+	}
+	if t.Cron != "" {
+		if _, err := ParseCron(t.Cron); err != nil {
+			return t, fieldErr("cron", "%q: %v", t.Cron, err)
+		}
+		if err := validName("cron_stage", t.CronStage, false); err != nil {
+			return t, err
+		}
+		c, err := ValidateContext("cron_context", t.CronContext)
+		if err != nil {
+			return t, err
+		}
+		t.CronContext = c
 	}
 	neg := []struct {
 		field string
@@ -348,4 +367,29 @@ func truncUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseCron parses a periodic type's schedule: 5 fields (minute hour
+// day-of-month month day-of-week) or a descriptor (@hourly, @daily, ...),
+// always in UTC. Its Next gives the first tick after a time.
+func ParseCron(expr string) (cron.Schedule, error) {
+	if len(expr) > 128 {
+		return nil, fmt.Errorf("%d bytes, at most 128", len(expr))
+	}
+	if strings.Contains(expr, "TZ=") {
+		return nil, errors.New("time zones are not taken; the schedule is in UTC")
+	}
+	if strings.HasPrefix(expr, "@every") {
+		return nil, errors.New("@every is not a cron schedule; use the 5 fields")
+	}
+	sch, err := cronParser.Parse(expr)
+	if err != nil {
+		return nil, err
+	}
+	if sch.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return nil, errors.New("never fires")
+	}
+	return sch, nil
 }

@@ -72,3 +72,27 @@ func hex4s(r rune) string {
 	const digits = "0123456789abcdef"
 	return string([]byte{digits[r>>12&15], digits[r>>8&15], digits[r>>4&15], digits[r&15]})
 }
+
+func TestCronValidation(t *testing.T) {
+	for _, c := range []struct {
+		tt   TaskType
+		want string
+	}{
+		{TaskType{TaskType: "t", Cron: "61 * * * *"}, `cron: "61 * * * *": end of range (61) above maximum (59)`},
+		{TaskType{TaskType: "t", Cron: "* * * *"}, "cron"},
+		{TaskType{TaskType: "t", Cron: "CRON_TZ=Europe/Paris * * * * *"}, "time zones are not taken"},
+		{TaskType{TaskType: "t", Cron: "@every 1m"}, "@every is not a cron schedule"},
+		{TaskType{TaskType: "t", Cron: "0 0 30 2 *"}, "never fires"},
+		{TaskType{TaskType: "t", CronStage: "s"}, "cron: required with cron_stage or cron_context"},
+		{TaskType{TaskType: "t", Cron: "@daily", CronContext: []byte(`{"a":`)}, "cron_context: not valid JSON"},
+		{TaskType{TaskType: "t", Cron: "@daily", CronStage: "a b"}, "cron_stage"},
+	} {
+		_, err := NormalizeTaskType(c.tt)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.tt, err, c.want)
+		}
+	}
+	if _, err := NormalizeTaskType(TaskType{TaskType: "t", Cron: "*/5 9-17 * * 1-5", CronStage: "s", CronContext: []byte(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+}

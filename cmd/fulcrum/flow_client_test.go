@@ -210,6 +210,12 @@ func TestFlowOperatorCommands(t *testing.T) {
 	if out := must("register", "ops", "--max-retry", "2", "--retry-interval", "2s"); !strings.Contains(out, "ops active") || !strings.Contains(out, "max_retry=2") {
 		t.Fatalf("register printed %q", out)
 	}
+	if out := must("register", "nightly", "--cron", "0 3 * * *", "--cron-stage", "build"); !strings.Contains(out, `cron="0 3 * * *" cron_stage=build`) {
+		t.Fatalf("register --cron printed %q", out)
+	}
+	if _, err := runFlow(t, "", "register", "bad", "--cron", "61 * * * *"); err == nil || !strings.Contains(err.Error(), "cron") {
+		t.Fatalf("register with a bad cron: %v", err)
+	}
 	a := strings.TrimSpace(must("submit", "ops", "s", "--unique-key", "k1"))
 	if b := strings.TrimSpace(must("submit", "ops", "s", "--unique-key", "k1")); b != a {
 		t.Fatalf("second submit with the same unique key: %s, want %s", b, a)

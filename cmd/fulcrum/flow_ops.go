@@ -19,11 +19,13 @@ func flowRegisterCmd() *cobra.Command {
 		f                                         flowClientFlags
 		tt                                        flow.TaskType
 		interval, processing, retry, maxRetryIntv time.Duration
+		cronCtx                                   string
 	)
 	cmd := &cobra.Command{
 		Use:     "register TYPE",
 		Short:   "Create or update a task type (fields left out take the server's defaults)",
-		Example: `  fulcrum flow register video --max-retry 3 --retry-interval 2s --max-processing 2m`,
+		Example: `  fulcrum flow register video --max-retry 3 --retry-interval 2s --max-processing 2m
+  fulcrum flow register report --cron "0 6 * * *" --cron-stage build --cron-context '{"kind":"daily"}'`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
@@ -35,6 +37,12 @@ func flowRegisterCmd() *cobra.Command {
 				}
 			}
 			tt.TaskType = args[0]
+			if cronCtx != "" {
+				if !json.Valid([]byte(cronCtx)) {
+					return fmt.Errorf("--cron-context: not valid JSON: %q", cronCtx)
+				}
+				tt.CronContext = json.RawMessage(cronCtx)
+			}
 			tt.ScheduleIntervalMS, tt.MaxProcessingMS = interval.Milliseconds(), processing.Milliseconds()
 			tt.RetryIntervalMS, tt.MaxRetryIntervalMS = retry.Milliseconds(), maxRetryIntv.Milliseconds()
 			c, err := f.client()
@@ -60,6 +68,9 @@ func flowRegisterCmd() *cobra.Command {
 	fl.IntVar(&tt.MaxRetryNum, "max-retry", 0, "retries per stage")
 	fl.DurationVar(&retry, "retry-interval", 0, "delay before the first retry, doubled per retry (default 1s)")
 	fl.DurationVar(&maxRetryIntv, "max-retry-interval", 0, "cap of the doubling (default 5m)")
+	fl.StringVar(&tt.Cron, "cron", "", `make the type periodic: 5-field cron in UTC ("*/5 * * * *") or @hourly, @daily...; each tick creates one task`)
+	fl.StringVar(&tt.CronStage, "cron-stage", "", "stage of the tasks --cron creates")
+	fl.StringVar(&cronCtx, "cron-context", "", "task_context (JSON) of the tasks --cron creates")
 	return cmd
 }
 
@@ -71,8 +82,14 @@ func printType(cmd *cobra.Command, output string, t *flow.TaskType) error {
 	if t.Paused {
 		state = "paused"
 	}
-	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s: schedule_limit=%d schedule_interval=%v max_processing=%v max_retry=%d retry_interval=%v max_retry_interval=%v\n",
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s: schedule_limit=%d schedule_interval=%v max_processing=%v max_retry=%d retry_interval=%v max_retry_interval=%v",
 		t.TaskType, state, t.ScheduleLimit, ms(t.ScheduleIntervalMS), ms(t.MaxProcessingMS), t.MaxRetryNum, ms(t.RetryIntervalMS), ms(t.MaxRetryIntervalMS))
+	if err == nil && t.Cron != "" {
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), " cron=%q cron_stage=%s", t.Cron, t.CronStage)
+	}
+	if err == nil {
+		_, err = fmt.Fprintln(cmd.OutOrStdout())
+	}
 	return err
 }
 

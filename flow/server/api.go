@@ -291,7 +291,7 @@ func (s *Server) registerTask(_ http.ResponseWriter, r *http.Request) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := s.st.RegisterType(r.Context(), tt, now()); err != nil {
+	if err := s.st.RegisterType(r.Context(), tt, s.cfg.Clock().UTC().Truncate(time.Microsecond)); err != nil {
 		return nil, err
 	}
 	s.types.put(tt)

@@ -73,6 +73,12 @@ type Config struct {
 	// "Authorization: Bearer TOKEN". A server listening on an address that
 	// is not loopback refuses to start without one.
 	Token string
+	// CronInterval is how often periodic types' due ticks are fired;
+	// default 1s.
+	CronInterval time.Duration
+	// Clock is the time periodic types are fired by and registered at;
+	// default time.Now. Tests run it fast.
+	Clock func() time.Time
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -114,6 +120,10 @@ func (c Config) withDefaults() Config {
 		c.MaxInFlight = 1024
 	}
 	def(&c.ReadTimeout, 10*time.Second)
+	def(&c.CronInterval, time.Second)
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -134,7 +144,7 @@ func (c Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"rescue interval", c.RescueInterval}, {"prune interval", c.PruneInterval}, {"max wait", c.MaxWait},
-		{"poll interval", c.PollInterval}, {"type cache ttl", c.TypeCacheTTL}} {
+		{"poll interval", c.PollInterval}, {"type cache ttl", c.TypeCacheTTL}, {"cron interval", c.CronInterval}} {
 		if d.v < 0 {
 			return fmt.Errorf("flow server: %s %v is negative", d.name, d.v)
 		}

@@ -85,6 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Retention > 0 {
 		s.every(cfg.PruneInterval, s.prune)
 	}
+	s.every(cfg.CronInterval, s.fireCron)
 	s.log.Info("flow server listening", "addr", s.Addr(), "db", st.Dialect(), "lock", cfg.LockMode)
 	return s, nil
 }
@@ -156,6 +157,38 @@ func (s *Server) rescue(ctx context.Context) {
 		s.m.rescued.Add(float64(n))
 		if n < 500 {
 			return
+		}
+	}
+}
+
+// fireCron creates the due ticks' tasks of every periodic type. Every
+// server runs it; the store makes each tick fire once (FireCron).
+func (s *Server) fireCron(ctx context.Context) {
+	types, err := s.st.ListTypes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("flow server: periodic types", "err", err)
+		}
+		return
+	}
+	for _, tt := range types {
+		if tt.Cron == "" {
+			continue
+		}
+		sch, err := flow.ParseCron(tt.Cron)
+		if err != nil { // stored by a newer server, say
+			s.log.Warn("flow server: periodic type's cron", "task_type", tt.TaskType, "cron", tt.Cron, "err", err)
+			continue
+		}
+		now := s.cfg.Clock().UTC().Truncate(time.Microsecond)
+		n, err := s.st.FireCron(ctx, tt.TaskType, now, sch.Next, func(tick time.Time) flow.Record {
+			rec := flow.NewRecord(flow.NewTaskIDs(now, 1)[0], flow.NewTask{TaskType: tt.TaskType, TaskStage: tt.CronStage, TaskContext: tt.CronContext}, tt, now)
+			rec.OrderTime = tick // due at its tick, ahead of ticks after it
+			return rec
+		})
+		s.m.created.WithLabelValues(tt.TaskType).Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("flow server: firing periodic type", "task_type", tt.TaskType, "err", err)
 		}
 	}
 }

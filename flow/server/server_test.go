@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func TestThreeStagesEndToEnd(t *testing.T) {
 	do(t, s, "/v1/get_task_type?task_type=video", nil, &typ, 200)
 	want := video
 	want.ScheduleIntervalMS = typ.ScheduleIntervalMS // unset at register: the default fills it
-	if typ != want || typ.ScheduleIntervalMS <= 0 {
+	if !reflect.DeepEqual(typ, want) || typ.ScheduleIntervalMS <= 0 {
 		t.Fatalf("get_task_type = %+v, registered %+v", typ, video)
 	}
 	id := create(t, s, flow.NewTask{TaskType: "video", TaskStage: "download", TaskContext: json.RawMessage(`{"url":"http://v/1"}`)})[0]

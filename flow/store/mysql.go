@@ -38,6 +38,10 @@ var myMigrations = [][]string{{
 		ADD COLUMN unique_live VARCHAR(128) AS (CASE WHEN unique_key <> '' AND status IN (1, 2) THEN unique_key END) STORED,
 		ADD UNIQUE KEY unique_idx (task_type, unique_live)`,
 	`ALTER TABLE {p}task_types ADD COLUMN paused TINYINT NOT NULL DEFAULT 0`,
+}, {
+	// Periodic types: the schedule and the last tick fired.
+	`ALTER TABLE {p}task_types ADD COLUMN cron VARCHAR(128) NOT NULL DEFAULT '', ADD COLUMN cron_stage VARCHAR(64) NOT NULL DEFAULT '',
+		ADD COLUMN cron_context TEXT NULL, ADD COLUMN cron_last BIGINT NOT NULL DEFAULT 0`,
 }}
 
 func myLog(event string) string {

@@ -39,6 +39,11 @@ var pgMigrations = [][]string{{
 	`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS unique_key VARCHAR(128) NOT NULL DEFAULT ''`,
 	`CREATE UNIQUE INDEX IF NOT EXISTS {p}tasks_unique ON {p}tasks (task_type, unique_key) WHERE unique_key <> '' AND status IN (1, 2)`,
 	`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS paused SMALLINT NOT NULL DEFAULT 0`,
+}, {
+	// Periodic types: the schedule and the last tick fired.
+	`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS cron VARCHAR(128) NOT NULL DEFAULT '',
+		ADD COLUMN IF NOT EXISTS cron_stage VARCHAR(64) NOT NULL DEFAULT '', ADD COLUMN IF NOT EXISTS cron_context TEXT,
+		ADD COLUMN IF NOT EXISTS cron_last BIGINT NOT NULL DEFAULT 0`,
 }}
 
 func pgLog(event string) string {

@@ -190,6 +190,7 @@ type queries struct {
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
 	getType, listTypes, stats, insert                           string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask   string
+	cronLast, cronCAS                                           string
 }
 
 func buildQueries(d *dialect, p string, redisLock bool) queries {
@@ -254,21 +255,29 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		rescueLock = ""
 	}
 	q.rescueSel = "SELECT " + q.cols + " FROM " + t + " WHERE status = 2 AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?" + rescueLock
+	typeIns := "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
+		" cron, cron_stage, cron_context, cron_last, create_time, modify_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	upd := []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
+		"cron_stage", "cron_context", "modify_time"}
 	switch d.name {
 	case "mysql":
 		q.prune = "DELETE FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?"
-		q.upsertType = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, create_time, modify_time)" +
-			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE schedule_limit = VALUES(schedule_limit), schedule_interval_ms = VALUES(schedule_interval_ms)," +
-			" max_processing_ms = VALUES(max_processing_ms), max_retry_num = VALUES(max_retry_num), retry_interval_ms = VALUES(retry_interval_ms)," +
-			" max_retry_interval_ms = VALUES(max_retry_interval_ms), modify_time = VALUES(modify_time)"
+		// Assignments apply left to right: cron_last compares the old
+		// cron before cron itself changes.
+		set := []string{"cron_last = IF(cron = VALUES(cron), cron_last, VALUES(cron_last))", "cron = VALUES(cron)"}
+		for _, c := range upd {
+			set = append(set, c+" = VALUES("+c+")")
+		}
+		q.upsertType = typeIns + " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 	default:
 		q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?)"
-		q.upsertType = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, create_time, modify_time)" +
-			" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_type) DO UPDATE SET schedule_limit = excluded.schedule_limit, schedule_interval_ms = excluded.schedule_interval_ms," +
-			" max_processing_ms = excluded.max_processing_ms, max_retry_num = excluded.max_retry_num, retry_interval_ms = excluded.retry_interval_ms," +
-			" max_retry_interval_ms = excluded.max_retry_interval_ms, modify_time = excluded.modify_time"
+		set := []string{"cron_last = CASE WHEN " + p + "task_types.cron = excluded.cron THEN " + p + "task_types.cron_last ELSE excluded.cron_last END", "cron = excluded.cron"}
+		for _, c := range upd {
+			set = append(set, c+" = excluded."+c)
+		}
+		q.upsertType = typeIns + " ON CONFLICT (task_type) DO UPDATE SET " + strings.Join(set, ", ")
 	}
-	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused"
+	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
@@ -281,10 +290,12 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	}
 	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
+	q.cronLast = "SELECT cron, cron_last FROM " + p + "task_types WHERE task_type = ?"
+	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
 	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + sqlStatus(flow.StatusProcessing)
 	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
 		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
-		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask} {
+		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS} {
 		*s = d.rebind(*s)
 	}
 	return q
@@ -376,8 +387,10 @@ func (s *SQLStore) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // RegisterType implements Store.
 func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.Time) error {
+	// cron_last starts at the registration: the first tick is the
+	// schedule's next one after it. Re-registering the same cron keeps it.
 	_, err := s.w.ExecContext(ctx, s.q.upsertType, t.TaskType, t.ScheduleLimit, t.ScheduleIntervalMS, t.MaxProcessingMS,
-		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, us(now), us(now))
+		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, t.Cron, t.CronStage, ctxArg(t.CronContext), us(now), us(now), us(now))
 	if err != nil {
 		return fmt.Errorf("register task type %s: %w", t.TaskType, err)
 	}
@@ -387,8 +400,13 @@ func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.T
 func scanType(sc scanner) (flow.TaskType, error) {
 	var t flow.TaskType
 	var paused int
-	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS, &paused)
+	var cctx []byte
+	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS, &paused,
+		&t.Cron, &t.CronStage, &cctx)
 	t.Paused = paused != 0
+	if cctx != nil {
+		t.CronContext = json.RawMessage(append([]byte(nil), cctx...))
+	}
 	return t, err
 }
 
@@ -879,6 +897,61 @@ func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time)
 		return nil
 	}
 	return fmt.Errorf("task %s already ended %s: %w", taskID, r.Status, flow.ErrStaleLease)
+}
+
+// FireCron implements Store. Each tick moves the type's cron_last from
+// the previous tick to this one by compare-and-swap, in the transaction
+// that creates the tick's task: of several servers firing the same tick,
+// exactly one swap succeeds, and a server killed mid-way leaves either
+// both or neither.
+func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time, next func(time.Time) time.Time, task func(tick time.Time) flow.Record) (int, error) {
+	const maxPerCall = 100 // a long outage is made up over several calls
+	n := 0
+	for n < maxPerCall {
+		var expr string
+		var last int64
+		if err := s.w.QueryRowContext(ctx, s.q.cronLast, taskType).Scan(&expr, &last); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return n, fmt.Errorf("task type %q: %w", taskType, flow.ErrUnknownType)
+			}
+			return n, fmt.Errorf("cron of %s: %w", taskType, err)
+		}
+		if expr == "" {
+			return n, nil
+		}
+		tick := next(fromUS(last))
+		if tick.IsZero() || tick.After(now) {
+			return n, nil
+		}
+		rec := task(tick)
+		won := false
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, s.q.cronCAS, us(tick), taskType, expr, last)
+			if err != nil {
+				return err
+			}
+			if k, _ := res.RowsAffected(); k != 1 {
+				won = false // another server fired this tick
+				return nil
+			}
+			won = true
+			if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&rec)...); err != nil {
+				return err
+			}
+			if s.d.name == "postgres" {
+				_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+taskType)
+			}
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("cron tick %s of %s: %w", tick.Format(time.RFC3339), taskType, err)
+		}
+		if won {
+			n++
+			s.onDue(taskType)
+		}
+	}
+	return n, nil
 }
 
 // SetPaused implements Store.

@@ -36,6 +36,12 @@ var liteMigrations = [][]string{{
 	`ALTER TABLE {p}tasks ADD COLUMN unique_key TEXT NOT NULL DEFAULT ''`,
 	`CREATE UNIQUE INDEX IF NOT EXISTS {p}tasks_unique ON {p}tasks (task_type, unique_key) WHERE unique_key <> '' AND status IN (1, 2)`,
 	`ALTER TABLE {p}task_types ADD COLUMN paused INTEGER NOT NULL DEFAULT 0`,
+}, {
+	// Periodic types: the schedule and the last tick fired.
+	`ALTER TABLE {p}task_types ADD COLUMN cron TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE {p}task_types ADD COLUMN cron_stage TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE {p}task_types ADD COLUMN cron_context TEXT`,
+	`ALTER TABLE {p}task_types ADD COLUMN cron_last INTEGER NOT NULL DEFAULT 0`,
 }}
 
 func liteLog(event string) string {

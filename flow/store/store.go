@@ -39,6 +39,11 @@ type Store interface {
 	// CancelTask ends a pending or processing task as cancelled. Cancelling
 	// a cancelled task succeeds; one that ended otherwise gets ErrStaleLease.
 	CancelTask(ctx context.Context, taskID string, now time.Time) error
+	// FireCron creates the task of every tick of a periodic type due by
+	// now (next gives the tick after a time; task builds a tick's record),
+	// each exactly once across all stores sharing the database, and says
+	// how many this call created. A type without a cron creates none.
+	FireCron(ctx context.Context, taskType string, now time.Time, next func(time.Time) time.Time, task func(tick time.Time) flow.Record) (int, error)
 	// SetPaused pauses (no hold returns the type's tasks) or resumes a
 	// type; an unknown type gives ErrUnknownType.
 	SetPaused(ctx context.Context, taskType string, paused bool, now time.Time) error

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -261,4 +263,96 @@ func runOperator(t *testing.T, f Factory) {
 			t.Fatalf("delete of a missing task: %v", err)
 		}
 	})
+}
+
+// runCron checks periodic types: every tick of the schedule creates exactly
+// one task, however many stores fire it and whichever of them stops.
+func runCron(t *testing.T, f Factory) {
+	ctx := context.Background()
+	t.Run("CronExactlyOnce", func(t *testing.T) {
+		t.Parallel()
+		for round, expr := range []string{"* * * * *", "*/7 * * * *", "0,15,30,45 * * * *", "5 */2 * * *"} {
+			cronRound(t, ctx, f, round, expr)
+		}
+	})
+}
+
+func cronRound(t *testing.T, ctx context.Context, f Factory, round int, expr string) {
+	sch, err := flow.ParseCron(expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Prefix()
+	stores := []store.Store{f.Open(t, p, store.Options{}), f.Open(t, p, store.Options{}), f.Open(t, p, store.Options{})}
+	tt := defType
+	tt.Cron, tt.CronStage, tt.CronContext = expr, "tick", json.RawMessage(`{"periodic":true}`)
+	if err := stores[0].RegisterType(ctx, tt, t0); err != nil {
+		t.Fatal(err)
+	}
+	end := t0.Add(6 * time.Hour)
+	rng := mrand.New(mrand.NewPCG(uint64(round), 11))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		steps := make([]time.Duration, 0, 64) // each store's clock advances at its own pace
+		for d := time.Duration(0); d < end.Sub(t0); {
+			d += time.Duration(rng.IntN(40)+1) * time.Minute
+			steps = append(steps, min(d, end.Sub(t0)))
+		}
+		killAt := -1
+		if i == 2 {
+			killAt = len(steps) / 3 // the third store stops a third of the way
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k, d := range steps {
+				if k == killAt {
+					s.Close() // in the middle of the others' firing
+					return
+				}
+				mk := func(tick time.Time) flow.Record {
+					now := t0.Add(d)
+					rec := flow.NewRecord(flow.NewTaskIDs(now, 1)[0], flow.NewTask{TaskType: "video", TaskStage: tt.CronStage, TaskContext: tt.CronContext}, tt, now)
+					rec.OrderTime = tick
+					return rec
+				}
+				if _, err := s.FireCron(ctx, "video", t0.Add(d), sch.Next, mk); err != nil {
+					t.Errorf("store %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var want []time.Time
+	for tick := sch.Next(t0); !tick.After(end); tick = sch.Next(tick) {
+		want = append(want, tick)
+	}
+	var got []time.Time
+	after := ""
+	for {
+		recs, err := stores[0].ListTasks(ctx, store.ListFilter{TaskType: "video", After: after, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.TaskStage != "tick" || string(r.TaskContext) != `{"periodic":true}` {
+				t.Fatalf("cron task %+v", r)
+			}
+			got = append(got, r.OrderTime)
+		}
+		if len(recs) < 1000 {
+			break
+		}
+		after = recs[len(recs)-1].TaskID
+	}
+	slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
+	if len(got) != len(want) {
+		t.Fatalf("cron %q: %d tasks for %d ticks", expr, len(got), len(want))
+	}
+	for i := range want {
+		if !got[i].Equal(want[i]) {
+			t.Fatalf("cron %q: task %d due %v, tick %v (a tick missed or doubled)", expr, i, got[i], want[i])
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,7 +115,7 @@ func Run(t *testing.T, f Factory) {
 		t.Parallel()
 		e := newEnv(t, f, store.Options{})
 		got, err := e.s.GetType(ctx, "video")
-		if err != nil || got != defType {
+		if err != nil || !reflect.DeepEqual(got, defType) {
 			t.Fatalf("GetType = %+v, %v; want %+v", got, err, defType)
 		}
 		upd := defType
@@ -656,6 +657,7 @@ func Run(t *testing.T, f Factory) {
 	})
 
 	runOperator(t, f)
+	runCron(t, f)
 }
 
 // StressHold runs `servers` stores on one set of tables and `workers`
