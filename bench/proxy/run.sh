@@ -16,7 +16,17 @@
 # the upstreams is about one core); stdproxy = httputil.ReverseProxy.
 #
 # Rounds are interleaved (every proxy once per round) and the median round
-# is reported, so a noisy neighbour hurts every proxy alike. Needs root or
+# is reported, so a noisy neighbour hurts every proxy alike.
+#
+# On 8 or more CPUs the proxy is pinned (taskset) to 2, then 4 cores
+# (CORE_SETS="2 4"), with GOMAXPROCS, nginx worker_processes and HAProxy
+# nbthread set to match, while wrk and the upstreams run on the cores
+# above the largest set; each core set gets its own table with the proxy's
+# CPU time per request taken from /proc/stat of its pinned cores and the
+# ratio to nginx. PIN=off keeps everything unpinned; PIN=on pins even on a
+# small machine (a smoke test: CORE_SETS=1 on 2 CPUs). On fewer than 8
+# CPUs nothing is pinned and the CPU column is the proxy processes' own
+# utime+stime. Needs root or
 # the tools installed (apt-get install wrk nginx-light haproxy caddy).
 set -euo pipefail
 
@@ -26,6 +36,21 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
+NCPU=$(nproc)
+PIN=${PIN:-auto}
+if [ "$PIN" = on ] || { [ "$PIN" = auto ] && [ "$NCPU" -ge 8 ]; }; then
+	CORE_SETS=${CORE_SETS:-"2 4"}
+else
+	CORE_SETS=0 # 0: unpinned
+fi
+maxset=0
+for P in $CORE_SETS; do [ "$P" -gt "$maxset" ] && maxset=$P; done
+if [ "$maxset" -gt 0 ]; then
+	[ "$maxset" -lt "$NCPU" ] || { echo "CORE_SETS up to $maxset leaves no core for wrk and the upstreams on $NCPU CPUs" >&2; exit 1; }
+	load_pin=(taskset -c "$maxset-$((NCPU - 1))") # wrk and the upstreams
+else
+	load_pin=()
+fi
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -57,7 +82,7 @@ echo "building fulcrum and stdproxy" >&2
 (cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
 
 U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
-"$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
+"${load_pin[@]}" "$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
 pids+=($!)
 
 cat >"$work/fulcrum.yaml" <<YAML
@@ -74,7 +99,7 @@ upstreams:
 YAML
 
 cat >"$work/nginx.conf" <<NGINX
-worker_processes 2;
+worker_processes WORKERS;
 pid $work/nginx.pid;
 error_log $work/nginx-error.log warn;
 daemon off;
@@ -98,7 +123,7 @@ NGINX
 cat >"$work/haproxy.cfg" <<HAP
 global
   maxconn 4000
-  nbthread 2
+  nbthread WORKERS
 defaults
   mode http
   timeout connect 5s
@@ -137,16 +162,26 @@ port_of() {
 	esac
 }
 
+# start runs a proxy; pinned, on the cores 0..P-1 with P threads/workers.
 start() {
+	local pin=() n=2
+	if [ "$P" -gt 0 ]; then
+		pin=(taskset -c "0-$((P - 1))")
+		n=$P
+	fi
+	sed "s/WORKERS/$n/" "$work/nginx.conf" >"$work/nginx-run.conf"
+	sed "s/WORKERS/$n/" "$work/haproxy.cfg" >"$work/haproxy-run.cfg"
+	local gmp=()
+	[ "$P" -gt 0 ] && gmp=(env GOMAXPROCS="$P")
 	case $1 in
 	direct) return 0 ;;
-	fulcrum) "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum.log" 2>&1 & ;;
-	fulcrum-1p) GOMAXPROCS=1 "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum-1p.log" 2>&1 & ;;
-	before) "$FULCRUM_BEFORE" gateway --config "$work/fulcrum.yaml" >"$work/before.log" 2>&1 & ;;
-	nginx) nginx -c "$work/nginx.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
-	haproxy) haproxy -f "$work/haproxy.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
-	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
-	stdproxy) "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
+	fulcrum) "${pin[@]}" "${gmp[@]}" "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum.log" 2>&1 & ;;
+	fulcrum-1p) "${pin[@]}" env GOMAXPROCS=1 "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/fulcrum-1p.log" 2>&1 & ;;
+	before) "${pin[@]}" "${gmp[@]}" "$FULCRUM_BEFORE" gateway --config "$work/fulcrum.yaml" >"$work/before.log" 2>&1 & ;;
+	nginx) "${pin[@]}" nginx -c "$work/nginx-run.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
+	haproxy) "${pin[@]}" haproxy -f "$work/haproxy-run.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
+	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
+	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
 	esac
 	cur=$!
 	for _ in $(seq 100); do
@@ -165,10 +200,16 @@ stop() {
 	sleep 0.5
 }
 
-# cpu_ticks sums utime+stime of the proxy's process and its children
-# (nginx's workers); 0 for the direct row.
+# cpu_ticks is the proxy's CPU time so far, in clock ticks: pinned, the
+# busy time (user, nice, system, irq, softirq, steal) of its cores from
+# /proc/stat; unpinned, utime+stime of its process and children (nginx's
+# workers). 0 for the direct row.
 cpu_ticks() {
 	[ "$1" = direct ] && { echo 0; return; }
+	if [ "$P" -gt 0 ]; then
+		awk -v n="$P" '$1 ~ /^cpu[0-9]+$/ { c = substr($1, 4) + 0; if (c < n) s += $2 + $3 + $4 + $7 + $8 + $9 } END { print s + 0 }' /proc/stat
+		return
+	fi
 	local sum=0 pid
 	for pid in "$cur" $(pgrep -P "$cur" 2>/dev/null); do
 		[ -r "/proc/$pid/stat" ] || continue
@@ -191,37 +232,49 @@ for _ in $(seq 3); do curl -fs http://$U1/ >/dev/null 2>&1 && break; sleep 0.3; 
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
-	for p in $ONLY; do
-		start "$p"
-		wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
-		t0=$(cpu_ticks "$p")
-		out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
-		t1=$(cpu_ticks "$p")
-		rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
-		reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-		# The proxy's CPU time per request (user + system, all its
-		# processes): on a shared machine a steadier measure than req/s.
-		cpu=$(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0) ? (b - a) / hz * 1e6 / n : 0 }')
-		p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
-		p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
-		errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
-		echo "$round $p $rps $p50 $p99 $cpu $errs" >>"$results"
-		echo "round $round: $p $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req $errs" >&2
-		stop "$p"
+	for P in $CORE_SETS; do
+		for p in $ONLY; do
+			start "$p"
+			"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
+			t0=$(cpu_ticks "$p")
+			out=$("${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
+			t1=$(cpu_ticks "$p")
+			rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
+			reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+			# The proxy's CPU time per request: on a shared machine a
+			# steadier measure than req/s.
+			cpu=$(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0) ? (b - a) / hz * 1e6 / n : 0 }')
+			p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
+			p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
+			errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
+			echo "$round $p@$P $rps $p50 $p99 $cpu $errs" >>"$results"
+			echo "round $round: $p$([ "$P" -gt 0 ] && echo " on $P cores") $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req $errs" >&2
+			stop "$p"
+		done
 	done
 done
 
-echo
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $(nproc) CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-printf "| %-9s | %10s | %8s | %8s | %12s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "vs Fulcrum"
-printf "|%s|%s|%s|%s|%s|%s|\n" "-----------" "------------" "----------" "----------" "--------------" "--------------"
-frps=$(awk '$2=="fulcrum" {print $3}' "$results" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
-for p in $ONLY; do
-	# The CPU column is its own median (not the median req/s round's).
-	c=$(awk -v p="$p" '$2==p {print $6}' "$results" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
-	awk -v p="$p" '$2==p {print $3, $4, $5}' "$results" | sort -n |
-		awk -v p="$p" -v f="$frps" -v c="$c" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
-			END { m=int((NR+1)/2); ratio = (f > 0) ? sprintf("%.2fx", r[m]/f) : "-";
-			      printf "| %-9s | %10.0f | %8.2f | %8.2f | %12s | %12s |\n", p, r[m], a[m], b[m], c, ratio }'
+median() { sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}'; }
+
+for P in $CORE_SETS; do
+	echo
+	if [ "$P" -gt 0 ]; then
+		echo "proxy pinned to cores 0-$((P - 1)) ($P threads/workers), wrk and upstreams on cores $maxset-$((NCPU - 1))"
+		base=nginx label="vs nginx"
+	else
+		base=fulcrum label="vs Fulcrum"
+	fi
+	echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $NCPU CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo
+	printf "| %-10s | %10s | %8s | %8s | %12s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "$label"
+	printf "|%s|%s|%s|%s|%s|%s|\n" "------------" "------------" "----------" "----------" "--------------" "--------------"
+	brps=$(awk -v k="$base@$P" '$2==k {print $3}' "$results" | median)
+	for p in $ONLY; do
+		# The CPU column is its own median (not the median req/s round's).
+		c=$(awk -v k="$p@$P" '$2==k {print $6}' "$results" | median)
+		awk -v k="$p@$P" '$2==k {print $3, $4, $5}' "$results" | sort -n |
+			awk -v p="$p" -v f="$brps" -v c="$c" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
+				END { m=int((NR+1)/2); ratio = (f > 0) ? sprintf("%.2fx", r[m]/f) : "-";
+				      printf "| %-10s | %10.0f | %8.2f | %8.2f | %12s | %12s |\n", p, r[m], a[m], b[m], c, ratio }'
+	done
 done
