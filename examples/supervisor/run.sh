@@ -36,7 +36,7 @@ pids+=($!)
 pids+=($!)
 for i in 1 2 3; do
   "$FULCRUM" supervisor worker --supervisor ws://127.0.0.1:7300/ws --token "$TOKEN" \
-    --id "worker-$i" --max-load 10 --sim http://127.0.0.1:7400 &
+    --id "worker-$i" --max-load 10 --sim http://127.0.0.1:7400 --drain-timeout 2s &
   pids+=($!)
 done
 
@@ -58,7 +58,8 @@ cat >&2 <<MSG
               curl -s -H 'Authorization: Bearer $TOKEN' http://127.0.0.1:7300/tasks
               curl -s -H 'Authorization: Bearer $TOKEN' http://127.0.0.1:7300/metrics | grep fulcrum_supervisor
   warm-up ends 5 s after start; then each of the 12 rooms is watched by 2 workers.
-  Kill one worker (kill <pid>) and its rooms move to the others within 31 s.
+  Stop one worker (kill <pid>: SIGTERM) and it drains: its rooms move to the
+  others first. kill -9 it instead and they move after worker_timeout (30 s).
 
 MSG
 # Any process that dies ends the demo with its status.
