@@ -440,6 +440,7 @@ func (w *Worker) writeLoop(ctx context.Context, conn *websocket.Conn) error {
 		}
 		w.replayed.Add(1)
 	}
+	var pinging atomic.Bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -447,6 +448,21 @@ func (w *Worker) writeLoop(ctx context.Context, conn *websocket.Conn) error {
 		case <-t.C:
 			if err := w.sendReport(ctx, conn, false); err != nil {
 				return err
+			}
+			// A supervisor that is stuck (not dead: its socket still takes
+			// our writes) would hold this worker's payloads forever; one
+			// that does not answer a ping within two report intervals is
+			// left for the next (a standby becomes the leader meanwhile).
+			if pinging.CompareAndSwap(false, true) {
+				go func() {
+					defer pinging.Store(false)
+					pctx, cancel := context.WithTimeout(ctx, 2*w.c.ReportInterval)
+					defer cancel()
+					if err := conn.Ping(pctx); err != nil && ctx.Err() == nil {
+						w.log.Warn("supervisor does not answer pings; reconnecting", "err", err)
+						conn.CloseNow()
+					}
+				}()
 			}
 		case <-w.kick:
 			if err := w.sendReport(ctx, conn, false); err != nil {

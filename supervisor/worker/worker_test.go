@@ -37,6 +37,7 @@ type testSupervisor struct {
 	payloads []protocol.Payload
 	refused  int
 	down     atomic.Bool // answer 503, as a supervisor being restarted
+	frozen   atomic.Bool // stop reading (so pings go unanswered), as a stopped process
 	leader   string      // with down: the Fulcrum-Leader header, as a standby
 }
 
@@ -79,6 +80,10 @@ func (s *testSupervisor) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	defer c.CloseNow()
 	for {
+		if s.frozen.Load() {
+			<-ctx.Done()
+			return
+		}
 		_, data, err := c.Read(ctx)
 		if err != nil {
 			return
@@ -449,6 +454,17 @@ func TestSpecsReplayAndTerms(t *testing.T) {
 	if st := w.Stats(); st.Stale != 1 || st.Term != 5 || !slices.Equal(w.Tasks(), []string{"r1", "r2"}) {
 		t.Fatalf("stale %d, term %d, tasks %v: want the term-4 reset ignored", st.Stale, st.Term, w.Tasks())
 	}
+}
+
+// A supervisor that stops answering (frozen, its socket still open) is left:
+// an unanswered ping ends the connection and the worker connects again.
+func TestLeavesFrozenSupervisor(t *testing.T) {
+	sup := newTestSupervisor(t)
+	w, _ := startWorker(t, Config{URL: sup.url(), Token: token, WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
+		ReportInterval: 20 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	testenv.Eventually(t, "connected", func() bool { return w.Stats().Connected })
+	sup.frozen.Store(true)
+	testenv.Eventually(t, "a second connection", func() bool { sup.mu.Lock(); defer sup.mu.Unlock(); return sup.conns >= 2 })
 }
 
 // A standby answers 503 naming the leader; the worker goes there.
