@@ -451,11 +451,53 @@ func TestConsoleSupervisor(t *testing.T) {
 		go func() { defer wg.Done(); _ = w.Run(wctx) }()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	b.run(t, "supervisor", map[string]any{"url": "http://" + s.Addr(), "token": adminToken, "workers": ids},
+	admin := func(path string, out any) error {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.Addr()+path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	// Drain is exercised when this supervisor has it.
+	var actions struct {
+		Actions map[string]bool `json:"actions"`
+	}
+	if err := admin("/console/actions", &actions); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("operator actions: %v", actions.Actions)
+	b.run(t, "supervisor", map[string]any{"url": "http://" + s.Addr(), "token": adminToken, "workers": ids, "actions": actions.Actions},
 		map[string]func([]byte) (any, error){
 			"kill-worker": func([]byte) (any, error) {
 				stops["worker-2"]()
 				return map[string]string{"worker": "worker-2"}, nil
+			},
+			"check-draining": func(body []byte) (any, error) {
+				var req struct{ Worker string }
+				if err := json.Unmarshal(body, &req); err != nil {
+					return nil, err
+				}
+				var ws struct {
+					Workers []struct {
+						ID       string `json:"id"`
+						Draining bool   `json:"draining"`
+					} `json:"workers"`
+				}
+				if err := admin("/workers", &ws); err != nil {
+					return nil, err
+				}
+				for _, w := range ws.Workers {
+					if w.ID == req.Worker && w.Draining {
+						return map[string]bool{"ok": true}, nil
+					}
+				}
+				return nil, fmt.Errorf("the page drained %s but GET /workers says %+v", req.Worker, ws)
 			},
 		})
 }

@@ -157,6 +157,14 @@ const scenarios = {
     await page.waitForSelector(`tr[data-worker="${killed.worker}"]`, { state: 'detached' });
     await page.waitForSelector(`ol.events li.death`);
     log('stopped worker disappeared:', killed.worker);
+    if (env.actions.drain) {
+      const w = env.workers[0];
+      page.once('dialog', (d) => d.accept());
+      await page.click(`tr[data-worker="${w}"] button.drain`);
+      await page.waitForSelector(`tr[data-worker="${w}"][data-draining="true"]`);
+      await control('check-draining', { worker: w });
+      log('drained through the page:', w);
+    }
     await shot('supervisor');
   },
 

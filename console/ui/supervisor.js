@@ -1,7 +1,7 @@
 // supervisor.js: workers with their load, tasks with their holders and
 // deficits, recent events, sink counters. Reads GET /workers, GET /tasks
 // and GET /metrics.
-import { get, token, ApiError } from './api.js';
+import { get, post, token, ApiError } from './api.js';
 import { h, bar, spark, History, Rate, poll, replace } from './ui.js';
 import { showError, clearError } from './app.js';
 
@@ -30,6 +30,23 @@ async function metrics() {
   return parseMetrics(await r.text());
 }
 
+// Operator actions this supervisor has (GET /console/actions).
+let have = {};
+async function detect() {
+  try { have = (await get('/console/actions')).actions; } catch { have = {}; }
+}
+
+async function act(what, path, done) {
+  try {
+    const r = await post(path);
+    clearError();
+    if (what === 'rebalance') note('move', `rebalance asked: ${r.moved} holding(s) moved`);
+  } catch (e) {
+    showError(e instanceof ApiError && e.status === 401 ? `${what}: refused, the admin token is missing or wrong (401).` : `${what}: ${e.message}`);
+  }
+  done();
+}
+
 function note(kind, text) {
   events.unshift({ at: new Date(), kind, text });
   if (events.length > 100) events.pop();
@@ -49,6 +66,7 @@ function diff(cur) {
   for (const [id, w] of after) {
     const b = before.get(id);
     if (b && w.max_load < b.max_load) note('drain', `worker ${id} lowered its max load ${b.max_load} → ${w.max_load}`);
+    if (b && w.draining && !b.draining) note('drain', `worker ${id} draining (takes nothing new; its tasks move)`);
   }
   const ht = new Map(prev.tasks.map((t) => [t.id, t]));
   let moved = 0;
@@ -84,7 +102,8 @@ const COUNTERS = [
   ['holdings moved', 'fulcrum_supervisor_holdings_moved_total'],
 ];
 
-export function start(main) {
+export async function start(main) {
+  await detect();
   const head = h('div', { class: 'summary' });
   const workers = h('div', { class: 'workers' });
   const tasks = h('div', {});
@@ -115,14 +134,22 @@ export function start(main) {
     replace(head,
       h('span', { class: 'badge ' + (ws.phase === 'running' ? 'healthy' : 'warming') }, ws.phase),
       h('span', {}, ` ${ws.workers.length} workers · ${ts.tasks.length} tasks · k = ${ts.redundancy} · `),
+      have.rebalance ? h('button', { class: 'act rebalance', title: 'POST /rebalance: move holdings toward free capacity', onclick: () => act('rebalance', '/rebalance', () => p.now()) }, 'rebalance') : null,
       h('span', { class: d.tasks ? 'deficit' : '', dataset: { deficit: d.tasks } }, `${d.tasks} ${d.tasks === 1 ? 'task' : 'tasks'} short of k (${d.holders} ${d.holders === 1 ? 'holder' : 'holders'} missing)`));
     const holding = new Map();
     for (const t of ts.tasks) for (const w of t.holders) holding.set(w, (holding.get(w) || 0) + 1);
     replace(workers, ws.workers.length ? h('table', {},
       h('thead', {}, h('tr', {}, ['worker', 'running / max', 'free', ''].map((c) => h('th', {}, c)))),
-      h('tbody', {}, ws.workers.map((w) => h('tr', { class: 'worker', dataset: { worker: w.id } },
+      h('tbody', {}, ws.workers.map((w) => h('tr', { class: 'worker', dataset: { worker: w.id, draining: String(!!w.draining) } },
         h('td', { class: 'mono' }, w.id), h('td', {}, bar(w.load, w.max_load)), h('td', { class: 'num' }, w.free),
-        h('td', {}, w.connected ? '' : h('span', { class: 'badge unhealthy' }, 'disconnected')))))) : h('p', { class: 'muted' }, 'No workers.'));
+        h('td', { class: 'actions' },
+          w.connected ? null : h('span', { class: 'badge unhealthy' }, 'disconnected'),
+          w.draining ? h('span', { class: 'badge warming' }, 'draining') : null,
+          have.drain && !w.draining ? h('button', {
+            class: 'act drain danger', onclick: () => {
+              if (confirm(`Drain ${w.id}? It takes nothing new and its tasks move to other workers.`)) act('drain', `/workers/${encodeURIComponent(w.id)}/drain`, () => p.now());
+            },
+          }, 'drain') : null))))) : h('p', { class: 'muted' }, 'No workers.'));
     replace(evs, events.length ? events.map((e) => h('li', { class: 'ev ' + e.kind }, h('span', { class: 'muted' }, e.at.toLocaleTimeString() + ' '), e.text)) : h('li', { class: 'muted' }, 'Nothing yet.'));
     replace(sink, h('div', {}, 'published/s ', spark(pub, { fmt: (v) => v.toFixed(1) }), ' dropped/s ', spark(drop, { cls: 'err', fmt: (v) => v.toFixed(1) })),
       h('dl', { class: 'fields' }, COUNTERS.map(([label, k]) => [h('dt', {}, label), h('dd', { class: k.includes('dropped') && m.get(k) ? 'deficit' : '' }, m.has(k) ? m.get(k) : '–')])));
@@ -136,5 +163,5 @@ export function start(main) {
         h('td', { class: 'num' }, t.missing > 0 ? `${t.missing} missing` : ''))))),
     list.length > SHOW_TASKS ? h('p', { class: 'small muted' }, `${SHOW_TASKS} of ${list.length} shown, deficits first.`) : null);
   }, 1000);
-  window.addEventListener('fulcrum:token', () => p.now());
+  window.addEventListener('fulcrum:token', async () => { await detect(); p.now(); });
 }
