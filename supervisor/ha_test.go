@@ -136,3 +136,48 @@ func TestProcessFailoverLosesNothing(t *testing.T) {
 		t.Fatalf("%d messages lost, %d delivered twice: %v", lost, twice, where)
 	}
 }
+
+// Admin task changes on the leader are stored in the database: the next
+// leader applies them, though its source never listed the task; a standby
+// refuses them, naming the leader.
+func TestHAAdminTasksOutliveTheLeader(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	name := fmt.Sprintf("admin-%d", time.Now().UnixNano())
+	start := func() *Server {
+		c := testConfig(tasks(0, 2))
+		c.Redundancy = 1
+		c.Tick = 20 * time.Millisecond
+		c.HA = HAConfig{Database: dsn, Name: name, Lease: 500 * time.Millisecond}
+		ln := freeAddr(t)
+		c.Listen, c.HA.Advertise = ln, "ws://"+ln+WorkerPath
+		return startServer(t, c)
+	}
+	a := start()
+	testenv.Eventually(t, "a leading and running", func() bool {
+		st, ok := statusOf(a.Addr())
+		return ok && st.Role == "leader" && st.Phase == "running"
+	})
+	b := start()
+	testenv.Eventually(t, "b standing by, knowing the leader", func() bool {
+		st, ok := statusOf(b.Addr())
+		return ok && st.Role == "standby" && st.Leader == a.cfg.HA.Advertise
+	})
+	if code := admin(t, b, "POST", "/tasks", `{"add":[{"task_id":"extra"}]}`, nil); code != 503 {
+		t.Fatalf("POST /tasks on the standby: %d, want 503", code)
+	}
+	if code := admin(t, a, "POST", "/tasks", `{"add":[{"task_id":"extra","spec":{"u":1}}],"remove":["room-00000"]}`, nil); code != 200 {
+		t.Fatalf("POST /tasks on the leader: %d", code)
+	}
+	a.Close() // releases the lease
+	testenv.Eventually(t, "b leading and running", func() bool {
+		st, ok := statusOf(b.Addr())
+		return ok && st.Role == "leader" && st.Phase == "running"
+	})
+	ids := []string{}
+	for _, ti := range getTasks(t, b).Tasks {
+		ids = append(ids, ti.ID)
+	}
+	if fmt.Sprint(ids) != "[extra room-00001]" {
+		t.Fatalf("b supervises %v, want [extra room-00001]: the stored admin changes", ids)
+	}
+}
