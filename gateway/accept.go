@@ -51,6 +51,9 @@ type clientConn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	idle atomic.Bool
+	// busy is the target connection of the exchange in flight, so a
+	// shutdown past its grace can end a wait on a target too.
+	busy atomic.Pointer[upConn]
 
 	ip    []byte // client IP, for X-Forwarded-For and client_ip keys
 	ipStr string // made on first use by a hash key

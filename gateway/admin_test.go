@@ -234,3 +234,32 @@ func TestAdminIndex(t *testing.T) {
 		t.Fatalf("GET /nope: %d, want 404", r.code)
 	}
 }
+
+// Past shutdown_grace the gateway exits even while a target holds a
+// request: the wait on the target ends with the client's connection.
+func TestShutdownEndsWaitOnHungTarget(t *testing.T) {
+	b := newBackend(t, "b1")
+	hold := make(chan struct{})
+	b.hold.Store(&hold)
+	defer close(hold)
+	g := start(t, base+"timeouts: {response_header: 1h}\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	held := make(chan error, 1)
+	go func() {
+		res, err := client().Get("http://" + g.Addr() + "/")
+		if err == nil {
+			res.Body.Close()
+		}
+		held <- err
+	}()
+	testenv.Eventually(t, "the target holds the request", func() bool { return b.cur.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Shutdown(ctx) }()
+	// With the wait on the target left alone, Shutdown would return only
+	// after response_header (an hour): the test's own timeout would fire.
+	if err := <-done; err == nil {
+		t.Fatalf("Shutdown past its grace returned no error")
+	}
+	<-held
+}

@@ -278,6 +278,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.connMu.Lock()
 		for cc := range g.conns {
 			cc.c.Close()
+			if uc := cc.busy.Load(); uc != nil {
+				_ = uc.c.SetDeadline(time.Unix(1, 0)) // a hung target must not hold the exit
+			}
 		}
 		g.connMu.Unlock()
 		<-fastDone

@@ -79,6 +79,7 @@ func (cc *clientConn) serveOne() bool {
 	cc.tried = rq.tried
 	line.retries = rq.retries
 	if res.t == nil {
+		cc.busy.Store(nil)
 		var hdr []byte
 		if res.reason == reasonAtCapacity {
 			hdr = retryAfter(up.cfg.Queue.MaxWait.D())
@@ -107,6 +108,7 @@ func (cc *clientConn) serveOne() bool {
 	end := time.Now()
 	cc.now = end
 	up.finish(g, &res, end, targetErr)
+	cc.busy.Store(nil)
 	if upKeep && rerr == nil {
 		res.t.pool.put(uc, end)
 	} else {
@@ -142,6 +144,7 @@ func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (i
 	written := false
 	headTO := cc.g.cfg().Timeouts.ResponseHeader.D()
 	for {
+		cc.busy.Store(uc)
 		uc.wrote = 0
 		err = cc.send(uc)
 		written = written || uc.wrote > 0 || errors.Is(err, errClientGone)

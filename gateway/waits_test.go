@@ -120,3 +120,41 @@ func TestAccessLogReasonAndRetriesMade(t *testing.T) {
 		t.Fatalf("log line %v, want reason connect_error, 1 retry (two targets), status 502", m)
 	}
 }
+
+// 503s say why: no target in rotation, or every target at capacity (with
+// Retry-After), on both transports.
+func TestServiceUnavailableReasons(t *testing.T) {
+	b := newBackend(t, "b1")
+	hold := make(chan struct{})
+	b.hold.Store(&hold)
+	g := start(t, base+"h2c: true\nupstreams:\n  busy:\n    targets:\n      - {url: \""+b.url()+"\", max_concurrency: 1}\n"+
+		"  off:\n    targets:\n      - {url: \""+b.url()+"\", disabled: true}\n"+
+		"routes:\n  - {match: {path_prefix: /off}, upstream: off}\n  - {match: {path_prefix: /}, upstream: busy}\n")
+	held := make(chan int, 1)
+	go func() {
+		res, err := client().Get("http://" + g.Addr() + "/hold")
+		if err != nil {
+			held <- 0
+			return
+		}
+		res.Body.Close()
+		held <- res.StatusCode
+	}()
+	testenv.Eventually(t, "the only permit is taken", func() bool { return b.cur.Load() == 1 })
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	for name, c := range map[string]*http.Client{"fast": client(), "net/http": h2} {
+		if r := get(t, c, "http://"+g.Addr()+"/off"); r.code != 503 || r.body != "Service Unavailable: no_target\n" {
+			t.Errorf("%s: disabled target: %d %q", name, r.code, r.body)
+		}
+		r := get(t, c, "http://"+g.Addr()+"/")
+		if r.code != 503 || r.body != "Service Unavailable: at_capacity\n" || r.hdr.Get("Retry-After") == "" {
+			t.Errorf("%s: at capacity: %d %q Retry-After %q", name, r.code, r.body, r.hdr.Get("Retry-After"))
+		}
+	}
+	close(hold)
+	if code := <-held; code != 200 {
+		t.Errorf("the held request: %d", code)
+	}
+}
