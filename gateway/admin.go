@@ -35,6 +35,9 @@ func (g *Gateway) SetTargets(name string, ts []config.Target) error {
 	if err := checkTargets(ts); err != nil {
 		return fmt.Errorf("targets%w", err)
 	}
+	if err := checkSchemes(u, ts); err != nil {
+		return fmt.Errorf("targets%w", err)
+	}
 	return g.applySet(u, &targetSet{source: sourceAdmin, targets: ts})
 }
 
@@ -78,11 +81,14 @@ func (g *Gateway) Upstreams() []UpstreamView {
 		if u.usesKey {
 			v.HashKey = u.cfg.HashKey
 		}
-		source := u.source()
+		source, scheme := u.source(), "http://"
+		if u.tls != nil {
+			scheme = "https://"
+		}
 		for _, e := range u.bal.Endpoints() {
 			t := e.Target
 			tv := TargetView{Source: source,
-				URL: "http://" + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
+				URL: scheme + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
 				Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
 				Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
 				LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,

@@ -51,6 +51,11 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 	if r.Minor == 0 || r.Upgrade || r.Expect || r.Chunked || len(r.URI) == 0 || r.URI[0] != '/' {
 		return parseHandOff
 	}
+	if lc := cc.g.rt.Load(); lc.anyTLS {
+		if up := lc.route(r); up != nil && up.tls != nil {
+			return parseHandOff // https targets: net/http sends it (upstream_tls.go)
+		}
+	}
 	return parseServe
 }
 

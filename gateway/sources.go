@@ -145,6 +145,9 @@ func (g *Gateway) discovered(name string, w *watcher, source string, ts []discov
 	}
 	cts, err := discovery.ConfigTargets(ts, u.cfg.Discovery.Warmup.D())
 	if err == nil {
+		err = checkSchemes(u, cts)
+	}
+	if err == nil {
 		err = g.applySet(u, &targetSet{source: source, targets: cts})
 	}
 	if err != nil {

@@ -264,6 +264,10 @@ type slowExchange struct {
 func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (int, bool, error) {
 	out := x.req.Clone(ctx)
 	out.URL.Host = t.addr
+	tr := x.g.slowTr.Load()
+	if up := x.sr.rq.up; up.tls != nil {
+		out.URL.Scheme, tr = "https", up.tls // upstream_tls.go
+	}
 	switch {
 	case x.sr.body != nil:
 		out.Body = io.NopCloser(bytes.NewReader(x.sr.body))
@@ -276,7 +280,7 @@ func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (in
 	written := false
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { written = true }}
 	out = out.WithContext(httptrace.WithClientTrace(ctx, trace))
-	resp, err := x.g.slowTr.Load().RoundTrip(out)
+	resp, err := tr.RoundTrip(out)
 	if x.stream != nil && x.stream.read {
 		written = true // part of the body left the client: it cannot be sent again
 	}

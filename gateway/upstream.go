@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 
@@ -18,6 +19,7 @@ type liveConfig struct {
 	routes []route
 	ups    map[string]*upstream
 	order  []*upstream // by name
+	anyTLS bool        // some upstream has https targets (upstream_tls.go)
 }
 
 // upstream is a named group of targets made live.
@@ -31,6 +33,7 @@ type upstream struct {
 	targets  atomic.Pointer[map[string]*target]
 	checker  atomic.Pointer[health.Checker]
 	set      atomic.Pointer[targetSet] // live targets and their source (sources.go)
+	tls      *http.Transport           // for https targets; nil for http (upstream_tls.go)
 	m        *metrics
 }
 
@@ -94,6 +97,13 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 			u.statuses[s] = true
 		}
 		u.budget.init(uc.Retry.Budget, uc.Retry.MinPerSecond)
+		if uc.TLS != nil {
+			tr, err := upstreamTransport(cfg, uc.TLS)
+			if err != nil {
+				return nil, fmt.Errorf("upstreams.%s.%w", name, err)
+			}
+			u.tls, rt.anyTLS = tr, true
+		}
 		if old != nil {
 			if ou := old.ups[name]; ou != nil && sameBalancer(ou.cfg, uc) {
 				u.bal = ou.bal
@@ -153,7 +163,11 @@ func (g *Gateway) startChecks(u *upstream) {
 		}
 		cfg := health.Config{Path: a.Path, Interval: a.Interval.D(), Timeout: a.Timeout.D(),
 			HealthyThreshold: a.HealthyThreshold, UnhealthyThreshold: a.UnhealthyThreshold}
-		c = health.Start(cfg, ts, healthLog{g: g, up: u, th: cfg}, g.healthClient, func(addr string, ok bool) {
+		client := g.healthClient
+		if u.tls != nil {
+			cfg.Scheme, client = "https", &http.Client{Transport: u.tls}
+		}
+		c = health.Start(cfg, ts, healthLog{g: g, up: u, th: cfg}, client, func(addr string, ok bool) {
 			r := "ok"
 			if !ok {
 				r = "fail"

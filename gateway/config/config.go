@@ -105,6 +105,8 @@ type Upstream struct {
 	Targets []Target `yaml:"targets"`
 	// Discovery finds the targets at run time instead (see discovery.go).
 	Discovery *Discovery `yaml:"discovery"`
+	// TLS makes the upstream's targets https:// ones (see upstream_tls.go).
+	TLS *UpstreamTLS `yaml:"tls"`
 	// Health configures active checks and passive ejection.
 	Health Health `yaml:"health"`
 	// Retry configures retries to other targets.
@@ -660,6 +662,7 @@ func (v *validator) upstream(name string, u *Upstream) {
 	} else {
 		v.targets(u, at)
 	}
+	v.upstreamTLS(u, at)
 	if a := u.Health.Active; a != nil {
 		if a.Path == "" {
 			a.Path = "/healthz"
@@ -800,8 +803,8 @@ func TargetAddr(raw string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%q is not a URL", raw)
 	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("%q: scheme must be http", raw)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%q: scheme must be http or https", raw)
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return "", fmt.Errorf("%q has no host", raw)
@@ -812,6 +815,9 @@ func TargetAddr(raw string) (string, error) {
 	port := u.Port()
 	if port == "" {
 		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return "", fmt.Errorf("%q: bad port", raw)

@@ -55,6 +55,10 @@ type DNSDiscovery struct {
 	Require bool `yaml:"require"`
 	// MaxConcurrency caps each target found (0: unlimited).
 	MaxConcurrency int `yaml:"max_concurrency"`
+
+	// Scheme is the targets' scheme: https when the upstream has a tls
+	// block, else http.
+	Scheme string `yaml:"-"`
 }
 
 // FileDiscovery reads a list of targets from a file and watches it.

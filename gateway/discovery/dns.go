@@ -109,7 +109,11 @@ func (d *DNS) Lookup(ctx context.Context) ([]Target, error) {
 }
 
 func (d *DNS) target(ip string, port, weight int) Target {
-	return Target{URL: "http://" + net.JoinHostPort(ip, strconv.Itoa(port)), Weight: weight, MaxConcurrency: d.cfg.MaxConcurrency}
+	scheme := d.cfg.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return Target{URL: scheme + "://" + net.JoinHostPort(ip, strconv.Itoa(port)), Weight: weight, MaxConcurrency: d.cfg.MaxConcurrency}
 }
 
 // addrs resolves a name's A and AAAA records.

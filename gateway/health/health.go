@@ -15,6 +15,9 @@ type Config struct {
 	Timeout            time.Duration
 	HealthyThreshold   int
 	UnhealthyThreshold int
+	// Scheme is http (default) or https; the client given to Start
+	// carries the TLS settings.
+	Scheme string
 }
 
 // Target is one target to check and the state it starts in.
@@ -66,7 +69,11 @@ func (c *Checker) Stop() {
 func run(ctx context.Context, cfg Config, t Target, v Verdict, client *http.Client, observe func(string, bool)) {
 	healthy := t.Healthy
 	okRun, failRun := 0, 0
-	url := "http://" + t.Addr + cfg.Path
+	scheme := cfg.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	url := scheme + "://" + t.Addr + cfg.Path
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	for {
