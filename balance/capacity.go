@@ -436,15 +436,18 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 		return
 	}
 	lat := max(c.lat.Load(), int64(time.Millisecond))
+	wait := int64(cfg.probe * float64(lat))
+	if c.step > 1 {
+		wait = lat / 4
+	}
 	if c.probeAt == 0 {
-		wait := int64(cfg.probe * float64(lat))
-		if c.step > 1 {
-			wait = lat / 4
-		}
 		c.probeAt = o.Now + wait
 		return
 	}
 	if o.Now < c.probeAt {
+		// Armed at an older, longer latency (a slow stage that just
+		// ended): the wait follows the latency now.
+		c.probeAt = min(c.probeAt, o.Now+wait)
 		return
 	}
 	c.limit = min(cfg.max, c.limit+c.step)
