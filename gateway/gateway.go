@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
 )
 
 // Options are the gateway's process-level settings.
@@ -29,6 +30,9 @@ type Options struct {
 	// AccessLog, when not nil, replaces the access log's destination
 	// (tests); the config's access_log.enabled still applies.
 	AccessLog io.Writer
+	// Providers are discovery sources written in Go, by name, for the
+	// upstreams whose config says discovery: {provider: NAME}.
+	Providers map[string]discovery.Provider
 }
 
 // Gateway is a running reverse proxy. Build it with New, start it with
@@ -97,6 +101,9 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.setSlowTransport(cfg)
 	// The first liveConfig needs a config for pool() before it is published.
 	g.rt.Store(&liveConfig{cfg: cfg})
+	if err := g.checkProviders(cfg); err != nil {
+		return nil, err
+	}
 	rt, err := g.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -335,6 +342,9 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	defer g.mu.Unlock()
 	old := g.rt.Load()
 	if err := restartOnly(old.cfg, cfg); err != nil {
+		return err
+	}
+	if err := g.checkProviders(cfg); err != nil {
 		return err
 	}
 	rt, err := g.build(cfg, old)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -103,7 +104,7 @@ func (g *Gateway) syncWatchers(rt *liveConfig) []chan struct{} {
 		if u.cfg.Discovery == nil || g.disc.m[u.name] != nil {
 			continue
 		}
-		p, err := discovery.New(u.cfg.Discovery, g.log)
+		p, err := g.provider(u.cfg.Discovery)
 		if err != nil {
 			g.log.Error("discovery: cannot start; the upstream keeps its targets", "upstream", u.name, "err", err)
 			continue
@@ -180,4 +181,28 @@ func (g *Gateway) stopWatchers() {
 	}
 	g.mu.Unlock()
 	g.disc.wg.Wait()
+}
+
+// provider builds the source of a discovery block, or finds it among the
+// gateway's Go providers.
+func (g *Gateway) provider(d *config.Discovery) (discovery.Provider, error) {
+	if d.Provider != "" {
+		return g.opts.Providers[d.Provider], nil // checkProviders made sure
+	}
+	return discovery.New(d, g.log)
+}
+
+// checkProviders refuses a config naming a provider the gateway was not
+// given.
+func (g *Gateway) checkProviders(cfg *config.Config) error {
+	for _, name := range sortedKeys(cfg.Upstreams) {
+		d := cfg.Upstreams[name].Discovery
+		if d == nil || d.Provider == "" {
+			continue
+		}
+		if g.opts.Providers[d.Provider] == nil {
+			return fmt.Errorf("upstreams.%s.discovery.provider: no provider %q among the gateway's (have %v)", name, d.Provider, sortedKeys(g.opts.Providers))
+		}
+	}
+	return nil
 }

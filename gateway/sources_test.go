@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -406,4 +407,56 @@ func TestAdminTargetsSurviveReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitTargets(t, g, "api", "config", map[string]int{bs[2].url(): 1})
+}
+
+// chanProvider is a discovery source of a test's own: it sends what the
+// test puts on its channel.
+type chanProvider struct{ lists chan []discovery.Target }
+
+func (p *chanProvider) Source() string { return "test-registry" }
+
+func (p *chanProvider) Lookup(context.Context) ([]discovery.Target, error) {
+	return nil, fmt.Errorf("not used")
+}
+
+func (p *chanProvider) Watch(ctx context.Context, update func([]discovery.Target)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ts := <-p.lists:
+			update(ts)
+		}
+	}
+}
+
+// A source written in Go is given to the gateway by name and named in the
+// config.
+func TestProviderFromOptions(t *testing.T) {
+	bs := backends(t, 2)
+	p := &chanProvider{lists: make(chan []discovery.Target)}
+	text := base + "upstreams:\n  api:\n    discovery: {provider: registry, warmup: 1h}\n"
+	cfg, err := config.Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.New(cfg, gateway.Options{Logger: quietLog()}); err == nil || !strings.Contains(err.Error(), `upstreams.api.discovery.provider: no provider "registry"`) {
+		t.Fatalf("New without the provider: %v", err)
+	}
+	// The first list, which New waits for.
+	go func() {
+		p.lists <- []discovery.Target{{URL: bs[0].url(), Weight: 2}, {URL: bs[1].url(), Weight: 1, StartedAt: time.Now().Add(-2 * time.Hour)}}
+	}()
+	g := startCfg(t, cfg, gateway.Options{Logger: quietLog(), Providers: map[string]discovery.Provider{"registry": p}})
+	awaitTargets(t, g, "api", "test-registry", map[string]int{bs[0].url(): 2, bs[1].url(): 1})
+	l := startLoad(t, "http://"+g.Addr()+"/", 2)
+	if v := view(t, g, "api"); !v[bs[0].url()].Warming || v[bs[1].url()].Warming {
+		t.Fatalf("warm-up: %+v, want b1 warming (no start time, 1h window) and b2 warm (started 2h ago)", v)
+	}
+	// A list the gateway cannot use is refused whole.
+	p.lists <- []discovery.Target{{URL: bs[0].url()}, {URL: "ftp://x"}}
+	p.lists <- []discovery.Target{{URL: bs[1].url(), Weight: 3}}
+	awaitTargets(t, g, "api", "test-registry", map[string]int{bs[1].url(): 3})
+	drained(t, l, bs[0])
+	l.check(t)
 }

@@ -15,15 +15,20 @@ type Discovery struct {
 	DNS  *DNSDiscovery  `yaml:"dns"`
 	File *FileDiscovery `yaml:"file"`
 	Etcd *EtcdDiscovery `yaml:"etcd"`
+	// Provider names a source written in Go and given to the gateway
+	// (gateway.Options.Providers).
+	Provider string `yaml:"provider"`
 	// Warmup is the warm-up window of each discovered target that does not
 	// give its own (default 0: none). It counts from the target's
 	// started_at when the source reports one.
 	Warmup Duration `yaml:"warmup"`
 }
 
-// Kind names the configured source: dns, file or etcd.
+// Kind names the configured source: dns, file, etcd or provider.
 func (d *Discovery) Kind() string {
 	switch {
+	case d.Provider != "":
+		return "provider"
 	case d.DNS != nil:
 		return "dns"
 	case d.File != nil:
@@ -103,19 +108,21 @@ func (t *Time) UnmarshalYAML(n *yaml.Node) error {
 func (t Time) MarshalYAML() (any, error) { return t.Format(time.RFC3339Nano), nil }
 
 // discovery checks an upstream's discovery block and applies its defaults.
+// A provider's name is checked against the gateway's providers when the
+// gateway starts or reloads.
 func (v *validator) discovery(u *Upstream, at func(keys ...any) []any) {
 	d := u.Discovery
 	if len(u.Targets) > 0 {
 		v.fail(at("discovery"), "targets and discovery exclude each other: give one")
 	}
 	n := 0
-	for _, set := range []bool{d.DNS != nil, d.File != nil, d.Etcd != nil} {
+	for _, set := range []bool{d.DNS != nil, d.File != nil, d.Etcd != nil, d.Provider != ""} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		v.fail(at("discovery"), "give exactly one of dns, file or etcd (have %d)", n)
+		v.fail(at("discovery"), "give exactly one of dns, file, etcd or provider (have %d)", n)
 	}
 	if s := d.DNS; s != nil {
 		at := func(keys ...any) []any { return at(append([]any{"discovery", "dns"}, keys...)...) }

@@ -50,7 +50,7 @@ func TestTargetStartedAt(t *testing.T) {
 func TestBadDiscovery(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"both", "upstreams:\n  a:\n    targets: [{url: \"http://a:1\"}]\n    discovery: {file: {path: x}}\n", "upstreams.a.discovery (line 4): targets and discovery exclude each other"},
-		{"none", "upstreams:\n  a:\n    discovery: {warmup: 1s}\n", "upstreams.a.discovery (line 3): give exactly one of dns, file or etcd (have 0)"},
+		{"none", "upstreams:\n  a:\n    discovery: {warmup: 1s}\n", "upstreams.a.discovery (line 3): give exactly one of dns, file, etcd or provider (have 0)"},
 		{"two", "upstreams:\n  a:\n    discovery: {file: {path: x}, etcd: {prefix: /p/}}\n", "have 2"},
 		{"no port", "upstreams:\n  a:\n    discovery:\n      dns: {name: api.internal}\n", "upstreams.a.discovery.dns.port (line 4): 0 is not a port"},
 		{"srv port", "upstreams:\n  a:\n    discovery:\n      dns:\n        name: x\n        type: SRV\n        port: 80\n", "upstreams.a.discovery.dns.port (line 7): SRV records carry their own ports"},
