@@ -34,15 +34,13 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 	switch {
 	case err == nil:
 	case errors.Is(err, h1.ErrHeadTooLarge):
-		cc.rid = cc.rid[:0]
-		cc.local(431, "request head too large\n", true, nil)
+		cc.refuse(431, "request head too large\n")
 		return parseClose
 	case errors.Is(err, h1.ErrMalformed):
 		if bytes.HasPrefix(peekAll(cc), []byte("PRI * HTTP/2.0")) {
 			return parseHandOff
 		}
-		cc.rid = cc.rid[:0]
-		cc.local(400, "malformed request\n", true, nil)
+		cc.refuse(400, "malformed request\n")
 		return parseClose
 	default:
 		return parseClose
@@ -57,6 +55,14 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 		}
 	}
 	return parseServe
+}
+
+// refuse answers a head that cannot be served, logs it (no method or
+// path: they may be what was wrong) and ends the connection.
+func (cc *clientConn) refuse(code int, body string) {
+	cc.buildRID()
+	cc.logLine(&accessLine{start: time.Now()}, code)
+	cc.local(code, body, true, nil)
 }
 
 var crlf2 = []byte("\r\n\r\n")

@@ -143,3 +143,23 @@ func TestRetryDecisionTable(t *testing.T) {
 		}
 	}
 }
+
+// A retry the rule allows but the budget refuses answers with reason
+// budget: with every target refusing connections, retries are allowed
+// while fewer than 1% of the requests plus a floor of 10 (1/s over the
+// 10 s window) were made, so the first 11 requests are retried (and fail
+// with connect_error) and the other 19 say budget.
+func TestBudgetReason(t *testing.T) {
+	a, b := newBadTarget(t, "refuse"), newBadTarget(t, "refuse")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+a.addr+"\"}\n      - {url: \"http://"+b.addr+"\"}\n"+
+		"    retry: {attempts: 2, budget: 0.01, min_per_second: 1}\n")
+	c := client()
+	reasons := map[string]int{}
+	for range 30 {
+		r := get(t, c, "http://"+g.Addr()+"/")
+		reasons[r.body]++
+	}
+	if reasons["Bad Gateway: connect_error\n"] != 11 || reasons["Bad Gateway: budget\n"] != 19 {
+		t.Fatalf("answers %v, want 11 connect_error and 19 budget", reasons)
+	}
+}
