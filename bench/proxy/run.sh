@@ -4,7 +4,7 @@
 # (`fulcrum demo upstreams`) with equivalent round-robin keep-alive
 # configs, driven by the same wrk load. Prints one table.
 #
-#   bench/proxy/run.sh                 # ROUNDS=3 DURATION=8s CONNS=64 THREADS=2
+#   bench/proxy/run.sh                 # ROUNDS=3 DURATION=8s CONNS=64 THREADS=2 (pinned: 256, 4)
 #   ROUNDS=5 bench/proxy/run.sh
 #   FULCRUM_BEFORE=/tmp/fulcrum-old ONLY="fulcrum before" bench/proxy/run.sh
 #                                      # a before/after row: another fulcrum
@@ -32,8 +32,6 @@ set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
-CONNS=${CONNS:-64}
-THREADS=${THREADS:-2}
 ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
 NCPU=$(nproc)
@@ -42,6 +40,13 @@ if [ "$PIN" = on ] || { [ "$PIN" = auto ] && [ "$NCPU" -ge 8 ]; }; then
 	CORE_SETS=${CORE_SETS:-"2 4"}
 else
 	CORE_SETS=0 # 0: unpinned
+fi
+# Pinned (a big machine): wrk -t4 -c256 as the many-core measurements
+# ran; unpinned: -t2 -c64.
+if [ "$CORE_SETS" != 0 ]; then
+	THREADS=${THREADS:-4} CONNS=${CONNS:-256}
+else
+	THREADS=${THREADS:-2} CONNS=${CONNS:-64}
 fi
 maxset=0
 for P in $CORE_SETS; do [ "$P" -gt "$maxset" ] && maxset=$P; done
