@@ -120,6 +120,37 @@ type RetryTaskRequest struct {
 	TaskContext json.RawMessage `json:"task_context,omitempty"`
 }
 
+// HeartbeatRequest is the body of POST /v1/heartbeat: renew every lease
+// the worker holds, each to now + its type's max_processing_time.
+type HeartbeatRequest struct {
+	WorkerID string `json:"worker_id"`
+}
+
+// HeldLease is one lease a heartbeat renewed.
+type HeldLease struct {
+	TaskID      string    `json:"task_id"`
+	Lease       string    `json:"lease"`
+	LeaseExpiry time.Time `json:"lease_expiry"`
+}
+
+// HeartbeatResponse lists the tasks the worker still holds, renewed; a
+// task the worker thinks it holds that is missing (or has another lease)
+// is no longer its.
+type HeartbeatResponse struct {
+	Tasks []HeldLease `json:"tasks"`
+}
+
+// WorkerGoneRequest is the body of POST /v1/worker_gone: the worker is
+// declared dead, and its tasks are rescued now (as on lease expiry).
+type WorkerGoneRequest struct {
+	WorkerID string `json:"worker_id"`
+}
+
+// WorkerGoneResponse says how many tasks were rescued.
+type WorkerGoneResponse struct {
+	Rescued int `json:"rescued"`
+}
+
 // DeleteTaskRequest is the body of POST /v1/delete_task.
 type DeleteTaskRequest struct {
 	TaskID string `json:"task_id"`

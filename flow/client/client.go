@@ -316,6 +316,23 @@ func (c *Client) RenewLease(ctx context.Context, req flow.RenewLeaseRequest) (ti
 	return resp.LeaseExpiry, err
 }
 
+// Heartbeat renews every lease workerID holds, in one call, and returns
+// them: a task the worker holds that is missing, or listed with another
+// lease, is no longer its.
+func (c *Client) Heartbeat(ctx context.Context, workerID string) ([]flow.HeldLease, error) {
+	var resp flow.HeartbeatResponse
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/heartbeat", body: flow.HeartbeatRequest{WorkerID: workerID}, out: &resp, idempotent: true})
+	return resp.Tasks, err
+}
+
+// WorkerGone declares a worker dead: every task it holds is rescued now
+// (as on lease expiry) and its leases stop working. It returns how many.
+func (c *Client) WorkerGone(ctx context.Context, workerID string) (int, error) {
+	var resp flow.WorkerGoneResponse
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/worker_gone", body: flow.WorkerGoneRequest{WorkerID: workerID}, out: &resp, idempotent: true})
+	return resp.Rescued, err
+}
+
 // CancelTask cancels a task that has not ended.
 func (c *Client) CancelTask(ctx context.Context, taskID string) error {
 	return c.do(ctx, call{method: http.MethodPost, path: "/v1/cancel_task", body: flow.CancelTaskRequest{TaskID: taskID}, idempotent: true})

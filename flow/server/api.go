@@ -69,6 +69,8 @@ func (s *Server) routes() http.Handler {
 		"/v1/set_task":         {http.MethodPost, s.setTask},
 		"/v1/set_tasks":        {http.MethodPost, s.setTasks},
 		"/v1/renew_lease":      {http.MethodPost, s.renewLease},
+		"/v1/heartbeat":        {http.MethodPost, s.heartbeat},
+		"/v1/worker_gone":      {http.MethodPost, s.workerGone},
 		"/v1/cancel_task":      {http.MethodPost, s.cancelTask},
 		"/v1/retry_task":       {http.MethodPost, s.retryTask},
 		"/v1/delete_task":      {http.MethodPost, s.deleteTask},
@@ -564,6 +566,37 @@ func (s *Server) renewLease(_ http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	return flow.RenewLeaseResponse{LeaseExpiry: exp}, nil
+}
+
+func (s *Server) heartbeat(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.HeartbeatRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateWorkerID(req.WorkerID); err != nil {
+		return nil, err
+	}
+	leases, err := s.st.Heartbeat(r.Context(), req.WorkerID, now())
+	if err != nil {
+		return nil, err
+	}
+	return flow.HeartbeatResponse{Tasks: leases}, nil
+}
+
+func (s *Server) workerGone(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req flow.WorkerGoneRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := flow.ValidateWorkerID(req.WorkerID); err != nil {
+		return nil, err
+	}
+	n, err := s.st.RescueWorker(r.Context(), req.WorkerID, now())
+	if err != nil {
+		return nil, err
+	}
+	s.m.rescued.Add(float64(n))
+	return flow.WorkerGoneResponse{Rescued: n}, nil
 }
 
 func (s *Server) cancelTask(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -42,7 +42,7 @@ func newMetrics(st store.Store) *metrics {
 		pruned: prometheus.NewCounter(prometheus.CounterOpts{Name: "fulcrum_flow_tasks_pruned_total",
 			Help: "Finished tasks deleted after the retention."}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fulcrum_flow_queue_wait_seconds",
-			Help: "How long held tasks waited between becoming due (order_time) and being held, by type.",
+			Help:    "How long held tasks waited between becoming due (order_time) and being held, by type.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"task_type"}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned, m.wait,

@@ -102,3 +102,29 @@ func TestOldestPendingAgeGauge(t *testing.T) {
 		t.Fatalf("oldest pending age %v, want about 100 s", age)
 	}
 }
+
+func TestHeartbeatAndWorkerGoneOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{})
+	register(t, s, video)
+	create(t, s, flow.NewTask{TaskType: "video"}, flow.NewTask{TaskType: "video"})
+	held := hold(t, s, "video", 5, 0) // worker w1
+	var hb flow.HeartbeatResponse
+	do(t, s, "/v1/heartbeat", flow.HeartbeatRequest{WorkerID: "w1"}, &hb, 200)
+	if len(hb.Tasks) != 2 || hb.Tasks[0].LeaseExpiry.Before(*held[0].LeaseExpiry) {
+		t.Fatalf("heartbeat = %+v", hb)
+	}
+	do(t, s, "/v1/heartbeat", flow.HeartbeatRequest{}, nil, 400)
+	var gone flow.WorkerGoneResponse
+	do(t, s, "/v1/worker_gone", flow.WorkerGoneRequest{WorkerID: "w1"}, &gone, 200)
+	if gone.Rescued != 2 {
+		t.Fatalf("worker_gone rescued %d, want 2", gone.Rescued)
+	}
+	do(t, s, "/v1/heartbeat", flow.HeartbeatRequest{WorkerID: "w1"}, &hb, 200)
+	if len(hb.Tasks) != 0 {
+		t.Fatalf("heartbeat after worker_gone: %+v", hb)
+	}
+	if again := hold(t, s, "video", 5, 5000); len(again) != 2 { // due after the 10 ms backoff
+		t.Fatalf("rescued tasks held again: %d, want 2", len(again))
+	}
+}

@@ -191,6 +191,7 @@ type queries struct {
 	getType, listTypes, stats, insert                           string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask   string
 	cronLast, cronCAS                                           string
+	heartbeat, heldBy, workerSel                                string
 }
 
 func buildQueries(d *dialect, p string, redisLock bool) queries {
@@ -290,12 +291,31 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	}
 	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
+	proc := sqlStatus(flow.StatusProcessing)
+	switch d.name {
+	case "postgres":
+		q.heartbeat = "UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + p + "task_types ty" +
+			" WHERE ty.task_type = t.task_type AND t.owner = ? AND t.status = " + proc + " RETURNING t.task_id, t.lease, t.lease_expiry"
+	case "sqlite":
+		q.heartbeat = "UPDATE " + t + " SET lease_expiry = ? + (SELECT max_processing_ms FROM " + p + "task_types ty WHERE ty.task_type = " + t + ".task_type) * 1000," +
+			" modify_time = ? WHERE owner = ? AND status = " + proc + " RETURNING task_id, lease, lease_expiry"
+	case "mysql":
+		q.heartbeat = "UPDATE " + t + " t JOIN " + p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
+			" WHERE t.owner = ? AND t.status = " + proc
+		q.heldBy = "SELECT task_id, lease, lease_expiry FROM " + t + " WHERE owner = ? AND status = " + proc
+	}
+	workerLock := " FOR UPDATE"
+	if d.name == "sqlite" {
+		workerLock = ""
+	}
+	q.workerSel = "SELECT " + q.cols + " FROM " + t + " WHERE owner = ? AND status = " + proc + " ORDER BY task_id" + workerLock
 	q.cronLast = "SELECT cron, cron_last FROM " + p + "task_types WHERE task_type = ?"
 	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
 	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + sqlStatus(flow.StatusProcessing)
 	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
 		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
-		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS} {
+		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS,
+		&q.heartbeat, &q.heldBy, &q.workerSel} {
 		*s = d.rebind(*s)
 	}
 	return q
@@ -504,46 +524,12 @@ func hasUniqueKey(recs []flow.Record) bool {
 // this atomic across servers: a concurrent insert of the same key waits
 // for the first transaction and then conflicts.
 func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
-	ids := make([]string, len(recs))
-	existing := make([]bool, len(recs))
+	var ids []string
+	var existing []bool
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		for i := range recs {
-			ids[i], existing[i] = recs[i].TaskID, false
-			if recs[i].UniqueKey == "" {
-				if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&recs[i])...); err != nil {
-					return err
-				}
-				continue
-			}
-			// The live task may end between our conflict and our look-up;
-			// then the key is free and the insert is tried again.
-			for attempt := 0; ; attempt++ {
-				res, err := tx.ExecContext(ctx, s.q.insertUnique, insertArgs(&recs[i])...)
-				if err != nil {
-					return err
-				}
-				if n, _ := res.RowsAffected(); n == 1 {
-					break
-				}
-				err = tx.QueryRowContext(ctx, s.q.liveByKey, recs[i].TaskType, recs[i].UniqueKey).Scan(&ids[i])
-				if err == nil {
-					existing[i] = true
-					break
-				}
-				if !errors.Is(err, sql.ErrNoRows) || attempt == 3 {
-					return fmt.Errorf("unique key %q of %s: %w", recs[i].UniqueKey, recs[i].TaskType, err)
-				}
-			}
-		}
-		if s.d.name == "postgres" {
-			// Committed with the inserts: holds on every server wake.
-			for _, typ := range dueTypes(recs) {
-				if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+typ); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		var err error
+		ids, existing, err = s.insertEach(ctx, sqlTx{tx}, recs)
+		return err
 	})
 	if err != nil {
 		return err
@@ -552,6 +538,69 @@ func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
 		recs[i].TaskID, recs[i].Existing = ids[i], existing[i]
 	}
 	return nil
+}
+
+// txRunner is a transaction of any driver: database/sql's or pgx's.
+type txRunner interface {
+	exec(ctx context.Context, q string, args ...any) (rowsAffected int64, err error)
+	queryRow(ctx context.Context, q string, args ...any) scanner
+}
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) queryRow(ctx context.Context, q string, args ...any) scanner {
+	return t.tx.QueryRowContext(ctx, q, args...)
+}
+
+// insertEach inserts recs one by one in tx and returns each one's id:
+// its own, or for a unique key already live that task's (existing). On
+// PostgreSQL it NOTIFYs in tx, so the commit wakes holds on every server.
+func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Record) (ids []string, existing []bool, err error) {
+	ids, existing = make([]string, len(recs)), make([]bool, len(recs))
+	for i := range recs {
+		ids[i] = recs[i].TaskID
+		if recs[i].UniqueKey == "" {
+			if _, err := tx.exec(ctx, s.q.insertOne, insertArgs(&recs[i])...); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		// The live task may end between our conflict and our look-up;
+		// then the key is free and the insert is tried again.
+		for attempt := 0; ; attempt++ {
+			n, err := tx.exec(ctx, s.q.insertUnique, insertArgs(&recs[i])...)
+			if err != nil {
+				return nil, nil, err
+			}
+			if n == 1 {
+				break
+			}
+			err = tx.queryRow(ctx, s.q.liveByKey, recs[i].TaskType, recs[i].UniqueKey).Scan(&ids[i])
+			if err == nil {
+				existing[i] = true
+				break
+			}
+			if !errors.Is(err, sql.ErrNoRows) || attempt == 3 {
+				return nil, nil, fmt.Errorf("unique key %q of %s: %w", recs[i].UniqueKey, recs[i].TaskType, err)
+			}
+		}
+	}
+	if s.d.name == "postgres" {
+		for _, typ := range dueTypes(recs) {
+			if _, err := tx.exec(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+typ); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return ids, existing, nil
 }
 
 func dueTypes(recs []flow.Record) []string {
@@ -952,6 +1001,76 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 		}
 	}
 	return n, nil
+}
+
+// Heartbeat implements Store: one statement renews all of the worker's
+// leases (MySQL: an UPDATE joined to the types, then a read of them).
+func (s *SQLStore) Heartbeat(ctx context.Context, workerID string, now time.Time) ([]flow.HeldLease, error) {
+	scan := func(rows *sql.Rows) ([]flow.HeldLease, error) {
+		defer rows.Close()
+		out := []flow.HeldLease{}
+		for rows.Next() {
+			var l flow.HeldLease
+			var exp int64
+			if err := rows.Scan(&l.TaskID, &l.Lease, &exp); err != nil {
+				return nil, err
+			}
+			l.LeaseExpiry = fromUS(exp)
+			out = append(out, l)
+		}
+		return out, rows.Err()
+	}
+	var out []flow.HeldLease
+	var err error
+	if s.q.heldBy == "" {
+		var rows *sql.Rows
+		if rows, err = s.w.QueryContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err == nil {
+			out, err = scan(rows)
+		}
+	} else {
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, s.q.heldBy, workerID)
+			if err != nil {
+				return err
+			}
+			out, err = scan(rows)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat of %s: %w", workerID, err)
+	}
+	return out, nil
+}
+
+// RescueWorker implements Store.
+func (s *SQLStore) RescueWorker(ctx context.Context, workerID string, now time.Time) (int, error) {
+	var changed []*flow.Record
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.q.workerSel, workerID)
+		if err != nil {
+			return err
+		}
+		recs, err := scanRecords(rows)
+		if err != nil {
+			return err
+		}
+		changed = changed[:0]
+		for i := range recs {
+			flow.ApplyExpire(&recs[i], now)
+			recs[i].ScheduleLog[len(recs[i].ScheduleLog)-1].Error = "worker declared gone"
+			changed = append(changed, &recs[i])
+		}
+		return s.writeRecords(ctx, tx, changed)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue tasks of %s: %w", workerID, err)
+	}
+	s.dueP(changed)
+	return len(changed), nil
 }
 
 // SetPaused implements Store.

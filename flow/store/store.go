@@ -44,6 +44,12 @@ type Store interface {
 	// each exactly once across all stores sharing the database, and says
 	// how many this call created. A type without a cron creates none.
 	FireCron(ctx context.Context, taskType string, now time.Time, next func(time.Time) time.Time, task func(tick time.Time) flow.Record) (int, error)
+	// Heartbeat renews every lease workerID holds to now + its type's
+	// max_processing_time and returns them.
+	Heartbeat(ctx context.Context, workerID string, now time.Time) ([]flow.HeldLease, error)
+	// RescueWorker rescues every task workerID holds now, as if their
+	// leases had expired (a retry counted, or failed).
+	RescueWorker(ctx context.Context, workerID string, now time.Time) (int, error)
 	// SetPaused pauses (no hold returns the type's tasks) or resumes a
 	// type; an unknown type gives ErrUnknownType.
 	SetPaused(ctx context.Context, taskType string, paused bool, now time.Time) error

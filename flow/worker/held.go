@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
-	"github.com/fulcrum-lb/fulcrum/flow/client"
 )
 
 // minLease is the shortest lease the worker plans with when the server's
@@ -15,21 +14,23 @@ import (
 const minLease = 200 * time.Millisecond
 
 // heldTask is one task this worker holds, from hold until its outcome is
-// reported (or the lease is lost). Its timer renews the lease at a third of
-// the lease length, whether the task is queued, running or being reported.
+// reported (or the lease is lost). Its lease is renewed by the worker's
+// heartbeat (one call for all the worker's tasks) at a third of the lease
+// length, whether the task is queued, running or being reported.
 type heldTask struct {
 	w        *Worker
 	task     Task
 	lease    string
 	leaseDur time.Duration
 
-	mu       sync.Mutex
-	expiry   time.Time // local, conservative estimate of the lease expiry
-	timer    *time.Timer
-	cancel   context.CancelCauseFunc // the running handler's, once started
-	started  bool
-	lost     bool
-	released bool
+	mu        sync.Mutex
+	expiry    time.Time               // local, conservative estimate of the lease expiry
+	due       time.Time               // when the lease wants renewing
+	cancel    context.CancelCauseFunc // the running handler's, once started
+	started   bool
+	reporting bool // an outcome is queued or sent: the server may have ended the task
+	lost      bool
+	released  bool
 }
 
 // newHeld wraps a task a hold returned. holdStart is when the hold was
@@ -49,50 +50,31 @@ func newHeld(w *Worker, t *flow.Task, holdStart time.Time, leaseDur time.Duratio
 		lease:    t.Lease,
 		leaseDur: leaseDur,
 		expiry:   holdStart.Add(leaseDur),
+		due:      holdStart.Add(leaseDur / 3),
 	}
 }
 
-// armRenew starts the renewal timer.
-func (h *heldTask) armRenew(ctx context.Context) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.timer = time.AfterFunc(h.leaseDur/3, func() { h.renew(ctx) })
-}
+// armRenew hands the task to the heartbeat.
+func (h *heldTask) armRenew() { h.w.track(h) }
 
-func (h *heldTask) renew(ctx context.Context) {
-	h.mu.Lock()
-	if h.released || h.lost {
-		h.mu.Unlock()
-		return
-	}
-	h.mu.Unlock()
-	start := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, h.leaseDur/3)
-	_, err := h.w.c.RenewLease(rctx, flow.RenewLeaseRequest{TaskID: h.task.ID, Lease: h.lease})
-	cancel()
+// renewed applies a heartbeat's answer: still ours under the same lease,
+// or lost. start is when the heartbeat was sent.
+func (h *heldTask) renewed(start time.Time, lease string, listed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.released {
-		return
-	}
 	switch {
-	case err == nil:
-		h.expiry = start.Add(h.leaseDur)
-		h.timer.Reset(h.leaseDur / 3)
-	case errors.Is(err, client.ErrStaleLease) || errors.Is(err, client.ErrNotFound):
+	case h.released || h.lost:
+	case listed && lease == h.lease:
+		h.expiry, h.due = start.Add(h.leaseDur), start.Add(h.leaseDur/3)
+	case h.reporting:
+		// Not listed because our own outcome ended it (or it will be
+		// refused with 409, and the reporter drops it).
+	default:
 		h.lost = true
 		if h.cancel != nil {
 			h.cancel(ErrLeaseLost)
 		}
-		h.w.log.Warn("flow worker: lease lost", "task_id", h.task.ID, "stage", h.task.Stage, "err", err)
-	default:
-		if ctx.Err() != nil {
-			return
-		}
-		h.w.log.Warn("flow worker: renew failed; retrying", "task_id", h.task.ID, "err", err)
-		if time.Now().Before(h.expiry) {
-			h.timer.Reset(max(h.leaseDur/10, 50*time.Millisecond))
-		}
+		h.w.log.Warn("flow worker: lease lost", "task_id", h.task.ID, "stage", h.task.Stage)
 	}
 }
 
@@ -127,10 +109,8 @@ func (h *heldTask) release() {
 		return
 	}
 	h.released = true
-	if h.timer != nil {
-		h.timer.Stop()
-	}
 	h.mu.Unlock()
+	h.w.untrack(h)
 	h.w.unreserve(1)
 }
 
@@ -195,4 +175,109 @@ func statusName(s flow.Status) string {
 		return "cancelled"
 	}
 	return "unknown"
+}
+
+// track adds a held task to those the heartbeat renews.
+func (w *Worker) track(h *heldTask) {
+	w.liveMu.Lock()
+	w.live[h] = struct{}{}
+	w.liveMu.Unlock()
+	select {
+	case w.liveCh <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) untrack(h *heldTask) {
+	w.liveMu.Lock()
+	delete(w.live, h)
+	w.liveMu.Unlock()
+}
+
+// heartbeatLoop renews every held lease with one POST /v1/heartbeat,
+// timed by the task whose renewal is due first, until ctx ends.
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	var retryAt time.Time // after a failed heartbeat
+	for {
+		next, ok := w.nextBeat()
+		if !retryAt.IsZero() && ok {
+			next = retryAt
+		}
+		var fire <-chan time.Time
+		var timer *time.Timer
+		if ok {
+			timer = time.NewTimer(time.Until(next))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return
+		case <-w.liveCh: // a new task may be due sooner
+			if timer != nil {
+				timer.Stop()
+			}
+			continue
+		case <-fire:
+		}
+		if d, ok := w.beat(ctx); ok {
+			retryAt = time.Time{}
+		} else {
+			retryAt = time.Now().Add(d)
+		}
+	}
+}
+
+// nextBeat is when the first held lease wants renewing.
+func (w *Worker) nextBeat() (time.Time, bool) {
+	w.liveMu.Lock()
+	defer w.liveMu.Unlock()
+	var next time.Time
+	for h := range w.live {
+		h.mu.Lock()
+		if !h.lost && (next.IsZero() || h.due.Before(next)) {
+			next = h.due
+		}
+		h.mu.Unlock()
+	}
+	return next, !next.IsZero()
+}
+
+// beat sends one heartbeat and applies its answer to every task held when
+// it was sent. On failure it says how soon to try again.
+func (w *Worker) beat(ctx context.Context) (retry time.Duration, ok bool) {
+	w.liveMu.Lock()
+	held := make([]*heldTask, 0, len(w.live))
+	shortest := time.Duration(0)
+	for h := range w.live {
+		held = append(held, h)
+		if shortest == 0 || h.leaseDur < shortest {
+			shortest = h.leaseDur
+		}
+	}
+	w.liveMu.Unlock()
+	if len(held) == 0 {
+		return 0, true
+	}
+	start := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, shortest/3)
+	leases, err := w.c.Heartbeat(bctx, w.cfg.WorkerID)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("flow worker: heartbeat failed; retrying", "tasks", len(held), "err", err)
+		}
+		return max(shortest/10, 50*time.Millisecond), false
+	}
+	got := make(map[string]string, len(leases))
+	for _, l := range leases {
+		got[l.TaskID] = l.Lease
+	}
+	for _, h := range held {
+		lease, listed := got[h.task.ID]
+		h.renewed(start, lease, listed)
+	}
+	return 0, true
 }

@@ -30,6 +30,9 @@ type outbox struct {
 func (o *outbox) init() { o.notify = make(chan struct{}, 1) }
 
 func (o *outbox) push(x *outcome) {
+	x.h.mu.Lock()
+	x.h.reporting = true
+	x.h.mu.Unlock()
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -62,5 +63,60 @@ func TestFailedStagesLoggedAndQueueMetrics(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// Leases are kept by one heartbeat per worker, not one renewal per task:
+// eight stages that outlast their 300 ms lease several times over all
+// succeed, and the server saw heartbeats and no renew_lease.
+func TestHeartbeatKeepsEveryLease(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("beat")
+	tt.MaxProcessingMS = 300
+	w := newWorker(t, e, worker.Config{Concurrency: 8})
+	w.Register(tt)
+	release := make(chan struct{})
+	var running sync.WaitGroup
+	running.Add(8)
+	w.Handle("beat", "a", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		running.Done()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return worker.Result{}, context.Cause(ctx)
+		}
+		return worker.Done(nil), nil
+	})
+	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+		t.Fatal(err)
+	}
+	e.create(t, "beat", "a", 8)
+	stop := start(t, w)
+	running.Wait()
+	// Hold them until the heartbeat has renewed every lease several times.
+	metric := func(endpoint string) int {
+		resp, err := http.Get(e.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		n := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, `fulcrum_flow_http_requests_total{code="200",endpoint="`+endpoint+`"} `) {
+				fmt.Sscan(strings.Fields(l)[1], &n)
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, "ten heartbeats", func() bool { return metric("heartbeat") >= 10 })
+	close(release)
+	testenv.Eventually(t, "8 successes", func() bool { return e.counts(t, "beat")["success"] == 8 })
+	stop()
+	if n := metric("renew_lease"); n != 0 {
+		t.Fatalf("%d renew_lease calls; the heartbeat should renew every lease", n)
+	}
+	if c := e.counts(t, "beat"); c["pending"]+c["failed"] != 0 {
+		t.Fatalf("a lease ran out: %v", c)
 	}
 }

@@ -121,6 +121,10 @@ type Worker struct {
 	stopOnce sync.Once
 
 	out outbox
+
+	liveMu sync.Mutex
+	live   map[*heldTask]struct{} // held tasks the heartbeat renews
+	liveCh chan struct{}          // a task was added to live
 }
 
 type typeState struct {
@@ -142,6 +146,7 @@ func New(cfg Config) (*Worker, error) {
 		stop:  make(chan struct{}),
 	}
 	w.out.init()
+	w.live, w.liveCh = map[*heldTask]struct{}{}, make(chan struct{}, 1)
 	if w.c == nil {
 		c, err := client.New(cfg.Servers, client.Options{Logger: cfg.Logger, Token: cfg.Token})
 		if err != nil {
@@ -258,6 +263,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	var reporters sync.WaitGroup
 	reporters.Add(1)
 	go func() { defer reporters.Done(); w.reportLoop(netCtx) }()
+	// The heartbeat keeps leases alive until every held task is reported.
+	beatCtx, beatCancel := context.WithCancel(netCtx)
+	defer beatCancel()
+	var beats sync.WaitGroup
+	beats.Add(1)
+	go func() { defer beats.Done(); w.heartbeatLoop(beatCtx) }()
 
 	var pullers, dispatcher sync.WaitGroup
 	for name, ts := range types {
@@ -320,6 +331,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			grace = nil
 		}
 	}
+	beatCancel()
+	beats.Wait()
 	w.out.close()
 	reporters.Wait()
 	w.log.Info("flow worker stopped")
@@ -465,7 +478,7 @@ func jitter(d time.Duration) time.Duration {
 // enqueue queues a freshly held task for the runners, or gives it back if
 // the worker is stopping.
 func (w *Worker) enqueue(ctx context.Context, h *heldTask) {
-	h.armRenew(ctx)
+	h.armRenew()
 	if w.stopping() {
 		w.giveBack(h)
 		return

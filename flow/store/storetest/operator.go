@@ -265,6 +265,78 @@ func runOperator(t *testing.T, f Factory) {
 	})
 }
 
+// runLiveness checks worker heartbeats and declaring a worker gone.
+func runLiveness(t *testing.T, f Factory) {
+	ctx := context.Background()
+	t.Run("HeartbeatAndWorkerGone", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		short := defType
+		short.TaskType, short.MaxProcessingMS = "short", 1000
+		if err := e.s.RegisterType(ctx, short, t0); err != nil {
+			t.Fatal(err)
+		}
+		e.create(flow.NewTask{TaskStage: "s"}, flow.NewTask{TaskStage: "s"}, flow.NewTask{TaskStage: "s"})
+		sid := flow.NewTaskIDs(t0, 1)[0]
+		if err := e.s.CreateTasks(ctx, []flow.Record{flow.NewRecord(sid, flow.NewTask{TaskType: "short"}, short, t0)}); err != nil {
+			t.Fatal(err)
+		}
+		mine := e.hold(t0, 2, "w1")
+		other := e.hold(t0, 1, "w2")
+		sh, err := e.s.Hold(ctx, store.HoldParams{TaskType: "short", WorkerID: "w1", Limit: 1, Lease: flow.NewLease(), Now: t0, LeaseExpiry: t0.Add(time.Second)})
+		if err != nil || len(sh) != 1 {
+			t.Fatalf("hold short: %v %v", sh, err)
+		}
+		later := t0.Add(10 * time.Second)
+		got, err := e.s.Heartbeat(ctx, "w1", later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]flow.HeldLease{}
+		for _, r := range mine {
+			want[r.TaskID] = flow.HeldLease{TaskID: r.TaskID, Lease: r.Lease, LeaseExpiry: later.Add(30 * time.Second)}
+		}
+		want[sid] = flow.HeldLease{TaskID: sid, Lease: sh[0].Lease, LeaseExpiry: later.Add(time.Second)}
+		if len(got) != len(want) {
+			t.Fatalf("heartbeat renewed %d leases, want %d: %+v", len(got), len(want), got)
+		}
+		for _, l := range got {
+			w := want[l.TaskID]
+			if l.Lease != w.Lease || !l.LeaseExpiry.Equal(w.LeaseExpiry) {
+				t.Errorf("renewed %+v, want %+v", l, w)
+			}
+			if r := e.get(l.TaskID); r.LeaseExpiry == nil || !r.LeaseExpiry.Equal(w.LeaseExpiry) {
+				t.Errorf("stored expiry of %s = %v, want %v", l.TaskID, r.LeaseExpiry, w.LeaseExpiry)
+			}
+		}
+		if r := e.get(other[0].TaskID); !r.LeaseExpiry.Equal(t0.Add(30 * time.Second)) {
+			t.Errorf("w2's task renewed by w1's heartbeat: %v", r.LeaseExpiry)
+		}
+		if got, err := e.s.Heartbeat(ctx, "nobody", later); err != nil || len(got) != 0 {
+			t.Fatalf("heartbeat of a worker with nothing: %v %v", got, err)
+		}
+		// w1 declared gone: its tasks go back to pending now (a retry
+		// counted), long before their leases would expire; w2's stay.
+		n, err := e.s.RescueWorker(ctx, "w1", later)
+		if err != nil || n != 3 {
+			t.Fatalf("rescue w1: %d %v, want 3", n, err)
+		}
+		for _, r := range mine {
+			g := e.get(r.TaskID)
+			if g.Status != flow.StatusPending || g.Owner != "" || g.CrtRetryNum != 1 || g.ScheduleLog[len(g.ScheduleLog)-1].Event != flow.EventExpired {
+				t.Errorf("after worker gone: %+v", g)
+			}
+		}
+		if g := e.get(other[0].TaskID); g.Status != flow.StatusProcessing || g.Owner != "w2" {
+			t.Errorf("w2's task touched: %+v", g)
+		}
+		// The old lease is dead.
+		if err := e.set(flow.SetTaskRequest{TaskID: mine[0].TaskID, Lease: mine[0].Lease, Status: flow.StatusSuccess}, later); !errors.Is(err, flow.ErrStaleLease) {
+			t.Fatalf("set on the gone worker's lease: %v", err)
+		}
+	})
+}
+
 // runCron checks periodic types: every tick of the schedule creates exactly
 // one task, however many stores fire it and whichever of them stops.
 func runCron(t *testing.T, f Factory) {

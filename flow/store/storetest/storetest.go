@@ -658,6 +658,7 @@ func Run(t *testing.T, f Factory) {
 
 	runOperator(t, f)
 	runCron(t, f)
+	runLiveness(t, f)
 }
 
 // StressHold runs `servers` stores on one set of tables and `workers`
