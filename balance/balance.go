@@ -46,9 +46,10 @@ type snapshot struct {
 	picker   Picker
 	observer Observer
 	tracker  Tracker
-	timed    bool  // Done measures latency
-	warmEnd  int64 // clock when the last warm-up ends; 0 if none
-	recheck  int64 // clock when an ejection ends; 0 if none
+	counter  *atomic.Int64 // an InFlightCounter's, or nil
+	timed    bool          // Done measures latency
+	warmEnd  int64         // clock when the last warm-up ends; 0 if none
+	recheck  int64         // clock when an ejection ends; 0 if none
 	warmDone atomic.Bool
 }
 
@@ -220,6 +221,9 @@ func (b *Balancer) rebuild() {
 	s.picker = b.strat.Build(s.eps)
 	s.observer, _ = s.picker.(Observer)
 	s.tracker, _ = s.picker.(Tracker)
+	if c, ok := s.picker.(InFlightCounter); ok {
+		s.counter = c.InFlightCounter()
+	}
 	s.timed = b.opts.TrackLatency || s.observer != nil
 	b.snap.Store(s)
 	b.wq.wakeAll() // capacity or membership changed: let waiters look again
@@ -305,6 +309,9 @@ func (b *Balancer) refresh(s *snapshot) *snapshot {
 
 func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
 	p := Pick{e: e, s: s}
+	if s.counter != nil {
+		s.counter.Add(1)
+	}
 	if s.tracker != nil {
 		p.load = max(info.Load, 1)
 		s.tracker.Started(e, p.load)
@@ -430,6 +437,9 @@ func (p Pick) finish(lat, now int64, err error) {
 	}
 	b, st := p.s.b, p.e.s
 	inflight := st.inflight.Add(-1) + 1
+	if p.s.counter != nil {
+		p.s.counter.Add(-1)
+	}
 	st.requests.Add(1)
 	if err != nil {
 		st.failures.Add(1)

@@ -371,10 +371,9 @@ type boundedRing struct {
 	total       *inFlight // the strategy's, shared by its snapshots
 }
 
-// Started and Ended keep the count of picks outstanding that the bound is
-// taken from.
-func (r *boundedRing) Started(*Endpoint, int64) { r.total.n.Add(1) }
-func (r *boundedRing) Ended(*Endpoint, int64)   { r.total.n.Add(-1) }
+// InFlightCounter has the balancer keep the count of picks outstanding
+// that the bound is taken from.
+func (r *boundedRing) InFlightCounter() *atomic.Int64 { return &r.total.n }
 
 // within reports whether one more pick keeps e at or under
 // ceil(c x (total+1) x w/W), the bound counting this pick.

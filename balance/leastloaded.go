@@ -24,10 +24,12 @@ func newLeastLoaded(s Settings) (Strategy, error) {
 type loadedEndpoint struct{ load atomic.Int64 }
 
 func (leastLoadedStrategy) Build(eps []*Endpoint) Picker {
-	h := &loadHeap{eps: make([]*Endpoint, len(eps)), ld: make([]*loadedEndpoint, len(eps)), picks: make([]uint64, len(eps)), pos: make(map[*loadedEndpoint]int, len(eps))}
+	h := &loadHeap{eps: make([]*Endpoint, len(eps)), ld: make([]*loadedEndpoint, len(eps)), picks: make([]uint64, len(eps)), pos: make(map[*loadedEndpoint]int, len(eps)),
+		orig: eps, byIndex: make([]*loadedEndpoint, len(eps))}
 	copy(h.eps, eps)
 	for i, e := range h.eps {
 		h.ld[i] = StateOf[loadedEndpoint](e)
+		h.byIndex[i] = h.ld[i]
 		h.pos[h.ld[i]] = i
 	}
 	heap.Init(h)
@@ -40,6 +42,9 @@ type loadHeap struct {
 	ld    []*loadedEndpoint // per heap slot, as eps
 	picks []uint64          // picks per heap slot: ties go to the least picked, so equal loads rotate
 	pos   map[*loadedEndpoint]int
+
+	orig    []*Endpoint       // as given to Build
+	byIndex []*loadedEndpoint // by e.Index(), fixed
 }
 
 func (h *loadHeap) loadPerWeight(i int) float64 {
@@ -96,7 +101,12 @@ func (h *loadHeap) Started(e *Endpoint, load int64) { h.add(e, load) }
 func (h *loadHeap) Ended(e *Endpoint, load int64) { h.add(e, -load) }
 
 func (h *loadHeap) add(e *Endpoint, load int64) {
-	ld := StateOf[loadedEndpoint](e)
+	var ld *loadedEndpoint
+	if i := e.Index(); i >= 0 && i < len(h.orig) && h.orig[i] == e {
+		ld = h.byIndex[i] // e is one of this snapshot's: no lookup
+	} else {
+		ld = StateOf[loadedEndpoint](e)
+	}
 	ld.load.Add(load)
 	h.mu.Lock()
 	if i, ok := h.pos[ld]; ok {

@@ -20,11 +20,14 @@ type P2CSettings struct {
 	Decay time.Duration `yaml:"decay"`
 }
 
-// p2cEndpoint is p2c's state for one target, kept across snapshots.
+// p2cEndpoint is p2c's state for one target, kept across snapshots. It
+// fills a cache line: picks on different targets write their own states,
+// and small neighbours would share a line.
 type p2cEndpoint struct {
 	peak     atomic.Int64 // peak EWMA of latency, ns
 	peakAt   atomic.Int64 // clock of the last peak update
 	lastPick atomic.Int64 // the picker's pick count at this target's last pick
+	_        [40]byte
 }
 
 func newP2C(set Settings) (Strategy, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,8 +40,8 @@ type Observer interface {
 }
 
 // Tracker is implemented by pickers that follow the load on each endpoint
-// as picks start and end (least_loaded's heap, bounded_hash's total) but
-// need no latency: no clock is read for them. Started is called once a
+// as picks start and end (least_loaded's heap) but need no latency: no
+// clock is read for them. Started is called once a
 // pick holds its permit, Ended when it is done, both with the pick's load
 // units (PickInfo.Load, at least 1). Both go to the current snapshot's
 // picker, which keeps its order up to date: e may come from an older
@@ -48,6 +49,16 @@ type Observer interface {
 type Tracker interface {
 	Started(e *Endpoint, load int64)
 	Ended(e *Endpoint, load int64)
+}
+
+// InFlightCounter is implemented by pickers that need the number of their
+// strategy's picks in flight (bounded_hash's bound). The balancer adds 1
+// to the returned counter when a pick starts and takes 1 off when it ends,
+// without a call into the picker per pick. Every picker of one strategy
+// should return the same counter, kept by the strategy, since a pick may
+// end after its snapshot was replaced.
+type InFlightCounter interface {
+	InFlightCounter() *atomic.Int64
 }
 
 // KeyUser is implemented by strategies that pick by PickInfo.Key (the hash
