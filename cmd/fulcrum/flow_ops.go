@@ -22,11 +22,11 @@ func flowRegisterCmd() *cobra.Command {
 		cronCtx                                   string
 	)
 	cmd := &cobra.Command{
-		Use:     "register TYPE",
-		Short:   "Create or update a task type (fields left out take the server's defaults)",
+		Use:   "register TYPE",
+		Short: "Create or update a task type (fields left out take the server's defaults)",
 		Example: `  fulcrum flow register video --max-retry 3 --retry-interval 2s --max-processing 2m
   fulcrum flow register report --cron "0 6 * * *" --cron-stage build --cron-context '{"kind":"daily"}'`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
 				flag string
