@@ -4,13 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery/discoverytest"
@@ -99,4 +109,133 @@ func TestRegisterCommand(t *testing.T) {
 			t.Errorf("register %v succeeded", bad)
 		}
 	}
+}
+
+// TestHelperRegister is not a test: run by TestRegisterKilledUnderLoad as
+// a child process, it is `fulcrum register` with the arguments in
+// FULCRUM_REGISTER_ARGS.
+func TestHelperRegister(t *testing.T) {
+	args := os.Getenv("FULCRUM_REGISTER_ARGS")
+	if args == "" {
+		t.Skip("helper process only")
+	}
+	root := newRootCmd()
+	root.SetArgs(append([]string{"register"}, strings.Fields(args)...))
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// A `fulcrum register` process killed with SIGKILL while a gateway serves
+// its target under load: the key lapses with its lease, the target
+// drains, and no request fails.
+func TestRegisterKilledUnderLoad(t *testing.T) {
+	endpoint := discoverytest.Etcd(t)
+	prefix := discoverytest.Prefix(t)
+	var hits [2]atomic.Int64
+	var urls [2]string
+	for i := range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			io.WriteString(w, "ok")
+		}))
+		t.Cleanup(srv.Close)
+		urls[i] = srv.URL
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
+admin: {listen: "off"}
+access_log: {enabled: false}
+upstreams:
+  api:
+    retry: {attempts: 1}
+    discovery: {etcd: {endpoints: [%q], prefix: %q}}
+`, endpoint, prefix)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The registrars: real processes.
+	var procs [2]*exec.Cmd
+	for i := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRegister$")
+		cmd.Env = append(os.Environ(), "FULCRUM_REGISTER_ARGS=--etcd "+endpoint+" --prefix "+prefix+" --url "+urls[i]+" --ttl 2s")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = cmd
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Shutdown(context.Background()) })
+	count := func() int { return len(g.Upstreams()[0].Targets) }
+	testenv.Eventually(t, "both registrars' targets", func() bool { return count() == 2 })
+
+	var done, failed atomic.Int64
+	var each [4]atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	c := &http.Client{Timeout: 10 * time.Second}
+	for w := range each {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := c.Get("http://" + g.Addr() + "/")
+				if err != nil {
+					failed.Add(1)
+				} else {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != 200 {
+						failed.Add(1)
+					}
+				}
+				each[w].Add(1)
+				done.Add(1)
+			}
+		}()
+	}
+	testenv.Eventually(t, "load on both targets", func() bool { return hits[0].Load() > 50 && hits[1].Load() > 50 })
+
+	if err := procs[1].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the killed registrar's target to lapse", func() bool { return count() == 1 })
+	// Every worker finishes a request started after the change; then the
+	// dead registrar's target gets nothing while many more are served.
+	var mark [4]int64
+	for i := range each {
+		mark[i] = each[i].Load()
+	}
+	testenv.Eventually(t, "each worker past the change", func() bool {
+		for i := range each {
+			if each[i].Load() < mark[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	before, served := hits[1].Load(), done.Load()
+	testenv.Eventually(t, "200 more requests", func() bool { return done.Load() >= served+200 })
+	close(stop)
+	wg.Wait()
+	if n := hits[1].Load() - before; n != 0 {
+		t.Fatalf("the lapsed target got %d requests", n)
+	}
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed", n, done.Load())
+	}
+	t.Logf("%d requests, 0 failed; registrar SIGKILLed, its target drained", done.Load())
 }
