@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -116,20 +115,16 @@ func (d *DNS) target(ip string, port, weight int) Target {
 	return Target{URL: scheme + "://" + net.JoinHostPort(ip, strconv.Itoa(port)), Weight: weight, MaxConcurrency: d.cfg.MaxConcurrency}
 }
 
-// addrs resolves a name's A and AAAA records.
+// addrs resolves a name's A and AAAA records. Either query failing fails
+// the lookup: half an answer would drain the other family's targets.
 func (d *DNS) addrs(ctx context.Context, name string) ([]string, error) {
 	var ips []string
-	var errs []error
 	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
 		rrs, _, err := d.query(ctx, name, qt)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return nil, err
 		}
 		ips = append(ips, addrsIn(rrs, name)...)
-	}
-	if len(ips) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
 	}
 	return ips, nil
 }

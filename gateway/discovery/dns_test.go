@@ -110,3 +110,21 @@ routes:
 		t.Fatalf("Check after the name appeared: %v", err)
 	}
 }
+
+// One address family failing fails the lookup: the other family's targets
+// must not drain on half an answer.
+func TestDNSHalfAnswerIsAFailure(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t, "api.test. 5 IN A 127.0.0.1", "api.test. 5 IN AAAA ::1")
+	p, err := NewDNS(dnsBlock(srv.Addr, "api.test", "A", 80), newLogDiscard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts, err := p.Lookup(t.Context()); err != nil || short(ts) != "http://127.0.0.1:80 w=1, http://[::1]:80 w=1" {
+		t.Fatalf("Lookup = %s, %v", short(ts), err)
+	}
+	srv.FailType(dns.TypeAAAA, dns.RcodeServerFailure)
+	if ts, err := p.Lookup(t.Context()); err == nil {
+		t.Fatalf("AAAA failing: Lookup = %s, want an error", short(ts))
+	}
+}

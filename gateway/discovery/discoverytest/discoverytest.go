@@ -29,6 +29,7 @@ type DNS struct {
 	mu      sync.Mutex
 	records map[string][]dns.RR // by lower-case FQDN
 	fail    int                 // rcode to answer everything with; 0 = answer
+	failT   map[uint16]int      // rcode to answer queries of a type with
 	queries int
 }
 
@@ -92,6 +93,17 @@ func (d *DNS) Fail(rcode int) {
 	d.mu.Unlock()
 }
 
+// FailType makes answers to queries of type qtype carry rcode; 0 answers
+// them normally again.
+func (d *DNS) FailType(qtype uint16, rcode int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failT == nil {
+		d.failT = map[uint16]int{}
+	}
+	d.failT[qtype] = rcode
+}
+
 // Queries returns how many queries were answered.
 func (d *DNS) Queries() int {
 	d.mu.Lock()
@@ -109,12 +121,12 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
-	if d.fail != 0 {
-		m.Rcode = d.fail
+	q := req.Question[0]
+	if rc := max(d.fail, d.failT[q.Qtype]); rc != 0 {
+		m.Rcode = rc
 		_ = w.WriteMsg(m)
 		return
 	}
-	q := req.Question[0]
 	rrs, ok := d.records[strings.ToLower(q.Name)]
 	if !ok {
 		m.Rcode = dns.RcodeNameError
