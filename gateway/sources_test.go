@@ -460,3 +460,43 @@ func TestProviderFromOptions(t *testing.T) {
 	drained(t, l, bs[0])
 	l.check(t)
 }
+
+// A discovery change keeps the state of the targets that stay: an ejected
+// target stays ejected (until its time), counters carry over.
+func TestDiscoveryChangeKeepsEjection(t *testing.T) {
+	bs := backends(t, 3)
+	list := filepath.Join(t.TempDir(), "targets.yaml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(list+".tmp", []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(list+".tmp", list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[0].url(), bs[1].url()))
+	g := start(t, base+fmt.Sprintf(`upstreams:
+  api:
+    retry: {attempts: 2, on: [connect_error, 503]}
+    health: {passive: {max_failures: 2, eject_for: 1h, max_ejected_percent: 50}}
+    discovery:
+      file: {path: %q}
+`, list))
+	c := client()
+	bs[1].status.Store(503)
+	testenv.Eventually(t, "b2 ejected", func() bool {
+		get(t, c, "http://"+g.Addr()+"/")
+		return view(t, g, "api")[bs[1].url()].Ejected
+	})
+	before := view(t, g, "api")
+	write(fmt.Sprintf("- {url: %q, weight: 2}\n- {url: %q}\n- {url: %q}\n", bs[0].url(), bs[1].url(), bs[2].url()))
+	awaitTargets(t, g, "api", "file", map[string]int{bs[0].url(): 2, bs[1].url(): 1, bs[2].url(): 1})
+	after := view(t, g, "api")
+	if b := after[bs[1].url()]; !b.Ejected || !b.EjectedUntil.Equal(*before[bs[1].url()].EjectedUntil) || b.Failures < before[bs[1].url()].Failures {
+		t.Fatalf("b2 after the change: %+v; before: %+v", b, before[bs[1].url()])
+	}
+	if a := after[bs[0].url()]; a.Requests < before[bs[0].url()].Requests {
+		t.Fatalf("b1's counters went back: %d -> %d", before[bs[0].url()].Requests, a.Requests)
+	}
+}
