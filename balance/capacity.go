@@ -39,7 +39,10 @@ import (
 //     latency, and the first pick after that probes it (park), so a dead
 //     target costs a rejection per latency, not one per rejection round
 //     trip; when a probe succeeds the limit jumps back to half of what it
-//     was before the target went down and climbs on from there.
+//     was before the target went down and climbs on from there. A retry
+//     that finds every other target at its learned limit probes one of
+//     them a permit over it (retryProbe): a caller that does not wait
+//     would answer the client with the refusal.
 //   - a target that never rejected grows by slow start (doubling per
 //     window of successes while saturated; BIC's climb towards the last
 //     ceiling once one is known) and is bounded by its latency gradient
@@ -274,6 +277,45 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			best, bestRate = e, rate
 		}
 	}
+	if best == nil && len(info.Exclude) > 0 {
+		return p.retryProbe(info)
+	}
+	return best
+}
+
+// retryProbe serves a retry (a pick that excludes the targets that just
+// refused it) that finds every other target at its learned limit: it
+// probes the one with the most learned capacity per latency, one permit
+// over its limit. A caller that does not wait (the gateway's retry) would
+// answer the client with the refusal; probing instead turns it into a
+// success when that target has permits we have not learned yet (a stage
+// that just grew them, a provider that swapped roles), and costs nothing
+// more when it has not: the probe's rejection takes the permit back off
+// (reject). Targets with configured or parked limits are not probed.
+func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
+	var best *Endpoint
+	var bc *capState
+	bestRate := -1.0
+	for j, e := range p.eps {
+		if e.t.MaxConcurrency != 0 || isExcluded(&info, e) || p.st[j].parkUntil.Load() != 0 {
+			continue
+		}
+		lat := max(p.st[j].lat.Load(), int64(time.Millisecond))
+		if rate := float64(e.Limit()) * info.Weight(e) / float64(lat); rate > bestRate {
+			best, bc, bestRate = e, p.st[j], rate
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	if bc.limit == 0 || bc.held != 0 || bc.limit >= p.cfg.max {
+		return nil
+	}
+	bc.limit++
+	bc.peak = max(bc.peak, bc.limit)
+	bc.publish(best)
 	return best
 }
 

@@ -251,6 +251,47 @@ func TestCapacityParksADeadTarget(t *testing.T) {
 	}
 }
 
+// TestCapacityRetryProbes: a retry that finds every other target at its
+// learned limit probes one of them a permit over it (a caller that does
+// not wait would otherwise answer with the refusal); the probe's
+// rejection takes the permit back off. Configured limits are not probed.
+func TestCapacityRetryProbes(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 2}, clk.Now,
+		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1}, Target{Addr: "c", Weight: 1, MaxConcurrency: 1})
+	var held []Pick
+	for range 5 {
+		held = append(held, mustPickCapacity(t, b))
+	}
+	if _, err := b.Pick(""); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("a first pick with every permit taken: %v, want ErrAtCapacity (only retries probe)", err)
+	}
+	var a *Endpoint
+	for _, p := range held {
+		if p.Addr() == "a" {
+			a = p.Endpoint()
+		}
+	}
+	p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{a}})
+	if err != nil {
+		t.Fatalf("retry excluding a: %v, want a probe of b", err)
+	}
+	if p.Addr() != "b" || limitOf(b, "b") != 3 {
+		t.Fatalf("retry went to %s, b's limit %d; want b probed at 3", p.Addr(), limitOf(b, "b"))
+	}
+	p.Report(time.Millisecond, ErrRejected)
+	if l := limitOf(b, "b"); l != 2 {
+		t.Fatalf("b's limit %d after the probe was refused, want 2", l)
+	}
+	if l := limitOf(b, "c"); l != 1 {
+		t.Fatalf("configured c's limit became %d", l)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
+
 func TestCapacityDoesNotGrowWithoutDemand(t *testing.T) {
 	// 10 clients never saturate the initial limit: nothing to learn, so the
 	// limit must not run away (the target has 500 permits; we do not know).
