@@ -28,6 +28,8 @@ func TestStrictInputNothingForwarded(t *testing.T) {
 		{"VT in target", "GET /a\vb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
 		{"ESC in target", "GET /a\x1bb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
 		{"CR in target", "GET /a\rb HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"bad escape in the path", "GET /a%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"cut escape in the path", "GET /a% HTTP/1.1\r\nHost: x\r\n\r\n", 400},
 		{"0x01 in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400},
 		{"DEL in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x7fb\r\n\r\n", 400},
 		{"NUL in a value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", 400},

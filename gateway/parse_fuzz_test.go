@@ -37,11 +37,18 @@ func FuzzParseForward(f *testing.F) {
 	}
 	cc := &clientConn{g: &Gateway{ridPrefix: "fuzz"}, ip: []byte("127.0.0.1")}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		end := bytes.Index(data, []byte("\r\n\r\n"))
-		if end < 0 {
+		// The head as the reader cuts it: up to a blank line, CRLF or
+		// bare LF.
+		var head []byte
+		if end := bytes.Index(data, []byte("\r\n\r\n")); end >= 0 {
+			head = data[:end+4]
+		}
+		if end := bytes.Index(data, []byte("\n\n")); end >= 0 && (head == nil || end+2 < len(head)) {
+			head = data[:end+2]
+		}
+		if head == nil {
 			return
 		}
-		head := data[:end+4]
 		var r h1.Request
 		if err := h1.ParseRequest(head, &r); err != nil {
 			return // refused: nothing forwarded

@@ -300,13 +300,28 @@ func parseHeaders(b []byte, hs []Header) ([]Header, error) {
 // validTarget: a request target is visible ASCII (RFC 9112 3.2); no
 // control byte, space or DEL. Bytes past ASCII pass, as nginx and
 // net/http let them.
+// In the path, a '%' starts a two-hex-digit escape (RFC 3986 2.1), as
+// net/http and nginx insist; the query is passed as it comes.
 func validTarget(b []byte) bool {
-	for _, c := range b {
+	inPath := true
+	for i, c := range b {
 		if c <= ' ' || c == 0x7f {
 			return false
 		}
+		switch {
+		case c == '?':
+			inPath = false
+		case c == '%' && inPath:
+			if i+2 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) {
+				return false
+			}
+		}
 	}
 	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // validValue: a field value is visible characters, SP, HTAB and obs-text
