@@ -28,10 +28,14 @@ import (
 //     the limit (reject): an overshoot of k answers with k rejections and
 //     lands on the last limit that fitted, and a capacity drop answers
 //     every pick sent while the old load drains, which walks the limit
-//     down to the new permits without a multiplicative cut that would
-//     overshoot below them. While the target stays full and silent the
-//     limit is held probe_interval mean latencies, then probed one permit
-//     up; a probe that draws no rejection found a permit, and the next,
+//     down to the new permits. Only when more refusals come in a row than
+//     the last raise explains, and no pick sent since the first of them
+//     got a permit (the target refuses everything new while the old load
+//     drains: its capacity fell far), is the limit halved, again each
+//     time the run doubles, so a provider that goes down draws a score
+//     of refusals instead of one per permit it had. While the target
+//     stays full and silent the limit is held probe_interval mean
+//     latencies, then probed one permit up; a probe that draws no rejection found a permit, and the next,
 //     twice as big, follows a quarter latency later (probe). The limit
 //     follows the permits as the oracle does, at the cost of one rejection
 //     per failed probe, a few per second. A target that still refuses at
@@ -205,6 +209,10 @@ type capState struct {
 	held       int64   // permits the learner holds while the target is parked (see park)
 	peak       float64 // highest limit since the last revival: where a revived target is probed back to
 	revive     bool    // unparked: the next success means the target came back
+	raised     float64 // size of the last raise: the rejections an overshoot may draw
+	run        int     // rejections since the start of runFrom's pick, with no success of a later pick
+	runFrom    int64   // start of the first refused pick of the run
+	nextCut    int     // run length at which the limit is halved
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
@@ -314,6 +322,7 @@ func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
 		return nil
 	}
 	bc.limit++
+	bc.raised = 1
 	bc.peak = max(bc.peak, bc.limit)
 	bc.publish(best)
 	return best
@@ -349,6 +358,11 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	}
 	if lat <= 0 {
 		return
+	}
+	if c.run > 0 && o.Now-lat >= c.runFrom {
+		// A pick sent after the run's first refused one got a permit:
+		// the target takes work again.
+		c.run, c.runFrom = 0, 0
 	}
 	if c.lastReject != 0 && o.Now-c.lastReject < int64(rejectMemory) {
 		c.probe(e, o, p.cfg)
@@ -401,7 +415,24 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	c.lastReject = o.Now
 	c.step, c.probeAt = 1, 0
 	c.peak = max(c.peak, c.limit)
+	if c.run == 0 {
+		c.runFrom = o.Now - int64(o.Latency)
+		c.nextCut = 4 + int(c.raised)
+	}
+	c.run++
 	l := max(cfg.min, c.limit-1)
+	if c.run >= c.nextCut {
+		// More refusals in a row than the last raise can explain, and no
+		// pick sent since the first of them got a permit: the target
+		// refuses everything new while the old load drains (its
+		// capacity fell far, or to nothing). One permit per refusal
+		// would draw one refusal per pick the drain lets through; halve
+		// instead, again each time the run doubles. An undershoot is
+		// probed back up at the quick pace.
+		l = max(cfg.min, math.Floor(c.limit/2))
+		c.nextCut = 2 * c.run
+		c.step = 2
+	}
 	if l == c.limit {
 		c.park(e, o.Now)
 		return
@@ -459,7 +490,9 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 		// from there at the quick pace; an overshoot costs a burst of
 		// fast rejections, an idle permit a whole latency of work.
 		c.revive = false
+		old := c.limit
 		c.limit = max(c.limit, math.Min(cfg.max, math.Floor(c.peak/2)))
+		c.raised = c.limit - old
 		c.peak, c.step = 0, 2
 		c.probeAt = o.Now + max(c.lat.Load(), int64(time.Millisecond))/4
 		c.publish(e)
@@ -493,6 +526,7 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 		return
 	}
 	c.limit = min(cfg.max, c.limit+c.step)
+	c.raised = c.step
 	c.peak = max(c.peak, c.limit)
 	if c.limit > c.ceiling {
 		c.ceiling = 0
