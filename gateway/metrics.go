@@ -20,6 +20,7 @@ type metrics struct {
 	waiting     *prometheus.GaugeVec
 	checks      *prometheus.CounterVec
 	ejections   *prometheus.CounterVec
+	discovery   *prometheus.CounterVec
 }
 
 func newMetrics(targets func() []*upstream) *metrics {
@@ -60,11 +61,15 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_ejections_total",
 		Help: "Passive ejections of a target (consecutive failures), by upstream and target.",
 	}, []string{"upstream", "target"})
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulcrum_gateway_discovery_updates_total",
+		Help: "Target lists from discovery sources, by upstream, source and result (applied, refused).",
+	}, []string{"upstream", "source", "result"})
 	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fulcrum_gateway_queue_waiting",
 		Help: "Requests waiting for capacity now, by upstream.",
 	}, []string{"upstream"})
-	m.reg.MustRegister(m.waiting, m.ejections, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+	m.reg.MustRegister(m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
 		&targetCollector{targets: targets},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

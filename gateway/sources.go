@@ -152,9 +152,11 @@ func (g *Gateway) discovered(name string, w *watcher, source string, ts []discov
 		err = g.applySet(u, &targetSet{source: source, targets: cts})
 	}
 	if err != nil {
+		g.metrics.discovery.WithLabelValues(name, source, "refused").Inc()
 		g.log.Error("discovery: targets refused; keeping the last ones", "upstream", name, "source", source, "err", err)
 		return
 	}
+	g.metrics.discovery.WithLabelValues(name, source, "applied").Inc()
 	g.log.Info("discovery: targets applied", "upstream", name, "source", source, "targets", len(cts))
 }
 
