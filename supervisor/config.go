@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,12 +59,13 @@ type Config struct {
 	HA        HAConfig        `yaml:"ha"`
 }
 
-// HAConfig makes several supervisors share one PostgreSQL database: one
+// HAConfig makes several supervisors share one database: one
 // leads, by a lease row with a term; the others stand by and tell workers
 // where the leader is. Admin task changes are stored there too. Empty
 // Database: the supervisor runs alone.
 type HAConfig struct {
-	// Database is a PostgreSQL URL (postgres://user@host:5432/db).
+	// Database is a PostgreSQL or MySQL/MariaDB URL
+	// (postgres://user@host:5432/db, mysql://user:pass@host:3306/db).
 	Database string `yaml:"database"`
 	// Name of the lease: supervisors of one fleet share it; several fleets
 	// may share a database under different names.
@@ -218,8 +220,8 @@ func (c *Config) Validate() error {
 		return bad("max_load_ceiling", "%d is not between 1 and %d", c.MaxLoadCeiling, maxMaxLoad)
 	}
 	if c.HA.Database != "" {
-		if !strings.HasPrefix(c.HA.Database, "postgres://") && !strings.HasPrefix(c.HA.Database, "postgresql://") {
-			return bad("ha.database", "want a postgres:// URL")
+		if u, err := url.Parse(c.HA.Database); err != nil || !slices.Contains([]string{"postgres", "postgresql", "mysql", "mariadb"}, u.Scheme) || u.Host == "" {
+			return bad("ha.database", "want a postgres:// or mysql:// URL with a host")
 		}
 		if c.HA.Name == "" {
 			return bad("ha.name", "empty")

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -141,7 +143,28 @@ func TestProcessFailoverLosesNothing(t *testing.T) {
 // leader applies them, though its source never listed the task; a standby
 // refuses them, naming the leader.
 func TestHAAdminTasksOutliveTheLeader(t *testing.T) {
-	dsn := testenv.Postgres(t)
+	for _, db := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{{"postgres", testenv.Postgres}, {"mariadb", mysqlURL}} {
+		t.Run(db.name, func(t *testing.T) { adminTasksOutlive(t, db.dsn(t)) })
+	}
+}
+
+// mysqlURL is testenv's MariaDB as the mysql:// URL ha.database takes.
+func mysqlURL(t testing.TB) string {
+	c, err := mysql.ParseDSN(testenv.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &url.URL{Scheme: "mysql", Host: c.Addr, Path: "/" + c.DBName, User: url.User(c.User)}
+	if c.Passwd != "" {
+		u.User = url.UserPassword(c.User, c.Passwd)
+	}
+	return u.String()
+}
+
+func adminTasksOutlive(t *testing.T, dsn string) {
 	name := fmt.Sprintf("admin-%d", time.Now().UnixNano())
 	start := func() *Server {
 		c := testConfig(tasks(0, 2))

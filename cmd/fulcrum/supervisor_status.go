@@ -87,13 +87,16 @@ func printStatus(w io.Writer, st *supervisor.Status) error {
 	fmt.Fprintf(w, "sink %s: offered %d, published %d, dropped %d, pending %d\n",
 		st.Sink.Type, st.Sink.Offered, st.Sink.Published, st.Sink.Dropped, st.Sink.Pending)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tCONNECTED\tLOAD\tMAX LOAD\tFREE")
+	fmt.Fprintln(tw, "WORKER\tCONNECTED\tLOAD\tMAX LOAD\tFREE\t")
 	for _, wk := range st.Workers {
-		conn := "no"
+		conn, note := "no", ""
 		if wk.Connected {
 			conn = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", wk.ID, conn, wk.Load, wk.MaxLoad, wk.Free)
+		if wk.Draining {
+			note = "draining"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", wk.ID, conn, wk.Load, wk.MaxLoad, wk.Free, note)
 	}
 	return tw.Flush()
 }

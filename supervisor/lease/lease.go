@@ -1,22 +1,26 @@
-// Package lease lets several supervisors share one PostgreSQL database so
-// that one of them leads: a lease row per fleet with a holder, the leader's
-// worker URL, a term and an expiry on the database's clock. Leadership is
-// taken only when the row has expired, and taking it increments the term;
-// the leader renews it well before it expires and trusts itself only for
-// less than the lease from the start of its last successful renewal
-// (River's leader election is the model). The admin task changes of the
-// fleet are stored beside it, written only by the holder of the current term.
+// Package lease lets several supervisors share one database (PostgreSQL or
+// MySQL/MariaDB) so that one of them leads: a lease row per fleet with a
+// holder, the leader's worker URL, a term and an expiry on the database's
+// clock. Leadership is taken only when the row has expired, and taking it
+// increments the term; the leader renews it well before it expires and
+// trusts itself only for less than the lease from the start of its last
+// successful renewal (River's leader election is the model). The admin task
+// changes of the fleet are stored beside it, written only by the holder of
+// the current term.
 package lease
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
@@ -24,106 +28,205 @@ import (
 // ErrNotLeader is returned by writes from a supervisor whose term is over.
 var ErrNotLeader = errors.New("lease: not the leader (term over)")
 
-const schema = `
-CREATE TABLE IF NOT EXISTS fulcrum_supervisor_lease (
-	name       text PRIMARY KEY,
-	holder     text NOT NULL,
-	url        text NOT NULL,
-	term       bigint NOT NULL,
-	expires_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
-	name    text NOT NULL,
-	task_id text NOT NULL,
-	spec    jsonb,
-	removed boolean NOT NULL,
-	PRIMARY KEY (name, task_id)
-);`
+// dialect holds what differs between the engines; statements use ? and are
+// rewritten to $n for PostgreSQL.
+type dialect struct {
+	driver  string
+	schema  []string
+	now     string // the database's clock
+	plus    string // now plus ? microseconds
+	share   string // lock a row for reading
+	upsert  string // store one task change: name, task_id, spec, removed
+	numbers bool   // placeholders are $1, $2…
+}
+
+var postgres = dialect{
+	driver: "pgx",
+	schema: []string{
+		`SELECT pg_advisory_xact_lock(7300730073)`, // CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_lease (
+			name text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
+			term bigint NOT NULL, expires_at timestamptz NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
+			name text NOT NULL, task_id text NOT NULL, spec text, removed boolean NOT NULL,
+			PRIMARY KEY (name, task_id))`,
+	},
+	now:   `now()`,
+	plus:  `now() + ? * interval '1 microsecond'`,
+	share: `FOR SHARE`,
+	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name, task_id) DO UPDATE SET spec = EXCLUDED.spec, removed = EXCLUDED.removed`,
+	numbers: true,
+}
+
+var mariadb = dialect{
+	driver: "mysql",
+	schema: []string{
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_lease (
+			name varchar(255) PRIMARY KEY, holder varchar(255) NOT NULL, url text NOT NULL,
+			term bigint NOT NULL, expires_at datetime(6) NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
+			name varchar(255) NOT NULL, task_id varchar(255) NOT NULL, spec longtext, removed boolean NOT NULL,
+			PRIMARY KEY (name, task_id))`,
+	},
+	now:   `NOW(6)`,
+	plus:  `NOW(6) + INTERVAL ? MICROSECOND`,
+	share: `LOCK IN SHARE MODE`,
+	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
+		ON DUPLICATE KEY UPDATE spec = VALUES(spec), removed = VALUES(removed)`,
+}
+
+// q rewrites ? placeholders for the dialect and fills NOW and PLUS.
+func (d *dialect) q(s string) string {
+	s = strings.ReplaceAll(s, "NOW", d.now) // before PLUS, which may hold the dialect's NOW(6)
+	s = strings.ReplaceAll(s, "PLUS", d.plus)
+	s = strings.ReplaceAll(s, "SHARE", d.share)
+	if !d.numbers {
+		return s
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
 // Lease is one supervisor's handle on its fleet's lease row.
 type Lease struct {
-	db           *pgxpool.Pool
+	db           *sql.DB
+	d            *dialect
 	name, holder string
 	url          string
 	ttl          time.Duration
 }
 
-// Open connects to dsn and creates the tables if they do not exist. name is
-// the fleet's lease, holder this process (unique), url its worker URL.
+// Open connects to the database at dsn (postgres://… or mysql://…) and
+// creates the tables if they do not exist. name is the fleet's lease,
+// holder this process (unique), url its worker URL.
 func Open(ctx context.Context, dsn, name, holder, url string, ttl time.Duration) (*Lease, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	d, driverDSN, err := parseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("ha.database: %w", err)
 	}
-	cfg.MaxConns = 4
-	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err := sql.Open(d.driver, driverDSN)
 	if err != nil {
 		return nil, fmt.Errorf("ha.database: %w", err)
 	}
-	// Several supervisors starting at once would race on CREATE TABLE IF
-	// NOT EXISTS (it is not atomic in PostgreSQL): serialise with an
-	// advisory lock.
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7300730073)`); err != nil {
-			return err
+	db.SetMaxOpenConns(4)
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
+		for _, s := range d.schema {
+			if _, err := tx.ExecContext(ctx, s); err != nil {
+				return err
+			}
 		}
-		_, err := tx.Exec(ctx, schema)
-		return err
+		return nil
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("ha.database: create tables: %w", err)
 	}
-	return &Lease{db: db, name: name, holder: holder, url: url, ttl: ttl}, nil
+	return &Lease{db: db, d: d, name: name, holder: holder, url: url, ttl: ttl}, nil
+}
+
+// parseDSN picks the dialect by scheme; a mysql:// URL becomes the driver's
+// DSN (user:pass@tcp(host:port)/db).
+func parseDSN(dsn string) (*dialect, string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		return &postgres, dsn, nil
+	case "mysql", "mariadb":
+		c := mysql.NewConfig()
+		c.User = u.User.Username()
+		c.Passwd, _ = u.User.Password()
+		c.Net, c.Addr = "tcp", u.Host
+		if u.Port() == "" {
+			c.Addr = u.Host + ":3306"
+		}
+		c.DBName = strings.TrimPrefix(u.Path, "/")
+		c.ParseTime = true
+		return &mariadb, c.FormatDSN(), nil
+	}
+	return nil, "", fmt.Errorf("scheme %q: want postgres:// or mysql://", u.Scheme)
+}
+
+func inTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // Close closes the connections.
 func (l *Lease) Close() { l.db.Close() }
 
-// TTL is the lease's length.
-func (l *Lease) TTL() time.Duration { return l.ttl }
-
 // Acquire takes the lease if it is free or expired (incrementing the term)
 // and reports the term and whether this process now leads; otherwise it
 // reports the current leader's URL and term.
 func (l *Lease) Acquire(ctx context.Context) (term uint64, leading bool, leaderURL string, err error) {
-	var t int64
-	err = l.db.QueryRow(ctx, `
-		INSERT INTO fulcrum_supervisor_lease AS l (name, holder, url, term, expires_at)
-		VALUES ($1, $2, $3, 1, now() + $4 * interval '1 microsecond')
-		ON CONFLICT (name) DO UPDATE
-			SET holder = EXCLUDED.holder, url = EXCLUDED.url, term = l.term + 1, expires_at = EXCLUDED.expires_at
-			WHERE l.expires_at < now()
-		RETURNING term`, l.name, l.holder, l.url, l.ttl.Microseconds()).Scan(&t)
-	if err == nil {
-		return uint64(t), true, l.url, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	us := l.ttl.Microseconds()
+	err = inTx(ctx, l.db, func(tx *sql.Tx) error {
+		var t int64
+		var live bool
+		err := tx.QueryRowContext(ctx, l.d.q(`SELECT term, url, expires_at > NOW FROM fulcrum_supervisor_lease WHERE name = ? FOR UPDATE`),
+			l.name).Scan(&t, &leaderURL, &live)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			// A concurrent insert makes this fail on the key: not leading
+			// this time, the next try sees the row.
+			_, err = tx.ExecContext(ctx, l.d.q(`INSERT INTO fulcrum_supervisor_lease (name, holder, url, term, expires_at) VALUES (?, ?, ?, 1, PLUS)`),
+				l.name, l.holder, l.url, us)
+			term, leading, leaderURL = 1, err == nil, l.url
+			return err
+		case err != nil:
+			return err
+		case live:
+			term = uint64(t)
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, l.d.q(`UPDATE fulcrum_supervisor_lease SET holder = ?, url = ?, term = term + 1, expires_at = PLUS WHERE name = ?`),
+			l.holder, l.url, us, l.name)
+		term, leading, leaderURL = uint64(t+1), err == nil, l.url
+		return err
+	})
+	if err != nil {
 		return 0, false, "", err
 	}
-	err = l.db.QueryRow(ctx, `SELECT term, url FROM fulcrum_supervisor_lease WHERE name = $1`, l.name).Scan(&t, &leaderURL)
-	return uint64(t), false, leaderURL, err
+	return term, leading, leaderURL, nil
 }
 
 // Renew extends the lease of term; false (and no error) when the term is
 // over: another supervisor took the lease.
 func (l *Lease) Renew(ctx context.Context, term uint64) (bool, error) {
-	tag, err := l.db.Exec(ctx, `
-		UPDATE fulcrum_supervisor_lease SET expires_at = now() + $4 * interval '1 microsecond'
-		WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at > now()`,
-		l.name, l.holder, int64(term), l.ttl.Microseconds())
+	res, err := l.db.ExecContext(ctx, l.d.q(`UPDATE fulcrum_supervisor_lease SET expires_at = PLUS
+		WHERE name = ? AND holder = ? AND term = ? AND expires_at > NOW`),
+		l.ttl.Microseconds(), l.name, l.holder, int64(term))
 	if err != nil {
 		return false, err
 	}
-	return tag.RowsAffected() == 1, nil
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // Release ends term at once (a clean shutdown), so a standby need not wait
 // for the lease to expire.
 func (l *Lease) Release(ctx context.Context, term uint64) error {
-	_, err := l.db.Exec(ctx, `
-		UPDATE fulcrum_supervisor_lease SET expires_at = now() - interval '1 microsecond'
-		WHERE name = $1 AND holder = $2 AND term = $3`, l.name, l.holder, int64(term))
+	_, err := l.db.ExecContext(ctx, l.d.q(`UPDATE fulcrum_supervisor_lease SET expires_at = PLUS
+		WHERE name = ? AND holder = ? AND term = ?`), -1, l.name, l.holder, int64(term))
 	return err
 }
 
@@ -131,32 +234,37 @@ func (l *Lease) Release(ctx context.Context, term uint64) error {
 // kept as removed), in one transaction that only commits while term still
 // holds the lease: a deposed leader cannot overwrite its successor's.
 func (l *Lease) SaveTasks(ctx context.Context, term uint64, add []protocol.Task, remove []string) error {
-	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
-		var ok bool
-		err := tx.QueryRow(ctx, `
-			SELECT true FROM fulcrum_supervisor_lease
-			WHERE name = $1 AND holder = $2 AND term = $3 AND expires_at > now() FOR SHARE`,
-			l.name, l.holder, int64(term)).Scan(&ok)
-		if errors.Is(err, pgx.ErrNoRows) {
+	return inTx(ctx, l.db, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, l.d.q(`SELECT 1 FROM fulcrum_supervisor_lease
+			WHERE name = ? AND holder = ? AND term = ? AND expires_at > NOW SHARE`),
+			l.name, l.holder, int64(term)).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotLeader
 		}
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
+		stmt, err := tx.PrepareContext(ctx, l.d.q(l.d.upsert))
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
 		for _, t := range add {
 			var spec any
 			if len(t.Spec) > 0 {
 				spec = string(t.Spec)
 			}
-			b.Queue(`INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES ($1, $2, $3::jsonb, false)
-				ON CONFLICT (name, task_id) DO UPDATE SET spec = EXCLUDED.spec, removed = false`, l.name, t.TaskID, spec)
+			if _, err := stmt.ExecContext(ctx, l.name, t.TaskID, spec, false); err != nil {
+				return err
+			}
 		}
 		for _, id := range remove {
-			b.Queue(`INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES ($1, $2, NULL, true)
-				ON CONFLICT (name, task_id) DO UPDATE SET spec = NULL, removed = true`, l.name, id)
+			if _, err := stmt.ExecContext(ctx, l.name, id, nil, true); err != nil {
+				return err
+			}
 		}
-		return tx.SendBatch(ctx, b).Close()
+		return nil
 	})
 }
 
@@ -166,24 +274,43 @@ func (l *Lease) ForgetTasks(ctx context.Context, term uint64, ids []string) erro
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := l.db.Exec(ctx, `
-		DELETE FROM fulcrum_supervisor_tasks t USING fulcrum_supervisor_lease l
-		WHERE t.name = $1 AND t.task_id = ANY($4) AND l.name = $1 AND l.holder = $2 AND l.term = $3`,
-		l.name, l.holder, int64(term), ids)
-	return err
+	return inTx(ctx, l.db, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, l.d.q(`SELECT 1 FROM fulcrum_supervisor_lease
+			WHERE name = ? AND holder = ? AND term = ? SHARE`), l.name, l.holder, int64(term)).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotLeader
+		}
+		if err != nil {
+			return err
+		}
+		for len(ids) > 0 {
+			n := min(len(ids), 500)
+			args := []any{l.name}
+			for _, id := range ids[:n] {
+				args = append(args, id)
+			}
+			in := strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+			if _, err := tx.ExecContext(ctx, l.d.q(`DELETE FROM fulcrum_supervisor_tasks WHERE name = ? AND task_id IN (`+in+`)`), args...); err != nil {
+				return err
+			}
+			ids = ids[n:]
+		}
+		return nil
+	})
 }
 
 // LoadTasks returns the stored admin changes: tasks added (with specs) and
 // ids removed, in task id order.
 func (l *Lease) LoadTasks(ctx context.Context) (add []protocol.Task, remove []string, err error) {
-	rows, err := l.db.Query(ctx, `SELECT task_id, spec::text, removed FROM fulcrum_supervisor_tasks WHERE name = $1 ORDER BY task_id`, l.name)
+	rows, err := l.db.QueryContext(ctx, l.d.q(`SELECT task_id, spec, removed FROM fulcrum_supervisor_tasks WHERE name = ? ORDER BY task_id`), l.name)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var spec *string
+		var spec sql.NullString
 		var removed bool
 		if err := rows.Scan(&id, &spec, &removed); err != nil {
 			return nil, nil, err
@@ -193,8 +320,8 @@ func (l *Lease) LoadTasks(ctx context.Context) (add []protocol.Task, remove []st
 			continue
 		}
 		t := protocol.Task{TaskID: id}
-		if spec != nil {
-			t.Spec = json.RawMessage(*spec)
+		if spec.Valid {
+			t.Spec = json.RawMessage(spec.String)
 		}
 		add = append(add, t)
 	}

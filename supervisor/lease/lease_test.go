@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
-func open(t *testing.T, name, holder string, ttl time.Duration) *Lease {
+func open(t *testing.T, dsn, name, holder string, ttl time.Duration) *Lease {
 	t.Helper()
-	l, err := Open(context.Background(), testenv.Postgres(t), name, holder, "ws://"+holder+"/ws", ttl)
+	l, err := Open(context.Background(), dsn, name, holder, "ws://"+holder+"/ws", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,14 +26,36 @@ func open(t *testing.T, name, holder string, ttl time.Duration) *Lease {
 	return l
 }
 
+// mysqlURL is testenv's MariaDB as the mysql:// URL the config takes.
+func mysqlURL(t testing.TB) string {
+	c, err := mysql.ParseDSN(testenv.MySQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &url.URL{Scheme: "mysql", Host: c.Addr, Path: "/" + c.DBName, User: url.UserPassword(c.User, c.Passwd)}
+	if c.Passwd == "" {
+		u.User = url.User(c.User)
+	}
+	return u.String()
+}
+
 // One leads; the other sees where; when the leader stops renewing, the
 // other takes over with the next term, and the old term can neither renew
-// nor write tasks.
+// nor write tasks. On PostgreSQL and on MariaDB.
 func TestLeaseTakeoverAndFencing(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{{"postgres", testenv.Postgres}, {"mariadb", mysqlURL}} {
+		t.Run(db.name, func(t *testing.T) { takeover(t, db.dsn(t)) })
+	}
+}
+
+func takeover(t *testing.T, dsn string) {
 	ctx := context.Background()
 	name := fmt.Sprintf("test-%d", time.Now().UnixNano())
-	a := open(t, name, "a", 300*time.Millisecond)
-	b := open(t, name, "b", 300*time.Millisecond)
+	a := open(t, dsn, name, "a", 300*time.Millisecond)
+	b := open(t, dsn, name, "b", 300*time.Millisecond)
 
 	ta, ok, _, err := a.Acquire(ctx)
 	if err != nil || !ok {
@@ -44,6 +69,9 @@ func TestLeaseTakeoverAndFencing(t *testing.T) {
 	}
 	if err := a.SaveTasks(ctx, ta, []protocol.Task{{TaskID: "x", Spec: json.RawMessage(`{"u":1}`)}}, []string{"y"}); err != nil {
 		t.Fatal(err)
+	}
+	if add, remove, err := b.LoadTasks(ctx); err != nil || len(add) != 1 || string(add[0].Spec) != `{"u":1}` || !slices.Equal(remove, []string{"y"}) {
+		t.Fatalf("LoadTasks = %v %v %v, want x with its spec, y removed", add, remove, err)
 	}
 
 	var tb uint64
