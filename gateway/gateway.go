@@ -33,6 +33,9 @@ type Options struct {
 	// Providers are discovery sources written in Go, by name, for the
 	// upstreams whose config says discovery: {provider: NAME}.
 	Providers map[string]discovery.Provider
+	// Clock, when set, replaces time.Now for the balancers' warm-up and
+	// ejection timing (tests).
+	Clock func() time.Time
 }
 
 // Gateway is a running reverse proxy. Build it with New, start it with

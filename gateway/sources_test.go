@@ -509,3 +509,68 @@ func TestDiscoveryChangeKeepsEjection(t *testing.T) {
 		t.Fatalf("b1's counters went back: %d -> %d", before[bs[0].url()].Requests, a.Requests)
 	}
 }
+
+// fakeClock is a settable clock for the balancers' warm-up.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// Warm-up counts from the start time a provider registered in etcd, not
+// from when the gateway saw it; a later start time (the provider
+// restarted) starts it over; a registration without one counts from first
+// sight. Under a fake clock, so the effective weights are exact.
+func TestEtcdWarmupFromRegisteredStart(t *testing.T) {
+	bs := backends(t, 2)
+	endpoint := discoverytest.Etcd(t)
+	prefix := discoverytest.Prefix(t)
+	cli, err := discovery.NewEtcdClient(config.EtcdDiscovery{Endpoints: []string{endpoint}, DialTimeout: config.Duration(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	clk := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	put := func(b *backend, started time.Time) {
+		t.Helper()
+		v := fmt.Sprintf(`{"url": %q, "weight": 10}`, b.url())
+		if !started.IsZero() {
+			v = fmt.Sprintf(`{"url": %q, "weight": 10, "started_at": %q}`, b.url(), started.Format(time.RFC3339Nano))
+		}
+		if _, err := cli.Put(t.Context(), prefix+b.addr, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(bs[0], clk.Now().Add(-30*time.Second))
+	cfg, err := config.Parse([]byte(base + fmt.Sprintf("upstreams:\n  api:\n    discovery:\n      warmup: 60s\n      etcd: {endpoints: [%q], prefix: %q}\n", endpoint, prefix)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startCfg(t, cfg, gateway.Options{Logger: quietLog(), Clock: clk.Now})
+	weights := func() (a, b int) {
+		v := view(t, g, "api")
+		return v[bs[0].url()].EffectiveWeight, v[bs[1].url()].EffectiveWeight
+	}
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 10})
+	if a, _ := weights(); a != 5 {
+		t.Fatalf("started 30s before a 60s window: effective weight %d, want 5", a)
+	}
+
+	put(bs[1], time.Time{}) // no start time: from first sight
+	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 10, bs[1].url(): 10})
+	clk.Advance(18 * time.Second)
+	if a, b := weights(); a != 8 || b != 3 {
+		t.Fatalf("18s on: effective weights %d and %d, want 8 (48s into 60s) and 3 (18s in)", a, b)
+	}
+
+	// b1 restarted 6s ago: its registration says so, and it warms again.
+	put(bs[0], clk.Now().Add(-6*time.Second))
+	testenv.Eventually(t, "b1's warm-up to start over", func() bool { a, _ := weights(); return a == 1 })
+	clk.Advance(time.Minute)
+	if a, b := weights(); a != 10 || b != 10 {
+		t.Fatalf("a minute on: effective weights %d and %d, want 10 and 10", a, b)
+	}
+}

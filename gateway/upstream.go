@@ -110,7 +110,9 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 			}
 		}
 		if u.bal == nil {
-			b, err := balance.New(uc.Strategy, balanceOptions(uc))
+			o := balanceOptions(uc)
+			o.Clock = g.opts.Clock
+			b, err := balance.New(uc.Strategy, o)
 			if err != nil {
 				return nil, fmt.Errorf("upstreams.%s: %w", name, err)
 			}
