@@ -791,3 +791,46 @@ func TestAdminIndexStatusAndTokenRule(t *testing.T) {
 		t.Fatalf("off loopback without a token: %v, want a token error", err)
 	}
 }
+
+// The fragmentation case over real sockets: 4 workers x 10 for 20 rooms x
+// k=2, the only free slots on the worker that holds the 20th room. One
+// holding moves and the deficit reaches 0; POST /rebalance then has nothing
+// left to heal.
+func TestFragmentedDeficitHealsOverRealSockets(t *testing.T) {
+	c := testConfig(tasks(0, 19))
+	c.Redundancy = 2
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		ml := 10
+		if id == "d" {
+			ml = 8
+		}
+		ws[id] = dialWorker(t, s, id, ml)
+	}
+	eventually(t, "19 rooms on 2 workers each, everyone full", func() bool { return settled(t, s, ws, 2) })
+	ws["d"].mu.Lock()
+	ws["d"].maxLoad = 10 // two free slots, both on d
+	ws["d"].mu.Unlock()
+	eventually(t, "d's new max load seen", func() bool {
+		var r struct{ Workers []WorkerView }
+		admin(t, s, "GET", "/workers", "", &r)
+		for _, w := range r.Workers {
+			if w.ID == "d" {
+				return w.MaxLoad == 10
+			}
+		}
+		return false
+	})
+	if code := admin(t, s, "POST", "/tasks", `{"add":[{"task_id":"room-00019"}]}`, nil); code != 200 {
+		t.Fatalf("POST /tasks: %d", code)
+	}
+	eventually(t, "20 rooms on 2 workers each", func() bool { return settled(t, s, ws, 2) })
+	if d := getTasks(t, s).Deficit; d.Tasks != 0 || d.Holders != 0 {
+		t.Fatalf("deficit %+v, want 0", d)
+	}
+	var rb struct{ Moved int }
+	if code := admin(t, s, "POST", "/rebalance", "", &rb); code != 200 || rb.Moved != 0 {
+		t.Fatalf("POST /rebalance: %d, moved %d; want 200 and nothing to move", code, rb.Moved)
+	}
+}
