@@ -13,7 +13,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-var seedTimings = Timings{
+var defaultTimings = Timings{
 	Warmup: 30 * time.Second, WorkerTimeout: 30 * time.Second, TaskTimeout: 30 * time.Second,
 	Tick: time.Second, QueryInterval: 30 * time.Minute, QueryRetry: 10 * time.Second,
 }
@@ -38,7 +38,7 @@ type sim struct {
 
 func newSim(t *testing.T, start time.Time, k int, source []protocol.Task) *sim {
 	t.Helper()
-	c, err := NewCore(seedTimings, k, start)
+	c, err := NewCore(defaultTimings, k, start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func (s *sim) settle() {
 
 // step advances one tick: due reports, then the wheel.
 func (s *sim) step() {
-	s.now = s.now.Add(seedTimings.Tick)
+	s.now = s.now.Add(defaultTimings.Tick)
 	for _, id := range keys(s.alive) {
 		if s.alive[id] && s.now.Sub(t0.Add(s.offset[id]))%s.reportEvery == 0 {
 			s.report(id, false)
@@ -137,7 +137,7 @@ func TestCoreFailedFirstQueryKeepsWarmingAndRetries(t *testing.T) {
 		t.Fatalf("phase %v, query errors %d", s.core.Phase(), s.core.QueryErrors)
 	}
 	s.sourceErr = nil
-	s.run(seedTimings.QueryRetry)
+	s.run(defaultTimings.QueryRetry)
 	if s.core.Phase() != Running {
 		t.Fatalf("not running after the retry succeeded")
 	}
@@ -170,8 +170,8 @@ func TestCoreDeadWorkersReassignedWithinTimeoutPlusTick(t *testing.T) {
 		s.check(true) // every task on k live workers after every event
 	}
 	for _, id := range dead {
-		limit := s.lastMsg[id].Add(seedTimings.WorkerTimeout + seedTimings.Tick)
-		if at, ok := gone[id]; !ok || at.After(limit) || at.Before(s.lastMsg[id].Add(seedTimings.WorkerTimeout)) {
+		limit := s.lastMsg[id].Add(defaultTimings.WorkerTimeout + defaultTimings.Tick)
+		if at, ok := gone[id]; !ok || at.After(limit) || at.Before(s.lastMsg[id].Add(defaultTimings.WorkerTimeout)) {
 			t.Errorf("%s: last message %v, removed at %v (ok=%v), want within (timeout, timeout+tick]", id,
 				s.lastMsg[id].Sub(t0), at.Sub(t0), ok)
 		}
@@ -209,7 +209,7 @@ func TestCoreSilentTaskMoves(t *testing.T) {
 		s.step()
 	}
 	// Its last sign of life was the last report before silentSince.
-	if d := s.now.Sub(silentSince); d > seedTimings.TaskTimeout+s.reportEvery+seedTimings.Tick {
+	if d := s.now.Sub(silentSince); d > defaultTimings.TaskTimeout+s.reportEvery+defaultTimings.Tick {
 		t.Fatalf("moved %v after going silent", d)
 	}
 	s.check(true)
@@ -267,7 +267,7 @@ func TestCoreQueryDiff(t *testing.T) {
 	s.core.AdminTasks(tasks(50, 1), []string{"room-00001"})
 	s.settle()
 	s.source = append(tasks(2, 3), tasks(10, 1)...) // 0 and 1 gone, 10 new
-	s.run(seedTimings.QueryInterval)
+	s.run(defaultTimings.QueryInterval)
 	got := slices.Sorted(slices.Values(s.core.Engine().TaskIDs()))
 	want := []string{"room-00002", "room-00003", "room-00004", "room-00010", "room-00050"}
 	if !slices.Equal(got, want) {
@@ -289,7 +289,7 @@ func TestCoreAllRoomsSilentAtOnce(t *testing.T) {
 	s.check(true)
 	before := snap(s.core.Engine())
 	s.allSilent = true
-	for end := s.now.Add(seedTimings.TaskTimeout + s.reportEvery + seedTimings.Tick); s.now.Before(end); {
+	for end := s.now.Add(defaultTimings.TaskTimeout + s.reportEvery + defaultTimings.Tick); s.now.Before(end); {
 		s.step()
 		s.check(true)
 	}

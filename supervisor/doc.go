@@ -1,5 +1,5 @@
-// Package supervisor keeps long-running tasks (sessions on live rooms, seed
-// 000) running on a fleet of workers, each task on k distinct workers.
+// Package supervisor keeps long-running tasks (sessions watching live rooms,
+// say) running on a fleet of workers, each task on k distinct workers.
 //
 // Data flows one way: the task source (supervisor/source) feeds the
 // lifecycle (Core: warm-up, task queries, worker and task timeouts on one

@@ -336,7 +336,8 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 	return dead, vacated
 }
 
-// Assign is the seed's assignment event. remove: tasks to end (unknown ids
+// Assign is the assignment event (a task query's diff, an admin change, the
+// end of warm-up). remove: tasks to end (unknown ids
 // are ignored); add: tasks to supervise (known ids keep their holders and
 // take the new spec); reset: every worker gets a reset instruction carrying
 // everything it should hold, and the whole assignment is rebuilt keeping

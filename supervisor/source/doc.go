@@ -1,5 +1,5 @@
-// Package source lists the tasks the supervisor should keep running: the
-// seed's "Spider". A source is a static list in the config, a YAML or JSON
+// Package source lists the tasks the supervisor should keep running (the
+// room crawler's list, say). A source is a static list in the config, a YAML or JSON
 // file, or an HTTP URL that returns the list; the supervisor calls List at the
 // end of warm-up and every query_interval and diffs the result against what it
 // runs.
