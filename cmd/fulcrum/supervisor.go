@@ -29,9 +29,14 @@ func newSupervisorCmd() *cobra.Command {
 keeps every task of its source running on k distinct workers, moves the tasks
 of dead workers, and publishes the workers' payloads once each to its sink.
 
-The token may be left out of the file and given in FULCRUM_TOKEN.
+The token may be left out of the file and given in FULCRUM_TOKEN (without
+either, only a loopback listen address is allowed).
 SIGTERM or SIGINT stop it; workers keep their sessions and reconnect to the
-next supervisor, whose warm-up lets them keep what they hold.`,
+next supervisor, whose warm-up lets them keep what they hold. With
+ha.database set, several supervisors share a PostgreSQL or MySQL database
+and one leads; the others stand by and take over when its lease lapses.
+
+  fulcrum supervisor status     workers, loads, deficit and sink counters`,
 		Example: "  fulcrum supervisor --config examples/supervisor/supervisor.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
