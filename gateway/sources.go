@@ -51,19 +51,24 @@ func (u *upstream) source() string {
 //     API had replaced them, in which case the admin's set stays;
 //   - discovery: the last set it had (the provider's next answer replaces
 //     it), or none for a new upstream until its provider answers.
+//
+// A kept set must still fit the upstream's scheme (a tls block added or
+// removed): otherwise it is dropped.
 func reloadSet(u, old *upstream) *targetSet {
+	var kept *targetSet
+	if old != nil {
+		if s := old.set.Load(); s != nil && checkSchemes(u, s.targets) == nil {
+			kept = s
+		}
+	}
 	if u.cfg.Discovery != nil {
-		if old != nil {
-			if s := old.set.Load(); s != nil {
-				return s
-			}
+		if kept != nil {
+			return kept
 		}
 		return &targetSet{source: u.cfg.Discovery.Kind()}
 	}
-	if old != nil && old.cfg.Discovery == nil && reflect.DeepEqual(old.cfg.Targets, u.cfg.Targets) {
-		if s := old.set.Load(); s != nil && s.source == sourceAdmin {
-			return s
-		}
+	if kept != nil && kept.source == sourceAdmin && old.cfg.Discovery == nil && reflect.DeepEqual(old.cfg.Targets, u.cfg.Targets) {
+		return kept
 	}
 	return &targetSet{source: sourceConfig, targets: u.cfg.Targets}
 }

@@ -574,3 +574,30 @@ func TestEtcdWarmupFromRegisteredStart(t *testing.T) {
 		t.Fatalf("a minute on: effective weights %d and %d, want 10 and 10", a, b)
 	}
 }
+
+// A reload that adds a tls block to a DNS upstream restarts its source,
+// and the old http targets do not carry over: until the source answers
+// (here it fails at first), the upstream has none; then https ones.
+func TestDNSDiscoveryReloadToTLS(t *testing.T) {
+	dns := discoverytest.StartDNS(t)
+	dns.Set(t, "api.test. 1 IN A 127.0.0.1")
+	dir := t.TempDir()
+	text := base + fmt.Sprintf("upstreams:\n  api:\n    discovery:\n      dns: {name: api.test, port: 8443, server: %q, refresh: 100ms}\n", dns.Addr)
+	path := writeFile(t, dir, "gw.yaml", text)
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startCfg(t, cfg, gateway.Options{ConfigPath: path, Logger: quietLog()})
+	awaitTargets(t, g, "api", "dns", map[string]int{"http://127.0.0.1:8443": 1})
+	dns.Fail(2) // SERVFAIL
+	writeFile(t, dir, "gw.yaml", strings.Replace(text, "    discovery:", "    tls: {}\n    discovery:", 1))
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if v := view(t, g, "api"); len(v) != 0 {
+		t.Fatalf("right after the reload: %+v, want no targets (the http ones do not fit)", v)
+	}
+	dns.Fail(0)
+	awaitTargets(t, g, "api", "dns", map[string]int{"https://127.0.0.1:8443": 1})
+}
