@@ -81,8 +81,8 @@ func (p *p2cPicker) draw(info *PickInfo) int {
 	return rand.IntN(len(p.eps))
 }
 
-func (p *p2cPicker) cost(i int) float64 {
-	return float64(p.st[i].peak.Load()+1) * float64(p.eps[i].InFlight()+1)
+func cost(e *Endpoint, st *p2cEndpoint) float64 {
+	return float64(st.peak.Load()+1) * float64(e.InFlight()+1)
 }
 
 func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
@@ -110,20 +110,21 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 	ua, ub := info.Usable(a), info.Usable(b)
 	switch {
 	case ua && ub:
-		if p.cost(i) > p.cost(j) {
-			i, j = j, i
+		sa, sb := p.st[i], p.st[j]
+		if cost(a, sa) > cost(b, sb) {
+			a, b, sa, sb = b, a, sb, sa
 		}
-		// Re-measure the loser j if it has not been picked in the last
+		// Re-measure the loser b if it has not been picked in the last
 		// forceAfter picks (a count, not the clock: reading the clock
 		// costs as much as the rest of the pick).
 		n := p.picks.Add(1)
-		if n-p.st[j].lastPick.Load() > p.forceAfter {
-			i = j
+		if n-sb.lastPick.Load() > p.forceAfter {
+			a, sa = b, sb
 		}
-		if last := &p.st[i].lastPick; last.Load() != n {
-			last.Store(n)
+		if sa.lastPick.Load() != n {
+			sa.lastPick.Store(n)
 		}
-		return p.eps[i]
+		return a
 	case ua:
 		return a
 	case ub:

@@ -41,11 +41,11 @@ type Observer interface {
 
 // Tracker is implemented by pickers that follow the load on each endpoint
 // as picks start and end (least_loaded's heap) but need no latency: no
-// clock is read for them. Started is called once a
-// pick holds its permit, Ended when it is done, both with the pick's load
-// units (PickInfo.Load, at least 1). Both go to the current snapshot's
-// picker, which keeps its order up to date: e may come from an older
-// snapshot, so find its state with StateOf, not e.Index().
+// clock is read for them. Started is called once a pick holds its permit,
+// Ended when it is done, both with the pick's load units (PickInfo.Load,
+// at least 1). Both go to the current snapshot's picker, which keeps its
+// order up to date: e may come from an older snapshot, so e.Index() holds
+// only for an e the picker knows as its own; StateOf finds any e's state.
 type Tracker interface {
 	Started(e *Endpoint, load int64)
 	Ended(e *Endpoint, load int64)
@@ -71,9 +71,10 @@ type KeyUser interface {
 // StateOf returns the strategy's own state for e's target, a *T made with
 // new(T) the first time. It lives as long as the target stays in the
 // balancer (across snapshots), as grpc's weighted round robin keeps an
-// endpointWeight per endpoint. One balancer runs one strategy, so each
-// strategy picks its own T; pickers look their states up once in Build
-// and index them by e.Index() on the hot path.
+// endpointWeight per endpoint. A balancer runs one strategy and a target
+// holds one state, so a strategy keeps all it needs in one T (a second
+// type would replace the first); pickers look their states up once in
+// Build and index them by e.Index() on the hot path.
 func StateOf[T any](e *Endpoint) *T {
 	if v, ok := e.Ext().(*T); ok {
 		return v
