@@ -99,5 +99,5 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 			return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
 		},
 	}
-	return &SQLStore{d: d, w: w, r: r}, nil
+	return &SQLStore{d: d, w: w, r: r, gate: make(chan struct{}, 1)}, nil
 }
