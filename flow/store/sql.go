@@ -243,29 +243,33 @@ type queries struct {
 
 func buildQueries(d *dialect, p string, redisLock bool) queries {
 	t := p + "tasks"
+	// Statuses in SQL text come from the flow constants.
+	pending, proc := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing)
+	live := sqlStatus(flow.StatusPending, flow.StatusProcessing)
+	ended := sqlStatus(flow.StatusSuccess, flow.StatusFailed, flow.StatusCancelled)
 	logCast := ""
 	if d.name == "postgres" {
 		logCast = "::text"
 	}
 	q := queries{cols: colsWith("", logCast)}
-	set := "status = 2, owner = ?, lease = ?, lease_expiry = ?, modify_time = ?, schedule_log = " + d.logExpr(flow.EventHeld)
+	set := "status = " + proc + ", owner = ?, lease = ?, lease_expiry = ?, modify_time = ?, schedule_log = " + d.logExpr(flow.EventHeld)
 	skip := " FOR UPDATE SKIP LOCKED"
 	guard := ""
 	if redisLock {
 		// The lock serialises holds; the status guard is the owner CAS that
 		// keeps a hold correct even if the lock expired mid-claim.
-		skip, guard = "", " AND status = 1"
+		skip, guard = "", " AND status = "+pending
 	}
 	// A paused type has nothing due. The check is part of the claim, so a
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
-	due := "task_type = ? AND status = 1 AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p + "task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
+	due := "task_type = ? AND status = " + pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p + "task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
 	switch d.name {
 	case "postgres":
 		tg := ""
 		if redisLock {
-			tg = " AND t.status = 1"
+			tg = " AND t.status = " + pending
 		}
 		q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + skip + ") UPDATE " + t + " t SET " + set +
 			" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", logCast)
@@ -285,7 +289,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 			" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log::jsonb, modify_time = v.mt" +
 			" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::bigint[], ?::int[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::bigint[])" +
 			" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
-			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = 1) d"
+			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + pending + ") d"
 		q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
 			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[], ?::text[]) RETURNING task_type)" +
 			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
@@ -294,22 +298,22 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id" + forUpdate
 	}
 	q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
-	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = 2"
-	q.cancel = "UPDATE " + t + " SET status = 5, owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " + d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (1, 2)"
+	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + proc
+	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " + d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + live + ")"
 	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
-	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = 1"
+	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + pending
 	rescueLock := " FOR UPDATE SKIP LOCKED"
 	if d.name == "sqlite" {
 		rescueLock = ""
 	}
-	q.rescueSel = "SELECT " + q.cols + " FROM " + t + " WHERE status = 2 AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?" + rescueLock
+	q.rescueSel = "SELECT " + q.cols + " FROM " + t + " WHERE status = " + proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?" + rescueLock
 	typeIns := "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
 		" cron, cron_stage, cron_context, cron_last, create_time, modify_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	upd := []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
 		"cron_stage", "cron_context", "modify_time"}
 	switch d.name {
 	case "mysql":
-		q.prune = "DELETE FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?"
+		q.prune = "DELETE FROM " + t + " WHERE status IN (" + ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?"
 		// Assignments apply left to right: cron_last compares the old
 		// cron before cron itself changes.
 		set := []string{"cron_last = IF(cron = VALUES(cron), cron_last, VALUES(cron_last))", "cron = VALUES(cron)"}
@@ -318,7 +322,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		}
 		q.upsertType = typeIns + " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 	default:
-		q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (3, 4, 5) AND modify_time < ? ORDER BY modify_time LIMIT ?)"
+		q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (" + ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?)"
 		set := []string{"cron_last = CASE WHEN " + p + "task_types.cron = excluded.cron THEN " + p + "task_types.cron_last ELSE excluded.cron_last END", "cron = excluded.cron"}
 		for _, c := range upd {
 			set = append(set, c+" = excluded."+c)
@@ -329,7 +333,6 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
-	live := sqlStatus(flow.StatusPending, flow.StatusProcessing)
 	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
 	if d.name == "mysql" {
 		q.insertUnique = q.insertOne + " ON DUPLICATE KEY UPDATE task_id = task_id" // no change: 0 rows affected
@@ -338,7 +341,6 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	}
 	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
-	proc := sqlStatus(flow.StatusProcessing)
 	switch d.name {
 	case "postgres":
 		q.heartbeat = "UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + p + "task_types ty" +
