@@ -58,6 +58,8 @@ type clientConn struct {
 	ip    []byte // client IP, for X-Forwarded-For and client_ip keys
 	ipStr string // made on first use by a hash key
 	req   h1.Request
+	lc    *liveConfig // the config req was routed with (parse.go)
+	up    *upstream   // req's upstream, nil when no route matched
 	res   h1.Response
 	out   []byte // the head sent upstream
 	body  []byte // a buffered request body

@@ -49,10 +49,14 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 	if r.Minor == 0 || r.Upgrade || r.Expect || r.Chunked || len(r.URI) == 0 || r.URI[0] != '/' {
 		return parseHandOff
 	}
-	if lc := cc.g.rt.Load(); lc.anyTLS {
-		if up := lc.route(r); up != nil && up.tls != nil {
-			return parseHandOff // https targets: net/http sends it (upstream_tls.go)
-		}
+	// Route here, once: the config and upstream found are the ones
+	// serveOne uses, so a reload in between cannot send a request it
+	// routed to an https upstream over the cleartext fast path.
+	cc.lc = cc.g.rt.Load()
+	cc.up = cc.lc.route(r)
+	if cc.up != nil && cc.up.tls != nil {
+		cc.lc, cc.up = nil, nil
+		return parseHandOff // https targets: net/http sends it (upstream_tls.go)
 	}
 	return parseServe
 }

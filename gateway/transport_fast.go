@@ -28,8 +28,8 @@ func (cc *clientConn) serveOne() bool {
 	g := cc.g
 	start := time.Now()
 	cc.now = time.Time{}
-	rt := g.rt.Load()
-	cfg := rt.cfg
+	cfg, up := cc.lc.cfg, cc.up // routed by parse
+	cc.lc, cc.up = nil, nil     // a pooled clientConn holds no old config
 	r := &cc.req
 	line := accessLine{start: start}
 	if g.access != nil {
@@ -37,7 +37,6 @@ func (cc *clientConn) serveOne() bool {
 	}
 	clientClose := r.Close
 	n := max(r.ContentLength, 0)
-	up := rt.route(r)
 	if up == nil {
 		cc.buildRID()
 		cc.logLine(&line, 404)

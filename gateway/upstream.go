@@ -19,7 +19,6 @@ type liveConfig struct {
 	routes []route
 	ups    map[string]*upstream
 	order  []*upstream // by name
-	anyTLS bool        // some upstream has https targets (upstream_tls.go)
 }
 
 // upstream is a named group of targets made live.
@@ -102,7 +101,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 			if err != nil {
 				return nil, fmt.Errorf("upstreams.%s.%w", name, err)
 			}
-			u.tls, rt.anyTLS = tr, true
+			u.tls = tr
 		}
 		if old != nil {
 			if ou := old.ups[name]; ou != nil && sameBalancer(ou.cfg, uc) {
