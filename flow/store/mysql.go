@@ -49,6 +49,42 @@ func myLog(event string) string {
 		"JSON_OBJECT('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
 }
 
+// myDialect is MySQL's and MariaDB's SQL.
+func myDialect() *dialect {
+	return &dialect{name: "mysql", migrations: myMigrations, logExpr: myLog, queries: myQueries,
+		retryable: func(err error) bool {
+			var me *mysql.MySQLError
+			return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
+		}}
+}
+
+// myQueries: no RETURNING (in MySQL 8), so the claim is a locking read
+// then an UPDATE of the ids it returned, in one transaction.
+func myQueries(q *queries, b qparts) {
+	t := b.t
+	skip, guard := " FOR UPDATE SKIP LOCKED", ""
+	if b.redisLock {
+		skip, guard = "", " AND status = "+b.pending
+	}
+	q.holdSel = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.due + skip
+	q.holdUpd = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (%s)" + guard
+	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id FOR UPDATE"
+	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ? FOR UPDATE SKIP LOCKED"
+	q.prune = "DELETE FROM " + t + " WHERE status IN (" + b.ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?"
+	// Assignments apply left to right: cron_last compares the old cron
+	// before cron itself changes.
+	set := []string{"cron_last = IF(cron = VALUES(cron), cron_last, VALUES(cron_last))", "cron = VALUES(cron)"}
+	for _, c := range b.typeUpd {
+		set = append(set, c+" = VALUES("+c+")")
+	}
+	q.upsertType = b.typeIns + " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	q.insertUnique = q.insertOne + " ON DUPLICATE KEY UPDATE task_id = task_id" // no change: 0 rows affected
+	q.heartbeat = "UPDATE " + t + " t JOIN " + b.p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
+		" WHERE t.owner = ? AND t.status = " + b.proc
+	q.heldBy = "SELECT task_id, lease, lease_expiry FROM " + t + " WHERE owner = ? AND status = " + b.proc
+	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id FOR UPDATE"
+}
+
 // mysqlDSN turns what follows mysql:// into the driver's DSN. Both the
 // driver's own form (user:pass@tcp(host:3306)/db?params) and a URL
 // (user:pass@host:3306/db?params) are accepted.
@@ -122,22 +158,16 @@ func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
 	}
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
-	d := &dialect{
-		name: "mysql", migrations: myMigrations, logExpr: myLog,
-		lockMig: func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
-			var got sql.NullInt64
-			if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", key).Scan(&got); err != nil {
-				return nil, err
-			}
-			if got.Int64 != 1 {
-				return nil, errors.New("GET_LOCK " + key + " timed out after 60s")
-			}
-			return func() { c.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", key) }, nil
-		},
-		retryable: func(err error) bool {
-			var me *mysql.MySQLError
-			return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
-		},
+	d := myDialect()
+	d.lockMig = func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
+		var got sql.NullInt64
+		if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", key).Scan(&got); err != nil {
+			return nil, err
+		}
+		if got.Int64 != 1 {
+			return nil, errors.New("GET_LOCK " + key + " timed out after 60s")
+		}
+		return func() { c.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", key) }, nil
 	}
 	return &SQLStore{d: d, w: db, r: db}, nil
 }

@@ -51,6 +51,57 @@ func pgLog(event string) string {
 		"jsonb_build_array(jsonb_build_object('at', ?::text, 'worker', ?::text, 'stage', task_stage, 'event', '" + event + "'::text))"
 }
 
+// pgDialect is PostgreSQL's SQL; openPostgres adds the connection's part.
+func pgDialect() *dialect {
+	return &dialect{name: "postgres", dollar: true, migrations: pgMigrations, logExpr: pgLog, logCast: "::text", queries: pgQueries,
+		retryable: func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+		}}
+}
+
+// pgQueries: one statement per batch call, arrays for batches (one
+// prepared text for any size), RETURNING, NOTIFY in the same statement.
+func pgQueries(q *queries, b qparts) {
+	t := b.t
+	skip, tg := " FOR UPDATE SKIP LOCKED", ""
+	if b.redisLock {
+		// The lock serialises holds; the status guard is the owner CAS that
+		// keeps a hold correct even if the lock expired mid-claim.
+		skip, tg = "", " AND t.status = "+b.pending
+	}
+	q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + skip + ") UPDATE " + t + " t SET " + b.set +
+		" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", "::text")
+	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
+	q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
+		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log::jsonb, modify_time = v.mt" +
+		" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::bigint[], ?::int[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::bigint[])" +
+		" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
+		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + b.pending + ") d"
+	q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
+		" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[], ?::text[]) RETURNING task_type)" +
+		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
+	q.setFast = pgSetFast(t)
+	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ? FOR UPDATE SKIP LOCKED"
+	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (" + b.ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?)"
+	q.upsertType = upsertExcluded(b)
+	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
+	q.heartbeat = "UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + b.p + "task_types ty" +
+		" WHERE ty.task_type = t.task_type AND t.owner = ? AND t.status = " + b.proc + " RETURNING t.task_id, t.lease, t.lease_expiry"
+	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id FOR UPDATE"
+}
+
+// upsertExcluded is register_task's upsert for PostgreSQL and SQLite.
+// cron_last restarts only when the cron changes.
+func upsertExcluded(b qparts) string {
+	tt := b.p + "task_types"
+	set := []string{"cron_last = CASE WHEN " + tt + ".cron = excluded.cron THEN " + tt + ".cron_last ELSE excluded.cron_last END", "cron = excluded.cron"}
+	for _, c := range b.typeUpd {
+		set = append(set, c+" = excluded."+c)
+	}
+	return b.typeIns + " ON CONFLICT (task_type) DO UPDATE SET " + strings.Join(set, ", ")
+}
+
 // channel is the LISTEN/NOTIFY channel of a table prefix.
 func (d *dialect) channel(prefix string) string { return "fulcrum_flow_" + prefix }
 
@@ -68,20 +119,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*SQLStore, err
 	}
 	var id [6]byte
 	rand.Read(id[:])
-	d := &dialect{
-		name: "postgres", dollar: true, migrations: pgMigrations, logExpr: pgLog, notify: true,
-		instance: hex.EncodeToString(id[:]),
-		lockMig: func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
-			if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
-				return nil, err
-			}
-			return func() { c.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }, nil
-		},
-		retryable: func(err error) bool {
-			var pe *pgconn.PgError
-			return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
-		},
-		start: startListen,
+	d := pgDialect()
+	d.notify, d.instance, d.start = true, hex.EncodeToString(id[:]), startListen
+	d.lockMig = func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
+		if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+			return nil, err
+		}
+		return func() { c.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }, nil
 	}
 	return &SQLStore{d: d, w: db, r: db}, nil
 }

@@ -183,6 +183,8 @@ type dialect struct {
 	start      func(s *SQLStore, dsn string) error // background work after migrate (PG: LISTEN)
 	notify     bool                                // PG: NOTIFY in writes
 	instance   string                              // PG: this store's id in NOTIFY payloads
+	logCast    string                              // PG: ::text, to read the jsonb log as text
+	queries    func(q *queries, b qparts)          // adds the dialect's own queries
 }
 
 // rebind turns ? into $1, $2, ... for PostgreSQL.
@@ -241,126 +243,57 @@ type queries struct {
 	heartbeat, heldBy, workerSel                                string
 }
 
+// qparts are the pieces every dialect's queries are built from.
+type qparts struct {
+	t, p      string // tasks table, table prefix
+	cols      string // the task columns as selected (the log cast to text on PostgreSQL)
+	set, due  string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
+	redisLock bool   // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
+	// statuses rendered from the flow constants
+	pending, proc, live, ended string
+	// register_task's insert and the columns an update of the type sets
+	typeIns string
+	typeUpd []string
+}
+
+// buildQueries makes the queries every dialect shares here and has the
+// dialect (postgres.go, mysql.go, sqlite.go) add its own.
 func buildQueries(d *dialect, p string, redisLock bool) queries {
 	t := p + "tasks"
-	// Statuses in SQL text come from the flow constants.
-	pending, proc := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing)
-	live := sqlStatus(flow.StatusPending, flow.StatusProcessing)
-	ended := sqlStatus(flow.StatusSuccess, flow.StatusFailed, flow.StatusCancelled)
-	logCast := ""
-	if d.name == "postgres" {
-		logCast = "::text"
-	}
-	q := queries{cols: colsWith("", logCast)}
-	set := "status = " + proc + ", owner = ?, lease = ?, lease_expiry = ?, modify_time = ?, schedule_log = " + d.logExpr(flow.EventHeld)
-	skip := " FOR UPDATE SKIP LOCKED"
-	guard := ""
-	if redisLock {
-		// The lock serialises holds; the status guard is the owner CAS that
-		// keeps a hold correct even if the lock expired mid-claim.
-		skip, guard = "", " AND status = "+pending
-	}
+	b := qparts{t: t, p: p, cols: colsWith("", d.logCast), redisLock: redisLock,
+		pending: sqlStatus(flow.StatusPending), proc: sqlStatus(flow.StatusProcessing),
+		live:  sqlStatus(flow.StatusPending, flow.StatusProcessing),
+		ended: sqlStatus(flow.StatusSuccess, flow.StatusFailed, flow.StatusCancelled)}
+	b.set = "status = " + b.proc + ", owner = ?, lease = ?, lease_expiry = ?, modify_time = ?, schedule_log = " + d.logExpr(flow.EventHeld)
 	// A paused type has nothing due. The check is part of the claim, so a
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
-	due := "task_type = ? AND status = " + pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p + "task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
-	switch d.name {
-	case "postgres":
-		tg := ""
-		if redisLock {
-			tg = " AND t.status = " + pending
-		}
-		q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + skip + ") UPDATE " + t + " t SET " + set +
-			" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", logCast)
-	case "sqlite":
-		q.hold = "UPDATE " + t + " SET " + set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + due + ")" + guard + " RETURNING " + q.cols
-	case "mysql":
-		q.holdSel = "SELECT " + q.cols + " FROM " + t + " WHERE " + due + skip
-		q.holdUpd = "UPDATE " + t + " SET " + set + " WHERE task_id IN (%s)" + guard
-	}
-	forUpdate := ""
-	if d.name != "sqlite" {
-		forUpdate = " FOR UPDATE"
-	}
-	if d.name == "postgres" {
-		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id" + forUpdate
-		q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
-			" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log::jsonb, modify_time = v.mt" +
-			" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::bigint[], ?::int[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::bigint[])" +
-			" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
-			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + pending + ") d"
-		q.insert = "WITH ins AS (INSERT INTO " + t + " (" + cols + ") SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::smallint[], ?::text[], ?::int[]," +
-			" ?::bigint[], ?::int[], ?::int[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::jsonb[], ?::bigint[], ?::bigint[], ?::text[]) RETURNING task_type)" +
-			" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
-		q.setFast = pgSetFast(t)
-	} else {
-		q.lockSel = "SELECT " + q.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id" + forUpdate
-	}
-	q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
-	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + proc
-	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " + d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + live + ")"
-	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
-	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + pending
-	rescueLock := " FOR UPDATE SKIP LOCKED"
-	if d.name == "sqlite" {
-		rescueLock = ""
-	}
-	q.rescueSel = "SELECT " + q.cols + " FROM " + t + " WHERE status = " + proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?" + rescueLock
-	typeIns := "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
+	b.due = "task_type = ? AND status = " + b.pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
+		"task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
+	b.typeIns = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
 		" cron, cron_stage, cron_context, cron_last, create_time, modify_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-	upd := []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
+	b.typeUpd = []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
 		"cron_stage", "cron_context", "modify_time"}
-	switch d.name {
-	case "mysql":
-		q.prune = "DELETE FROM " + t + " WHERE status IN (" + ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?"
-		// Assignments apply left to right: cron_last compares the old
-		// cron before cron itself changes.
-		set := []string{"cron_last = IF(cron = VALUES(cron), cron_last, VALUES(cron_last))", "cron = VALUES(cron)"}
-		for _, c := range upd {
-			set = append(set, c+" = VALUES("+c+")")
-		}
-		q.upsertType = typeIns + " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
-	default:
-		q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (" + ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?)"
-		set := []string{"cron_last = CASE WHEN " + p + "task_types.cron = excluded.cron THEN " + p + "task_types.cron_last ELSE excluded.cron_last END", "cron = excluded.cron"}
-		for _, c := range upd {
-			set = append(set, c+" = excluded."+c)
-		}
-		q.upsertType = typeIns + " ON CONFLICT (task_type) DO UPDATE SET " + strings.Join(set, ", ")
-	}
+
+	q := queries{cols: b.cols}
+	q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
+	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + b.proc
+	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " +
+		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ")"
+	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
+	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + b.pending
 	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
 	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
-	if d.name == "mysql" {
-		q.insertUnique = q.insertOne + " ON DUPLICATE KEY UPDATE task_id = task_id" // no change: 0 rows affected
-	} else {
-		q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
-	}
-	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + live + ")"
+	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + b.live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
-	switch d.name {
-	case "postgres":
-		q.heartbeat = "UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + p + "task_types ty" +
-			" WHERE ty.task_type = t.task_type AND t.owner = ? AND t.status = " + proc + " RETURNING t.task_id, t.lease, t.lease_expiry"
-	case "sqlite":
-		q.heartbeat = "UPDATE " + t + " SET lease_expiry = ? + (SELECT max_processing_ms FROM " + p + "task_types ty WHERE ty.task_type = " + t + ".task_type) * 1000," +
-			" modify_time = ? WHERE owner = ? AND status = " + proc + " RETURNING task_id, lease, lease_expiry"
-	case "mysql":
-		q.heartbeat = "UPDATE " + t + " t JOIN " + p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
-			" WHERE t.owner = ? AND t.status = " + proc
-		q.heldBy = "SELECT task_id, lease, lease_expiry FROM " + t + " WHERE owner = ? AND status = " + proc
-	}
-	workerLock := " FOR UPDATE"
-	if d.name == "sqlite" {
-		workerLock = ""
-	}
-	q.workerSel = "SELECT " + q.cols + " FROM " + t + " WHERE owner = ? AND status = " + proc + " ORDER BY task_id" + workerLock
 	q.cronLast = "SELECT cron, cron_last FROM " + p + "task_types WHERE task_type = ?"
 	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
-	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + sqlStatus(flow.StatusProcessing)
+	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + b.proc
+	d.queries(&q, b)
 	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
 		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
 		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS,

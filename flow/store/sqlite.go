@@ -49,6 +49,34 @@ func liteLog(event string) string {
 		"json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
 }
 
+// liteDialect is SQLite's SQL.
+func liteDialect() *dialect {
+	return &dialect{name: "sqlite", migrations: liteMigrations, logExpr: liteLog, queries: liteQueries,
+		retryable: func(err error) bool {
+			s := err.Error()
+			return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
+		}}
+}
+
+// liteQueries: one writer, so no row locks (and no SKIP LOCKED); the claim
+// is one UPDATE ... RETURNING.
+func liteQueries(q *queries, b qparts) {
+	t := b.t
+	guard := ""
+	if b.redisLock {
+		guard = " AND status = " + b.pending
+	}
+	q.hold = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING " + b.cols
+	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
+	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?"
+	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (" + b.ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?)"
+	q.upsertType = upsertExcluded(b)
+	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
+	q.heartbeat = "UPDATE " + t + " SET lease_expiry = ? + (SELECT max_processing_ms FROM " + b.p + "task_types ty WHERE ty.task_type = " + t + ".task_type) * 1000," +
+		" modify_time = ? WHERE owner = ? AND status = " + b.proc + " RETURNING task_id, lease, lease_expiry"
+	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
+}
+
 func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 	path, query, _ := strings.Cut(spec, "?")
 	if path == "" {
@@ -92,12 +120,5 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 		return nil, fmt.Errorf("store: sqlite %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	d := &dialect{
-		name: "sqlite", migrations: liteMigrations, logExpr: liteLog,
-		retryable: func(err error) bool {
-			s := err.Error()
-			return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
-		},
-	}
-	return &SQLStore{d: d, w: w, r: r, gate: make(chan struct{}, 1)}, nil
+	return &SQLStore{d: liteDialect(), w: w, r: r, gate: make(chan struct{}, 1)}, nil
 }

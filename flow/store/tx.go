@@ -29,14 +29,15 @@ func NewTxCreator(dialectName, prefix string) (*TxCreator, error) {
 	if !prefixRE.MatchString(prefix) {
 		return nil, fmt.Errorf("store: table prefix %q: use at most 40 letters, digits and _", prefix)
 	}
-	d := &dialect{name: dialectName}
+	var d *dialect
 	switch dialectName {
 	case "postgres":
-		d.dollar, d.logExpr, d.instance = true, pgLog, "app"
+		d = pgDialect()
+		d.instance = "app" // not a server's: every server's LISTEN takes it
 	case "mysql":
-		d.logExpr = myLog
+		d = myDialect()
 	case "sqlite":
-		d.logExpr = liteLog
+		d = liteDialect()
 	default:
 		return nil, fmt.Errorf("store: dialect %q: want postgres, mysql or sqlite", dialectName)
 	}
