@@ -157,6 +157,8 @@ func (s capacityStrategy) Build(eps []*Endpoint) Picker {
 		p.st[i] = c
 		c.mu.Lock()
 		c.unpark(e, math.MaxInt64) // a new set starts with every permit usable
+		c.revive = false
+		c.reviveAt.Store(0)
 		c.mu.Unlock()
 		if e.t.MaxConcurrency == 0 {
 			c.mu.Lock()
@@ -197,6 +199,8 @@ func capacityOf(e *Endpoint) *capState {
 type capState struct {
 	lat       atomic.Int64 // EWMA of success latency, ns; 0 = no sample yet
 	parkUntil atomic.Int64 // clock at which a parked target's permit comes back; 0 = not parked
+	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
+	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
 
 	mu         sync.Mutex
 	limit      float64 // learned limit; 0 = not initialised
@@ -269,6 +273,17 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 				c.mu.Unlock()
 			}
 		}
+		if at := p.st[j].reviveAt.Load(); at != 0 {
+			if now == 0 {
+				now = info.Now()
+			}
+			if now >= at {
+				c := p.st[j]
+				c.mu.Lock()
+				c.revived(e, now, p.cfg)
+				c.mu.Unlock()
+			}
+		}
 		if !info.Usable(e) {
 			continue
 		}
@@ -299,13 +314,15 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 // success when that target has permits we have not learned yet (a stage
 // that just grew them, a provider that swapped roles), and costs nothing
 // more when it has not: the probe's rejection takes the permit back off
-// (reject). Targets with configured or parked limits are not probed.
+// (reject). Targets with configured or parked limits, and targets that
+// refused within probe_interval latencies, are not probed.
 func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
 	var best *Endpoint
 	var bc *capState
 	bestRate := -1.0
+	now := info.Now()
 	for j, e := range p.eps {
-		if e.t.MaxConcurrency != 0 || isExcluded(&info, e) || p.st[j].parkUntil.Load() != 0 {
+		if e.t.MaxConcurrency != 0 || isExcluded(&info, e) || p.st[j].parkUntil.Load() != 0 || now < p.st[j].quietTill.Load() {
 			continue
 		}
 		lat := max(p.st[j].lat.Load(), int64(time.Millisecond))
@@ -414,6 +431,9 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	}
 	c.lastReject = o.Now
 	c.step, c.probeAt = 1, 0
+	// A target that refuses is probed by its own clock only: retry
+	// probes of a full target in a row would each draw a refusal.
+	c.quietTill.Store(o.Now + int64(cfg.probe*float64(max(c.lat.Load(), int64(time.Millisecond)))))
 	c.peak = max(c.peak, c.limit)
 	if c.run == 0 {
 		c.runFrom = o.Now - int64(o.Latency)
@@ -458,6 +478,7 @@ func (c *capState) park(e *Endpoint, now int64) {
 	}
 	c.held = max(1, int64(math.Ceil(c.limit)))
 	c.revive = false
+	c.reviveAt.Store(0)
 	e.s.inflight.Add(c.held)
 	c.parkUntil.Store(now + max(c.lat.Load(), int64(time.Millisecond)))
 }
@@ -471,6 +492,30 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 	c.held = 0
 	c.parkUntil.Store(0)
 	c.revive = true
+	// A refusal answers in well under an eighth of a latency; the probe's
+	// success takes a whole one. No refusal by then means the target
+	// takes work again.
+	c.reviveAt.Store(now + max(c.lat.Load()/8, int64(time.Millisecond)))
+}
+
+// revived handles a target that came back: the first success since an
+// unpark, or no refusal of the probe for an eighth of a latency. The limit
+// jumps halfway to where it was before the target went down (a dead
+// target walked its limit down to min_limit on the way) and probes on
+// from there at the quick pace; an overshoot costs a burst of fast
+// rejections, an idle permit a whole latency of work.
+func (c *capState) revived(e *Endpoint, now int64, cfg capacityConfig) {
+	c.reviveAt.Store(0)
+	if !c.revive {
+		return
+	}
+	c.revive = false
+	old := c.limit
+	c.limit = max(c.limit, math.Min(cfg.max, math.Floor(c.peak/2)))
+	c.raised = c.limit - old
+	c.peak, c.step = 0, 2
+	c.probeAt = now + max(c.lat.Load(), int64(time.Millisecond))/4
+	c.publish(e)
 }
 
 // probe handles a success on a target that rejects. While the target
@@ -484,18 +529,7 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 // rejection per probe_interval.
 func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 	if c.revive {
-		// The first success since an unpark: the target came back. Jump
-		// halfway to where it was before it went down (a dead target
-		// walked its limit down to min_limit on the way) and probe on
-		// from there at the quick pace; an overshoot costs a burst of
-		// fast rejections, an idle permit a whole latency of work.
-		c.revive = false
-		old := c.limit
-		c.limit = max(c.limit, math.Min(cfg.max, math.Floor(c.peak/2)))
-		c.raised = c.limit - old
-		c.peak, c.step = 0, 2
-		c.probeAt = o.Now + max(c.lat.Load(), int64(time.Millisecond))/4
-		c.publish(e)
+		c.revived(e, o.Now, cfg)
 		return
 	}
 	full := int64(math.Ceil(c.limit))
