@@ -42,8 +42,9 @@ import (
 //     min_limit is parked: the learner holds its permits for one mean
 //     latency, and the first pick after that probes it (park), so a dead
 //     target costs a rejection per latency, not one per rejection round
-//     trip; when a probe succeeds the limit jumps back to half of what it
-//     was before the target went down and climbs on from there. A retry
+//     trip; when a probe draws no refusal within an eighth of a latency
+//     the limit jumps back to half of what it was before the target went
+//     down and climbs on from there (revived). A retry
 //     that finds every other target at its learned limit probes one of
 //     them a permit over it (retryProbe): a caller that does not wait
 //     would answer the client with the refusal.
