@@ -53,7 +53,7 @@ func pgLog(event string) string {
 
 // pgDialect is PostgreSQL's SQL; openPostgres adds the connection's part.
 func pgDialect() *dialect {
-	return &dialect{name: "postgres", dollar: true, migrations: pgMigrations, logExpr: pgLog, logCast: "::text", queries: pgQueries,
+	return &dialect{name: "postgres", dollar: true, arrays: true, notify: true, migrations: pgMigrations, logExpr: pgLog, logCast: "::text", queries: pgQueries,
 		retryable: func(err error) bool {
 			var pe *pgconn.PgError
 			return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
@@ -72,6 +72,7 @@ func pgQueries(q *queries, b qparts) {
 	}
 	q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + skip + ") UPDATE " + t + " t SET " + b.set +
 		" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", "::text")
+	q.holdDueFirst = true
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
 	q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
 		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log::jsonb, modify_time = v.mt" +
@@ -120,7 +121,7 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*SQLStore, err
 	var id [6]byte
 	rand.Read(id[:])
 	d := pgDialect()
-	d.notify, d.instance, d.start = true, hex.EncodeToString(id[:]), startListen
+	d.instance, d.start = hex.EncodeToString(id[:]), startListen
 	d.lockMig = func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
 		if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
 			return nil, err

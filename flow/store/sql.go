@@ -103,7 +103,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 		s.Close()
 		return nil, err
 	}
-	if s.d.name == "sqlite" {
+	if s.gate != nil { // one writer: keep its hot statements prepared on it
 		if err := s.prepare(ctx); err != nil {
 			s.Close()
 			return nil, err
@@ -182,6 +182,7 @@ type dialect struct {
 	retryable  func(error) bool
 	start      func(s *SQLStore, dsn string) error // background work after migrate (PG: LISTEN)
 	notify     bool                                // PG: NOTIFY in writes
+	arrays     bool                                // PG: batch arguments travel as arrays
 	instance   string                              // PG: this store's id in NOTIFY payloads
 	logCast    string                              // PG: ::text, to read the jsonb log as text
 	queries    func(q *queries, b qparts)          // adds the dialect's own queries
@@ -236,6 +237,7 @@ func colsWith(alias, logCast string) string {
 type queries struct {
 	cols, holdSel, holdUpd, hold, lockSel, writeRow, writeBatch string
 	setFast                                                     string
+	holdDueFirst                                                bool // hold's arguments: the due condition's before the SET's
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
 	getType, listTypes, stats, insert                           string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask   string
@@ -458,7 +460,7 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 	switch {
 	case hasUniqueKey(recs):
 		err = s.createUnique(ctx, recs)
-	case s.d.name == "postgres":
+	case s.q.insert != "": // one statement for the batch
 		err = s.insertPG(ctx, recs)
 	default:
 		err = s.tx(ctx, func(tx *sql.Tx) error {
@@ -580,7 +582,7 @@ func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Reco
 			}
 		}
 	}
-	if s.d.name == "postgres" {
+	if s.d.notify {
 		for _, typ := range dueTypes(recs) {
 			if _, err := tx.exec(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+typ); err != nil {
 				return nil, nil, err
@@ -647,7 +649,7 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 		var args []any
 		setArgs := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
 		dueArgs := []any{p.TaskType, us(p.Now), p.TaskType, p.Limit}
-		if s.d.name == "postgres" {
+		if s.q.holdDueFirst {
 			args = append(dueArgs, setArgs...)
 		} else {
 			args = append(setArgs, dueArgs...)
@@ -742,7 +744,7 @@ func (s *SQLStore) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, l
 func (s *SQLStore) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*flow.Record, error) {
 	var rows *sql.Rows
 	var err error
-	if s.d.name == "postgres" {
+	if s.d.arrays {
 		rows, err = tx.QueryContext(ctx, s.q.lockSel, ids)
 	} else {
 		args := make([]any, len(ids))
@@ -770,7 +772,7 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 	if len(recs) == 0 {
 		return nil
 	}
-	if s.d.name == "postgres" {
+	if s.q.writeBatch != "" {
 		n := len(recs)
 		ids, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		statuses, crts := make([]int32, n), make([]int32, n)
@@ -791,18 +793,10 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 		_, err := tx.ExecContext(ctx, s.q.writeBatch, ids, stages, statuses, ctxs, ots, crts, owners, leases, les, logs, mts, s.d.channel(s.p), s.d.instance+":")
 		return err
 	}
-	if s.d.name == "sqlite" {
+	if s.writeRowStmt != nil { // SQLite
 		// In process, a prepared statement per row is cheaper than one
 		// statement joined to a list of values (measured: BenchmarkCycle).
-		var stmt *sql.Stmt
-		if s.writeRowStmt != nil {
-			stmt = tx.StmtContext(ctx, s.writeRowStmt) // the one writer has it prepared already
-		} else {
-			var err error
-			if stmt, err = tx.PrepareContext(ctx, s.q.writeRow); err != nil {
-				return err
-			}
-		}
+		stmt := tx.StmtContext(ctx, s.writeRowStmt) // the one writer has it prepared already
 		defer stmt.Close()
 		for _, r := range recs {
 			var le int64
@@ -989,7 +983,7 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 			if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&rec)...); err != nil {
 				return err
 			}
-			if s.d.name == "postgres" {
+			if s.d.notify {
 				_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+taskType)
 			}
 			return err
