@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
@@ -77,37 +78,54 @@ type TargetView struct {
 func (g *Gateway) Upstreams() []UpstreamView {
 	var out []UpstreamView
 	for _, u := range g.upstreams() {
-		v := UpstreamView{Name: u.name, Strategy: u.cfg.Strategy, Targets: []TargetView{}}
-		if u.usesKey {
-			v.HashKey = u.cfg.HashKey
-		}
-		source, scheme := u.source(), "http://"
-		if u.tls != nil {
-			scheme = "https://"
-		}
+		v := UpstreamView{Name: u.name, Strategy: u.cfg.Strategy, HashKey: u.hashKey(), Targets: []TargetView{}}
+		source := u.source()
 		for _, e := range u.bal.Endpoints() {
-			t := e.Target
-			tv := TargetView{Source: source,
-				URL: scheme + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
-				Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
-				Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
-				LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,
-			}
-			if t.Warmup > 0 {
-				tv.Warmup = t.Warmup.String()
-			}
-			if !t.StartedAt.IsZero() {
-				tv.StartedAt = &t.StartedAt
-			}
-			if e.Ejected {
-				until := e.EjectedUntil
-				tv.EjectedUntil = &until
-			}
-			v.Targets = append(v.Targets, tv)
+			v.Targets = append(v.Targets, u.targetView(e, source))
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// hashKey is the hash key shown for u: only a strategy that uses one
+// has one.
+func (u *upstream) hashKey() string {
+	if u.usesKey {
+		return u.cfg.HashKey
+	}
+	return ""
+}
+
+// scheme is the scheme of u's target URLs.
+func (u *upstream) scheme() string {
+	if u.tls != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// targetView maps a target's balancer stats onto the admin API's view;
+// source is u.source(), read once per upstream.
+func (u *upstream) targetView(e balance.EndpointStats, source string) TargetView {
+	t := e.Target
+	tv := TargetView{Source: source,
+		URL: u.scheme() + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
+		Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
+		Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
+		LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,
+	}
+	if t.Warmup > 0 {
+		tv.Warmup = t.Warmup.String()
+	}
+	if !t.StartedAt.IsZero() {
+		tv.StartedAt = &t.StartedAt
+	}
+	if e.Ejected {
+		until := e.EjectedUntil
+		tv.EjectedUntil = &until
+	}
+	return tv
 }
 
 func (g *Gateway) adminHandler() http.Handler {
@@ -170,13 +188,21 @@ func (g *Gateway) adminHandler() http.Handler {
 		}
 		writeJSON(w, 200, map[string]string{"status": "ok"})
 	})
-	token := g.cfg().Admin.Token
+	g.consoleRoutes(mux) // admin_console.go
+	return withToken(g.cfg().Admin.Token, mux)
+}
+
+// withToken asks every request but the console's pages (they hold no
+// data) for the admin token, when one is set. The token cannot change
+// without a restart (a reload refuses an admin change).
+func withToken(token string, mux *http.ServeMux) http.Handler {
 	if token == "" {
 		return mux
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if _, pattern := mux.Handler(r); !isConsolePage(pattern) &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fulcrum-admin"`)
 			writeJSON(w, 401, map[string]string{"error": "admin token required (Authorization: Bearer <token>)"})
 			return

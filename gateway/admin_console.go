@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/console"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
@@ -50,12 +48,10 @@ func (g *Gateway) ConsoleUpstreams() []ConsoleUpstreamView {
 	now := time.Now()
 	out := []ConsoleUpstreamView{}
 	for _, u := range g.upstreams() {
-		v := ConsoleUpstreamView{Name: u.name, Strategy: u.cfg.Strategy, Targets: []ConsoleTargetView{}}
-		if u.usesKey {
-			v.HashKey = u.cfg.HashKey
-		}
+		v := ConsoleUpstreamView{Name: u.name, Strategy: u.cfg.Strategy, HashKey: u.hashKey(), Targets: []ConsoleTargetView{}}
+		source := u.source()
 		for _, e := range u.bal.Endpoints() {
-			tv := ConsoleTargetView{TargetView: targetView(e), Addr: e.Target.Addr, Permits: e.Limit, WarmupProgress: 1}
+			tv := ConsoleTargetView{TargetView: u.targetView(e, source), Addr: e.Target.Addr, Permits: e.Limit, WarmupProgress: 1}
 			switch {
 			case e.Limit > 0 && e.Target.MaxConcurrency > 0:
 				tv.PermitsSource = "configured"
@@ -75,26 +71,6 @@ func (g *Gateway) ConsoleUpstreams() []ConsoleUpstreamView {
 	return out
 }
 
-// targetView maps balancer stats onto the admin API's TargetView, as
-// Upstreams does.
-func targetView(e balance.EndpointStats) TargetView {
-	t := e.Target
-	tv := TargetView{
-		URL: "http://" + t.Addr, Weight: t.Weight, EffectiveWeight: e.EffectiveWeight,
-		Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
-		Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
-		LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,
-	}
-	if t.Warmup > 0 {
-		tv.Warmup = t.Warmup.String()
-	}
-	if e.Ejected {
-		until := e.EjectedUntil
-		tv.EjectedUntil = &until
-	}
-	return tv
-}
-
 // TargetChange is the body of POST /upstreams/{name}/targets/{addr}: each
 // field given is applied; Drain removes the target (it gets no new
 // requests and its in-flight ones finish, as with a PUT that leaves it out).
@@ -109,8 +85,7 @@ type TargetChange struct {
 var ErrNoTarget = errors.New("gateway: no such target")
 
 // ChangeTarget applies c to one target of an upstream, keeping the state
-// of every target that stays (the same path as SetTargets). Until the next
-// reload, like SetTargets.
+// of every target that stays: SetTargets with one target changed.
 func (g *Gateway) ChangeTarget(name, addr string, c TargetChange) error {
 	if c.Weight != nil && *c.Weight < 0 {
 		return fmt.Errorf("weight: %d is negative", *c.Weight)
@@ -132,8 +107,8 @@ func (g *Gateway) ChangeTarget(name, addr string, c TargetChange) error {
 	for _, e := range u.bal.Endpoints() {
 		t := e.Target
 		w := t.Weight
-		ct := config.Target{URL: "http://" + t.Addr, Addr: t.Addr, Weight: &w, Warmup: config.Duration(t.Warmup),
-			MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled}
+		ct := config.Target{URL: u.scheme() + t.Addr, Addr: t.Addr, Weight: &w, Warmup: config.Duration(t.Warmup),
+			MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled, StartedAt: config.Time{Time: t.StartedAt}}
 		if t.Addr == addr {
 			found = true
 			if c.Drain {
@@ -154,22 +129,25 @@ func (g *Gateway) ChangeTarget(name, addr string, c TargetChange) error {
 	if len(ts) == 0 {
 		return fmt.Errorf("drain: %s is the upstream's last target", addr)
 	}
-	return g.apply(u, ts)
+	// The admin API's set, as a PUT makes it: a reload that keeps the
+	// file's targets keeps this change too (g.apply alone left the old
+	// set, which such a reload brought back).
+	return g.applySet(u, &targetSet{source: sourceAdmin, targets: ts})
 }
 
-// withConsole serves the console's pages at /ui/ without a token and its
-// API additions with the admin token, and everything else with admin.
-func (g *Gateway) withConsole(admin http.Handler) http.Handler {
-	mux := http.NewServeMux()
+// consoleRoutes adds the console's pages at /ui/ (withToken lets them
+// through without the token) and its API additions to the admin mux.
+func (g *Gateway) consoleRoutes(mux *http.ServeMux) {
 	mux.Handle("/ui/", console.Handler("gateway"))
 	mux.Handle("/ui", console.Handler("gateway"))
-	mux.HandleFunc("GET /console/upstreams", g.consoleAuth(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /console/upstreams", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"upstreams": g.ConsoleUpstreams()})
-	}))
-	mux.HandleFunc("POST /upstreams/{name}/targets/{addr}", g.consoleAuth(g.postTargetChange))
-	mux.Handle("/", admin)
-	return mux
+	})
+	mux.HandleFunc("POST /upstreams/{name}/targets/{addr}", g.postTargetChange)
 }
+
+// isConsolePage reports whether a mux pattern is the console's pages.
+func isConsolePage(pattern string) bool { return pattern == "/ui/" || pattern == "/ui" }
 
 func (g *Gateway) postTargetChange(w http.ResponseWriter, r *http.Request) {
 	var c TargetChange
@@ -192,18 +170,5 @@ func (g *Gateway) postTargetChange(w http.ResponseWriter, r *http.Request) {
 		if v.Name == name {
 			writeJSON(w, 200, v)
 		}
-	}
-}
-
-// consoleAuth asks for the admin token as the admin API does.
-func (g *Gateway) consoleAuth(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		token := g.cfg().Admin.Token
-		if token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fulcrum-admin"`)
-			writeJSON(w, 401, map[string]string{"error": "admin token required (Authorization: Bearer <token>)"})
-			return
-		}
-		h(w, r)
 	}
 }

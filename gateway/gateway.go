@@ -171,7 +171,7 @@ func (g *Gateway) Start() error {
 			return fmt.Errorf("admin.listen: %w", err)
 		}
 		g.adminLn = al
-		g.admin = &http.Server{Handler: g.withConsole(g.adminHandler()), ReadHeaderTimeout: 10 * time.Second}
+		g.admin = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		g.bgWG.Add(1)
 		go func() {
 			defer g.bgWG.Done()
