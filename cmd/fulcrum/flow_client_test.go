@@ -244,3 +244,16 @@ func TestFlowOperatorCommands(t *testing.T) {
 		t.Fatalf("retry of a deleted task: %v", err)
 	}
 }
+
+// flow serve beyond loopback needs a token; FULCRUM_FLOW_TOKEN gives one.
+func TestFlowServeRefusesOpenListenWithoutToken(t *testing.T) {
+	t.Setenv("FULCRUM_FLOW_TOKEN", "")
+	_, err := runFlow(t, "", "serve", "--listen", "0.0.0.0:0", "--db", "sqlite://"+filepath.Join(t.TempDir(), "f.db"))
+	if err == nil || !strings.Contains(err.Error(), "token is required (--token or FULCRUM_FLOW_TOKEN)") {
+		t.Fatalf("serve on 0.0.0.0 without a token: %v", err)
+	}
+	_, err = runFlow(t, "", "serve", "--db", "flow.db")
+	if err == nil || !strings.Contains(err.Error(), "for a SQLite file write sqlite://flow.db") {
+		t.Fatalf("serve with a bare path: %v", err)
+	}
+}
