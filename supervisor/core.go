@@ -153,12 +153,23 @@ func (c *Core) Payload(now time.Time, p *protocol.Payload) bool {
 }
 
 // Tick advances the timer wheel to now and handles what expired.
-func (c *Core) Tick(now time.Time) {
+//
+// waiting (nil: none) reports whether a message from a worker has been
+// received but not yet handed to Report or Payload. Such a worker is not
+// silent: its timeouts, and those of its holdings, are looked at again a
+// tick later instead of expiring, and handling the message re-arms them. So
+// a supervisor that falls behind its messages (a stalled or starved event
+// loop) does not take its own backlog for the fleet's silence.
+func (c *Core) Tick(now time.Time, waiting func(workerID string) bool) {
 	c.fired = c.fired[:0]
 	c.wheel.Advance(now, func(k timerKey) { c.fired = append(c.fired, k) })
 	var dead []string
 	var silent [][2]string
 	for _, k := range c.fired {
+		if (k.kind == timerWorker || k.kind == timerHolding) && waiting != nil && waiting(k.worker) {
+			c.wheel.Set(k, now.Add(c.t.Tick))
+			continue
+		}
 		switch k.kind {
 		case timerWorker:
 			dead = append(dead, k.worker)

@@ -34,6 +34,7 @@ type sim struct {
 	sourceErr   error
 	reportEvery time.Duration
 	offset      map[string]time.Duration
+	waiting     map[string]bool // a message from it is read, not yet handled
 }
 
 func newSim(t *testing.T, start time.Time, k int, source []protocol.Task) *sim {
@@ -44,7 +45,7 @@ func newSim(t *testing.T, start time.Time, k int, source []protocol.Task) *sim {
 	}
 	return &sim{t: t, core: c, fleet: fleet{}, now: start, maxLoad: map[string]int{}, alive: map[string]bool{},
 		silentTask: map[[2]string]bool{}, lastMsg: map[string]time.Time{}, source: source,
-		reportEvery: 10 * time.Second, offset: map[string]time.Duration{}}
+		reportEvery: 10 * time.Second, offset: map[string]time.Duration{}, waiting: map[string]bool{}}
 }
 
 func (s *sim) join(id string, maxLoad int) {
@@ -87,7 +88,7 @@ func (s *sim) step() {
 			s.report(id, false)
 		}
 	}
-	s.core.Tick(s.now)
+	s.core.Tick(s.now, func(id string) bool { return s.waiting[id] })
 	s.settle()
 }
 
@@ -187,6 +188,33 @@ func TestCoreDeadWorkersReassignedWithinTimeoutPlusTick(t *testing.T) {
 	if moved == 0 || s.core.WorkerDeaths != 3 {
 		t.Fatalf("moved %d tasks, deaths %d", moved, s.core.WorkerDeaths)
 	}
+}
+
+// A worker whose message waits to be handled is not silent, however long
+// it waits: neither it nor its holdings expire. Handling the message
+// re-arms its timeouts; if the wait ends with nothing handled (a message
+// the server dropped), the timeout, long past, expires at the next tick.
+func TestCoreWaitingWorkerIsNotSilent(t *testing.T) {
+	s := newSim(t, t0, 2, tasks(0, 40))
+	for i := range 4 {
+		s.join(fmt.Sprintf("w%d", i), 40)
+	}
+	s.run(40 * time.Second)
+	s.check(true)
+	before := snap(s.core.Engine())
+	s.alive["w1"], s.waiting["w1"] = false, true
+	s.run(3 * defaultTimings.WorkerTimeout)
+	if !s.core.Engine().HasWorker("w1") || s.core.WorkerDeaths != 0 || s.core.TaskTimeouts != 0 {
+		t.Fatalf("w1 waiting: present %v, deaths %d, task timeouts %d", s.core.Engine().HasWorker("w1"),
+			s.core.WorkerDeaths, s.core.TaskTimeouts)
+	}
+	sticky(t, before, snap(s.core.Engine()))
+	s.waiting["w1"] = false
+	s.step()
+	if s.core.Engine().HasWorker("w1") || s.core.WorkerDeaths != 1 {
+		t.Fatalf("w1 present %v, deaths %d a tick after its wait", s.core.Engine().HasWorker("w1"), s.core.WorkerDeaths)
+	}
+	s.check(true)
 }
 
 // A task silent on one worker moves off it within task_timeout + one tick.

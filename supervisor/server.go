@@ -55,6 +55,14 @@ type Server struct {
 
 	offered atomic.Uint64 // payloads handed to the sink
 
+	// Messages read from each worker (by id) that the event loop has not
+	// handled yet: a worker with one is not silent, however far behind the
+	// loop is (Core.Tick). An entry lives while its count is above zero.
+	backlog struct {
+		sync.Mutex
+		n map[string]int
+	}
+
 	// High availability (nil ha: the supervisor runs alone).
 	ha     *lease.Lease
 	role   atomic.Int32           // roleAlone, roleStandby, roleLeader
@@ -229,10 +237,44 @@ func (s *Server) loop() {
 		case f := <-s.events:
 			f(time.Now())
 		case now := <-tick.C:
-			s.core.Tick(now)
-			s.settle(now)
+			s.onTick(now)
 		}
 	}
+}
+
+// onTick expires what timed out. The loop's select picks a due tick or a
+// queued event at random, so a tick may come before reports read earlier:
+// those workers count as heard (waiting).
+func (s *Server) onTick(now time.Time) {
+	s.core.Tick(now, s.waiting)
+	s.settle(now)
+}
+
+// received counts a message read from a worker, before it is posted to the
+// event loop; the loop calls handled when it takes it.
+func (s *Server) received(workerID string) {
+	s.backlog.Lock()
+	if s.backlog.n == nil {
+		s.backlog.n = map[string]int{}
+	}
+	s.backlog.n[workerID]++
+	s.backlog.Unlock()
+}
+
+func (s *Server) handled(workerID string) {
+	s.backlog.Lock()
+	if s.backlog.n[workerID]--; s.backlog.n[workerID] <= 0 {
+		delete(s.backlog.n, workerID)
+	}
+	s.backlog.Unlock()
+}
+
+// waiting reports whether a message from the worker is read and not yet
+// handled.
+func (s *Server) waiting(workerID string) bool {
+	s.backlog.Lock()
+	defer s.backlog.Unlock()
+	return s.backlog.n[workerID] > 0
 }
 
 // settle sends what the last events produced: instruction sets, the
@@ -430,7 +472,8 @@ func (s *Server) readLoop(ctx context.Context, c *conn) {
 				s.reject(c, "identity", fmt.Sprintf("report: worker_id %q differs from %q, the id this connection reported first", m.WorkerID, c.id))
 				continue
 			}
-			if !s.post(func(now time.Time) { s.onReport(now, c, m, first) }) {
+			s.received(m.WorkerID)
+			if !s.post(func(now time.Time) { s.handled(m.WorkerID); s.onReport(now, c, m, first) }) {
 				return
 			}
 		case *protocol.Payload:
@@ -443,7 +486,8 @@ func (s *Server) readLoop(ctx context.Context, c *conn) {
 				s.reject(c, "identity", fmt.Sprintf("payload: worker_id %q differs from %q, the id this connection reported", m.WorkerID, c.id))
 				continue
 			}
-			if !s.post(func(now time.Time) { s.onPayload(now, c, m) }) {
+			s.received(m.WorkerID)
+			if !s.post(func(now time.Time) { s.handled(m.WorkerID); s.onPayload(now, c, m) }) {
 				return
 			}
 		}

@@ -339,13 +339,24 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 	// Polled every 250 ms: each poll is a 10,000-task GET /tasks, which
 	// runs on the event loop.
 	eventuallyEvery(t, "the first assignment", 250*time.Millisecond, 60*time.Second, func() bool { return settled(t, s, ws, 3) })
+	if d, _ := expired(t, s); d != 0 {
+		t.Fatalf("%d workers declared dead before any died", d)
+	}
 	before := holders(getTasks(t, s))
 	dead := []string{"w007", "w042", "w099"}
 	for _, id := range dead {
 		ws[id].stop()
 		delete(ws, id)
 	}
-	eventuallyEvery(t, "the dead workers' tasks to move", 250*time.Millisecond, 60*time.Second, func() bool { return settled(t, s, ws, 3) })
+	eventuallyEvery(t, "the dead workers' tasks to move", 250*time.Millisecond, 60*time.Second, func() bool {
+		if d, _ := expired(t, s); d > uint64(len(dead)) {
+			t.Fatalf("%d workers declared dead, %d died", d, len(dead))
+		}
+		return settled(t, s, ws, 3)
+	})
+	if d, _ := expired(t, s); d != uint64(len(dead)) {
+		t.Fatalf("%d workers declared dead, %d died", d, len(dead))
+	}
 	after := holders(getTasks(t, s))
 	sticky(t, before, after, dead...)
 	moved := 0
@@ -360,6 +371,58 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("no task moved after three deaths")
 	}
+}
+
+// A supervisor that falls behind must not take its own backlog for its
+// fleet's silence. The event loop is stalled past worker_timeout while five
+// workers keep reporting; when it resumes, a tick is handled before the
+// queued reports (the loop's select picks either at random; here the tick,
+// every time). No worker dies, no task times out, nothing moves.
+func TestServerStalledLoopKillsNoWorker(t *testing.T) {
+	c := testConfig(tasks(0, 30))
+	c.WorkerTimeout, c.TaskTimeout = time.Second, time.Second
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for i := range 5 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 30)
+	}
+	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	before := holders(getTasks(t, s))
+
+	stalled := make(chan struct{})
+	s.post(func(time.Time) {
+		defer close(stalled)
+		// Stalled until every timeout armed before it is due and every
+		// worker's next report is read and queued behind this event.
+		due := time.Now().Add(c.WorkerTimeout + c.Tick)
+		for time.Now().Before(due) || slices.ContainsFunc(keys(ws), func(id string) bool { return !s.waiting(id) }) {
+			time.Sleep(c.Tick)
+		}
+		s.onTick(time.Now())
+	})
+	<-stalled
+	if d, to := expired(t, s); d != 0 || to != 0 {
+		t.Fatalf("after the stall: %d workers declared dead, %d tasks timed out; want none", d, to)
+	}
+	eventually(t, "the fleet settled after the stall", func() bool { return settled(t, s, ws, 3) })
+	if after := holders(getTasks(t, s)); !maps.EqualFunc(before, after, slices.Equal) {
+		t.Fatal("tasks moved across the stall")
+	}
+	if d, to := expired(t, s); d != 0 || to != 0 {
+		t.Fatalf("after the backlog: %d workers declared dead, %d tasks timed out; want none", d, to)
+	}
+}
+
+// expired reads the core's counts of workers declared dead and of task
+// timeouts, on the event loop.
+func expired(t *testing.T, s *Server) (deaths, taskTimeouts uint64) {
+	t.Helper()
+	v, err := call(context.Background(), s, func(time.Time) [2]uint64 { return [2]uint64{s.core.WorkerDeaths, s.core.TaskTimeouts} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v[0], v[1]
 }
 
 // A restarted supervisor keeps the fleet's sessions where they are.
