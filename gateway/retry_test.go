@@ -14,8 +14,9 @@ import (
 
 // badTarget misbehaves on every request in one way: "refuse" (nothing
 // listens), "reset" (reads the whole request, then resets the
-// connection), "503" (answers 503) or "hang" (reads it and never
-// answers). n counts the requests that reached it.
+// connection), "503" (answers 503), "503stall" (answers 503 and only
+// part of its body) or "hang" (reads it and never answers). n counts
+// the requests that reached it.
 type badTarget struct {
 	addr string
 	n    atomic.Int64
@@ -54,6 +55,10 @@ func newBadTarget(t *testing.T, mode string) *badTarget {
 						return
 					case "503":
 						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nbad")
+					case "503stall":
+						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nbad")
+						io.Copy(io.Discard, c) // the rest of the body never comes
+						return
 					case "hang":
 						io.Copy(io.Discard, c)
 						return
@@ -100,6 +105,8 @@ func TestRetryDecisionTable(t *testing.T) {
 		{"503", post, 503, 0, ""},
 		{"503", postKey, 200, 1, ""},
 		{"503", bigPost, 503, 0, ""},
+		{"503stall", get, 200, 1, ""},
+		{"503stall", postKey, 200, 1, ""},
 		{"hang", get, 504, 0, "timeout"},
 		{"hang", post, 504, 0, "timeout"},
 	}

@@ -232,21 +232,21 @@ func (cc *clientConn) readHead(uc *upConn) error {
 	}
 }
 
-// drop discards the response in cc.uc before a retry: a short body is
-// read off so the connection goes back to the pool, else it is closed.
+// drop discards the response in cc.uc before a retry. The connection
+// goes back to the pool only when the whole response is already in its
+// buffer: waiting for the rest would hold the retry on a target that may
+// never send it (a body read has no deadline).
 func (cc *clientConn) drop(t *target) {
 	uc, res := cc.uc, &cc.res
 	cc.uc = nil
-	if !h1.NoBody(res.Status, cc.isHead) && res.ContentLength >= 0 && res.ContentLength <= 64<<10 && !res.Close {
-		if h1.Discard(uc.br, int64(res.Size)+res.ContentLength) == nil {
-			t.pool.put(uc, time.Now())
-			return
-		}
-	} else if h1.NoBody(res.Status, cc.isHead) && !res.Close {
-		if _, err := uc.br.Discard(res.Size); err == nil {
-			t.pool.put(uc, time.Now())
-			return
-		}
+	n := int64(res.Size)
+	if !h1.NoBody(res.Status, cc.isHead) {
+		n += res.ContentLength // -1 (chunked, until EOF): never whole
+	}
+	if !res.Close && n >= int64(res.Size) && int64(uc.br.Buffered()) >= n {
+		_, _ = uc.br.Discard(int(n))
+		t.pool.put(uc, time.Now())
+		return
 	}
 	uc.c.Close()
 }

@@ -299,8 +299,9 @@ func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (in
 	return resp.StatusCode, true, nil
 }
 
+// drop closes the response unread: reading its body could hold the
+// retry on a target that never sends it (no deadline covers a body).
 func (x *slowExchange) drop(*target) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(x.resp.Body, 64<<10))
 	x.resp.Body.Close()
 	x.resp = nil
 }
