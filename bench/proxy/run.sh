@@ -9,11 +9,25 @@
 #   FULCRUM_BEFORE=/tmp/fulcrum-old ONLY="fulcrum before" bench/proxy/run.sh
 #                                      # a before/after row: another fulcrum
 #                                      # binary, same config, same rounds
+#   ONLY="nginx fulcrum gnet epoll" BASE=nginx COUNTS=1 bench/proxy/run.sh
+#                                      # the event-loop prototypes
+#                                      # (bench/proxy/evloop) beside them, with
+#                                      # syscalls and context switches per request
 #
 # Rows: direct = wrk straight at one upstream (the ceiling); fulcrum =
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
 # (one event loop, as the proxy's share of a 2-core box shared with wrk and
-# the upstreams is about one core); stdproxy = httputil.ReverseProxy.
+# the upstreams is about one core); stdproxy = httputil.ReverseProxy;
+# gnet and epoll (only when named in ONLY) = the event-loop prototypes of
+# bench/proxy/evloop, one loop per core.
+#
+# COUNTS=1 adds two columns: context switches per request (voluntary +
+# nonvoluntary, summed over the proxy's threads and child processes from
+# /proc/PID/task/*/status, during the timed run) and syscalls per request
+# (perf stat -e raw_syscalls:sys_enter attached to the proxy during a
+# further COUNT_DURATION=3s wrk run, so its cost stays out of the timed
+# figures; "-" without perf). BASE=nginx makes the unpinned table's ratio
+# column compare with nginx's row instead of Fulcrum's.
 #
 # Rounds are interleaved (every proxy once per round) and the median round
 # is reported, so a noisy neighbour hurts every proxy alike.
@@ -34,6 +48,8 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
 ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
+COUNTS=${COUNTS:-}                 # 1: syscalls and context switches per request
+COUNT_DURATION=${COUNT_DURATION:-3s}
 NCPU=$(nproc)
 PIN=${PIN:-auto}
 if [ "$PIN" = on ] || { [ "$PIN" = auto ] && [ "$NCPU" -ge 8 ]; }; then
@@ -85,6 +101,9 @@ export PATH=$PATH:/usr/sbin
 echo "building fulcrum and stdproxy" >&2
 (cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
 (cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
+for p in gnet epoll; do
+	if wants $p; then (cd "$root/bench" && go build -o "$work/$p" ./proxy/evloop/$p); fi
+done
 
 U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
 "${load_pin[@]}" "$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
@@ -164,6 +183,7 @@ port_of() {
 	case $1 in
 	direct) echo 19001 ;; fulcrum | fulcrum-1p | before) echo 18080 ;; nginx) echo 18081 ;;
 	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
+	epoll) echo 18085 ;; gnet) echo 18086 ;;
 	esac
 }
 
@@ -187,6 +207,7 @@ start() {
 	haproxy) "${pin[@]}" haproxy -f "$work/haproxy-run.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
 	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
+	gnet | epoll) "${pin[@]}" "${gmp[@]}" "$work/$1" -listen "127.0.0.1:$(port_of "$1")" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
 	esac
 	cur=$!
 	for _ in $(seq 100); do
@@ -223,6 +244,28 @@ cpu_ticks() {
 	echo "$sum"
 }
 
+# proxy_pids lists the proxy's processes (nginx: master and workers).
+proxy_pids() { echo "$cur" $(pgrep -P "$cur" 2>/dev/null); }
+
+# csw is the proxy's context switches so far (COUNTS=1), over all its
+# threads: /proc/PID/status alone counts only the main thread.
+csw() {
+	[ "$1" = direct ] && { echo 0; return; }
+	local pid
+	for pid in $(proxy_pids); do cat /proc/"$pid"/task/*/status 2>/dev/null; done |
+		awk '/^(voluntary|nonvoluntary)_ctxt_switches:/ {s += $2} END {print s + 0}'
+}
+
+# syscalls_per_req runs a further wrk with perf counting the proxy's
+# syscalls (COUNTS=1).
+syscalls_per_req() {
+	if [ "$1" = direct ] || ! command -v perf >/dev/null; then echo -; return; fi
+	local out
+	out=$(perf stat -x, -e raw_syscalls:sys_enter -p "$(proxy_pids | tr ' ' ,)" -- \
+		"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$COUNT_DURATION" "http://127.0.0.1:$(port_of "$1")/" 2>"$work/perf.txt") || { echo -; return; }
+	awk -v n="$(echo "$out" | awk '/requests in/ {print $1}')" -F, '/raw_syscalls/ && n > 0 { printf "%.2f", $1 / n; f = 1 } END { if (!f) print "-" }' "$work/perf.txt"
+}
+
 # to_ms converts wrk's 812.00us / 1.23ms / 1.02s to milliseconds.
 to_ms() {
 	awk -v v="$1" 'BEGIN {
@@ -241,9 +284,15 @@ for round in $(seq "$ROUNDS"); do
 		for p in $ONLY; do
 			start "$p"
 			"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
+			[ -n "$COUNTS" ] && s0=$(csw "$p")
 			t0=$(cpu_ticks "$p")
 			out=$("${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
 			t1=$(cpu_ticks "$p")
+			counts=
+			if [ -n "$COUNTS" ]; then
+				s1=$(csw "$p")
+				counts="$(awk -v a="$s0" -v b="$s1" -v n="$(echo "$out" | awk '/requests in/ {print $1}')" 'BEGIN { printf "%.2f", (n > 0) ? (b - a) / n : 0 }') $(syscalls_per_req "$p")"
+			fi
 			rps=$(echo "$out" | awk '/^Requests\/sec/ {print $2}')
 			reqs=$(echo "$out" | awk '/requests in/ {print $1}')
 			# The proxy's CPU time per request: on a shared machine a
@@ -252,8 +301,8 @@ for round in $(seq "$ROUNDS"); do
 			p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
 			p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
 			errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
-			echo "$round $p@$P $rps $p50 $p99 $cpu $errs" >>"$results"
-			echo "round $round: $p$([ "$P" -gt 0 ] && echo " on $P cores") $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req $errs" >&2
+			echo "$round $p@$P $rps $p50 $p99 $cpu ${counts:-- -} $errs" >>"$results"
+			echo "round $round: $p$([ "$P" -gt 0 ] && echo " on $P cores") $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req${counts:+ csw/req, syscalls/req: $counts} $errs" >&2
 			stop "$p"
 		done
 	done
@@ -269,10 +318,14 @@ for P in $CORE_SETS; do
 	else
 		base=fulcrum label="vs Fulcrum"
 	fi
+	if [ -n "${BASE:-}" ]; then base=$BASE label="vs $BASE"; fi # the row the ratio compares with
 	echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $NCPU CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
-	printf "| %-10s | %10s | %8s | %8s | %12s | %12s |\n" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "$label"
-	printf "|%s|%s|%s|%s|%s|%s|\n" "------------" "------------" "----------" "----------" "--------------" "--------------"
+	printf "| %-10s | %10s | %8s | %8s | %12s | %12s |" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "$label"
+	[ -n "$COUNTS" ] && printf " %10s | %12s |" "csw/req" "syscalls/req"
+	printf "\n|%s|%s|%s|%s|%s|%s|" "------------" "------------" "----------" "----------" "--------------" "--------------"
+	[ -n "$COUNTS" ] && printf "%s|%s|" "------------" "--------------"
+	echo
 	brps=$(awk -v k="$base@$P" '$2==k {print $3}' "$results" | median)
 	for p in $ONLY; do
 		# The CPU column is its own median (not the median req/s round's).
@@ -280,6 +333,11 @@ for P in $CORE_SETS; do
 		awk -v k="$p@$P" '$2==k {print $3, $4, $5}' "$results" | sort -n |
 			awk -v p="$p" -v f="$brps" -v c="$c" '{r[NR]=$1; a[NR]=$2; b[NR]=$3}
 				END { m=int((NR+1)/2); ratio = (f > 0) ? sprintf("%.2fx", r[m]/f) : "-";
-				      printf "| %-10s | %10.0f | %8.2f | %8.2f | %12s | %12s |\n", p, r[m], a[m], b[m], c, ratio }'
+				      printf "| %-10s | %10.0f | %8.2f | %8.2f | %12s | %12s |", p, r[m], a[m], b[m], c, ratio }'
+		if [ -n "$COUNTS" ]; then
+			printf " %10s | %12s |" "$(awk -v k="$p@$P" '$2==k {print $7}' "$results" | median)" \
+				"$(awk -v k="$p@$P" '$2==k {print $8}' "$results" | median)"
+		fi
+		echo
 	done
 done
