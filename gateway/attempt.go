@@ -121,8 +121,7 @@ func mayRetry(up *upstream, replayable bool, err error, written bool) bool {
 // run is the attempt loop. The caller relays a result with t set and
 // then calls finish; any other result is the gateway's own answer.
 func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger) result {
-	sec := r.start.Unix()
-	up.budget.request(sec)
+	up.budget.request(r.start.Unix())
 	pick, err := up.pick(ctx, g, r, x, true)
 	if err != nil {
 		return pickFailure(err)
@@ -167,13 +166,17 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 		if attempt >= up.cfg.Retry.Attempts || !mayRetry(up, r.replayable, err, written) {
 			return answer("")
 		}
-		if !up.budget.retry(sec) {
+		// The budget counts a retry in the second it is made (a request
+		// that waited on a timeout started seconds ago).
+		now := time.Now()
+		if !up.budget.retry(now.Unix()) {
 			g.metrics.retryDenied.WithLabelValues(up.name).Inc()
 			return answer(reasonBudget)
 		}
 		next, perr := up.pick(ctx, g, r, x, false)
 		if perr != nil {
-			return answer("") // nothing else to try: the last failure stands
+			up.budget.refund(now.Unix()) // no retry made
+			return answer("")            // nothing else to try: the last failure stands
 		}
 		why := "status"
 		if err != nil {
@@ -184,7 +187,7 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 		up.report(g, pick, t, time.Since(tstart), fail)
 		g.metrics.retries.WithLabelValues(up.name, why).Inc()
 		r.retries++
-		pick, tstart = next, time.Now()
+		pick, tstart = next, now
 	}
 }
 

@@ -214,9 +214,12 @@ func (b *budget) init(ratio float64, perSecond int) {
 	b.ratio, b.floor = ratio, int64(perSecond)*int64(len(b.slots))
 }
 
+// slot is sec's slot, emptied when it last held an older second. It
+// never moves back: a count for a second the slot has left behind goes
+// to the newer second rather than wiping it.
 func (b *budget) slot(sec int64) *budgetSlot {
 	s := &b.slots[sec%int64(len(b.slots))]
-	if old := s.sec.Load(); old != sec && s.sec.CompareAndSwap(old, sec) {
+	if old := s.sec.Load(); old < sec && s.sec.CompareAndSwap(old, sec) {
 		s.reqs.Store(0)
 		s.rets.Store(0)
 	}
@@ -242,3 +245,6 @@ func (b *budget) retry(sec int64) bool {
 	b.slot(sec).rets.Add(1)
 	return true
 }
+
+// refund gives back a retry taken at sec that was not made.
+func (b *budget) refund(sec int64) { b.slot(sec).rets.Add(-1) }

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// scriptedExchange answers each attempt from a script: a status, or an
+// error with whether the request was written.
+type scriptedExchange struct {
+	replies []scripted
+	n       int
+}
+
+type scripted struct {
+	status  int
+	written bool
+	err     error
+}
+
+func (x *scriptedExchange) exchange(context.Context, *target, time.Time) (int, bool, error) {
+	r := x.replies[x.n]
+	x.n++
+	return r.status, r.written, r.err
+}
+
+func (x *scriptedExchange) drop(*target) {}
+
+func (x *scriptedExchange) watch(ctx context.Context) (context.Context, func()) {
+	return ctx, func() {}
+}
+
+func (b *budget) retriesCounted() (n int64) {
+	for i := range b.slots {
+		n += b.slots[i].rets.Load()
+	}
+	return n
+}
+
+// A retry the budget allows but no target is left for is not counted
+// as one: with a single target, a refused connection is answered
+// without a retry and the budget keeps its token (before, every such
+// request spent one, and the budget ran dry without any retry made).
+func TestBudgetCountsOnlyRetriesMade(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://127.0.0.1:1\"}]\n"+
+		"    retry: {attempts: 3, budget: 0.5, min_per_second: 1}\n")
+	up := g.rt.Load().ups["api"]
+	refused := scripted{err: &connectError{addr: "127.0.0.1:1", err: errors.New("refused")}}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, &scriptedExchange{replies: []scripted{refused}})
+	if res.code != 502 || res.reason != reasonConnect || rq.retries != 0 {
+		t.Fatalf("answer %d %s after %d retries, want 502 connect_error after none", res.code, res.reason, rq.retries)
+	}
+	if n := up.budget.retriesCounted(); n != 0 {
+		t.Fatalf("the budget counts %d retries, want 0 (none was made)", n)
+	}
+}
+
+// A retry counted for a second its slot has left behind (a request that
+// started ten or more seconds ago, then waited on a timeout) adds to the
+// newer second instead of wiping its counts: with a floor of 10 retries
+// per window, 5 at second 105, 1 late one for second 95 and then only 4
+// more fit (before, the late one emptied second 105's slot and 10 more
+// fit).
+func TestBudgetLateRetryKeepsNewerCounts(t *testing.T) {
+	var b budget
+	b.init(0, 1)
+	for i := range 5 {
+		if !b.retry(105) {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	if !b.retry(95) {
+		t.Fatal("the late retry refused")
+	}
+	more := 0
+	for b.retry(105) {
+		more++
+	}
+	if more != 4 {
+		t.Fatalf("%d more retries fit at second 105, want 4", more)
+	}
+}
