@@ -78,6 +78,11 @@ func (e errStatus) Error() string { return "status " + strconv.Itoa(int(e)) }
 
 var errTimeout = errors.New("response header timeout")
 
+// errSwitched is a 101 the request did not ask for (or to another
+// protocol than it asked for): nothing to relay, and the connection
+// speaks something else now.
+var errSwitched = errors.New("target switched protocols unasked")
+
 // connectError is a failure to reach a target: nothing was sent.
 type connectError struct {
 	addr string

@@ -15,8 +15,9 @@ import (
 // badTarget misbehaves on every request in one way: "refuse" (nothing
 // listens), "reset" (reads the whole request, then resets the
 // connection), "503" (answers 503), "503stall" (answers 503 and only
-// part of its body) or "hang" (reads it and never answers). n counts
-// the requests that reached it.
+// part of its body), "101" (switches to protocol foo, whatever was
+// asked) or "hang" (reads it and never answers). n counts the requests
+// that reached it.
 type badTarget struct {
 	addr string
 	n    atomic.Int64
@@ -58,6 +59,10 @@ func newBadTarget(t *testing.T, mode string) *badTarget {
 					case "503stall":
 						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nbad")
 						io.Copy(io.Discard, c) // the rest of the body never comes
+						return
+					case "101":
+						io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: foo\r\n\r\n")
+						io.Copy(io.Discard, c)
 						return
 					case "hang":
 						io.Copy(io.Discard, c)
@@ -168,5 +173,50 @@ func TestBudgetReason(t *testing.T) {
 	}
 	if reasons["Bad Gateway: connect_error\n"] != 11 || reasons["Bad Gateway: budget\n"] != 19 {
 		t.Fatalf("answers %v, want 11 connect_error and 19 budget", reasons)
+	}
+}
+
+// A 101 the request did not ask for, or to another protocol than it
+// asked for, is a bad gateway on both transports, and the pick ends (its
+// permit back) before the client has the answer. Before, the fast path
+// relayed the 101 and pooled the switched connection, and net/http's
+// ReverseProxy refused it without closing the body, so the pick never
+// ended: in_flight stayed 1 for good.
+func TestUnaskedSwitchingProtocols(t *testing.T) {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}, Timeout: 10 * time.Second}
+	cases := []struct {
+		name string
+		send func(t *testing.T, addr string) int
+	}{
+		{"fast", func(t *testing.T, addr string) int { return get(t, client(), "http://"+addr+"/").code }},
+		{"net/http", func(t *testing.T, addr string) int { return get(t, h2c, "http://"+addr+"/").code }},
+		{"websocket asked", func(t *testing.T, addr string) int {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			return res.StatusCode
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := newBadTarget(t, "101")
+			g := start(t, base+"h2c: true\nupstreams:\n  api:\n    targets: [{url: \"http://"+bad.addr+"\"}]\n")
+			if code := tc.send(t, g.Addr()); code != 502 {
+				t.Errorf("status %d, want 502", code)
+			}
+			if tv, ok := view(t, g, "api")["http://"+bad.addr]; !ok || tv.InFlight != 0 {
+				t.Errorf("in_flight %d (listed %v) after the answer, want 0", tv.InFlight, ok)
+			}
+		})
 	}
 }

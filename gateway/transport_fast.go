@@ -171,7 +171,7 @@ func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (i
 		if errors.As(err, &ne) && ne.Timeout() {
 			return 0, written, errTimeout
 		}
-		if reused && replayable && uc.br.Buffered() == 0 && !errors.Is(err, h1.ErrMalformed) {
+		if reused && replayable && uc.br.Buffered() == 0 && !errors.Is(err, h1.ErrMalformed) && err != errSwitched {
 			// A stale keep-alive connection: nothing came back.
 			reused = false
 			if uc, err = cc.dial(ctx, t); err != nil {
@@ -223,8 +223,11 @@ func (cc *clientConn) readHead(uc *upConn) error {
 		if err := h1.ReadResponse(uc.br, upReadBuf, &cc.res); err != nil {
 			return err
 		}
-		if cc.res.Status >= 200 || cc.res.Status == 101 {
+		if cc.res.Status >= 200 {
 			return nil
+		}
+		if cc.res.Status == 101 {
+			return errSwitched // the fast path sends no Upgrade
 		}
 		if _, err := uc.br.Discard(cc.res.Size); err != nil {
 			return err

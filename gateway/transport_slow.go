@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,8 +296,42 @@ func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (in
 		}
 		return 0, written, err
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols && !switchAsked(x.req.Header, resp) {
+		// ReverseProxy would refuse it without closing the body, and the
+		// pick would never end (its permit held for good).
+		resp.Body.Close()
+		return 0, true, errSwitched
+	}
 	x.resp = resp
 	return resp.StatusCode, true, nil
+}
+
+// switchAsked reports whether a 101 switches to the protocol the request
+// asked for, as ReverseProxy requires (ASCII, case folded) to relay it.
+func switchAsked(req http.Header, resp *http.Response) bool {
+	asked, got := upgradeType(req), upgradeType(resp.Header)
+	if _, ok := resp.Body.(io.ReadWriteCloser); !ok || asked == "" {
+		return false
+	}
+	for i := range len(got) {
+		if got[i] < ' ' || got[i] > '~' {
+			return false
+		}
+	}
+	return eqFoldStr([]byte(asked), got)
+}
+
+// upgradeType is the Upgrade header's value when Connection lists
+// upgrade.
+func upgradeType(h http.Header) string {
+	for _, v := range h["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
 }
 
 // drop closes the response unread: reading its body could hold the
