@@ -31,8 +31,10 @@ func TestMain(m *testing.M) {
 // recordingUpstream listens on a free port, prints "addr ADDR", then for
 // every request prints "METHOD ID" the moment it arrives and answers 100
 // ms later: a SIGKILL catches requests mid-way, and stdout says which
-// reached it.
+// reached it. With FULCRUM_TEST_HOLD_POST=1 it never answers a POST, so
+// the POSTs it printed are certainly in flight when it is killed.
 func recordingUpstream() {
+	hold := os.Getenv("FULCRUM_TEST_HOLD_POST") == "1"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Println("error", err)
@@ -45,6 +47,9 @@ func recordingUpstream() {
 		mu.Lock()
 		fmt.Printf("%s %s\n", r.Method, r.Header.Get("X-Request-Id"))
 		mu.Unlock()
+		if hold && r.Method == "POST" {
+			select {} // until SIGKILL
+		}
 		time.Sleep(100 * time.Millisecond)
 		io.WriteString(w, "ok")
 	}))
@@ -57,13 +62,16 @@ type upstreamProc struct {
 	mu   sync.Mutex
 	seen map[string]int // request id -> arrivals
 	n    atomic.Int64
+	post atomic.Int64 // POST arrivals
 	done chan struct{}
 }
 
-func startUpstreamProc(t *testing.T) *upstreamProc {
+// startUpstreamProc starts a recording upstream process; env adds to its
+// environment.
+func startUpstreamProc(t *testing.T, env ...string) *upstreamProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FULCRUM_TEST_UPSTREAM=1")
+	cmd.Env = append(append(os.Environ(), "FULCRUM_TEST_UPSTREAM=1"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +89,14 @@ func startUpstreamProc(t *testing.T) *upstreamProc {
 	go func() {
 		defer close(p.done)
 		for sc.Scan() {
-			_, id, _ := strings.Cut(sc.Text(), " ")
+			method, id, _ := strings.Cut(sc.Text(), " ")
 			p.mu.Lock()
 			p.seen[id]++
 			p.mu.Unlock()
 			p.n.Add(1)
+			if method == "POST" {
+				p.post.Add(1)
+			}
 		}
 	}()
 	return p
@@ -112,11 +123,14 @@ func (p *upstreamProc) count(id string) int {
 // POST id reaches at most one upstream, a POST that failed (502) reached
 // at most the killed one (it may have died with the request unread in
 // its socket), one that succeeded exactly one upstream. Every
-// GET succeeds (retried elsewhere).
+// GET succeeds (retried elsewhere). The killed upstream holds every POST
+// it gets and dies only once it holds one, so each run has a POST that
+// certainly ran there when it died: it must get 502 and reach no other
+// upstream (a replay would answer it 200 from a second one).
 func TestSIGKILLUnderLoadNoReplayedPOST(t *testing.T) {
 	for _, strategy := range []string{"round_robin", "p2c", "least_active", "capacity"} {
 		t.Run(strategy, func(t *testing.T) {
-			ups := []*upstreamProc{startUpstreamProc(t), startUpstreamProc(t), startUpstreamProc(t)}
+			ups := []*upstreamProc{startUpstreamProc(t), startUpstreamProc(t, "FULCRUM_TEST_HOLD_POST=1"), startUpstreamProc(t)}
 			var ts strings.Builder
 			for _, u := range ups {
 				fmt.Fprintf(&ts, "      - {url: \"http://%s\"}\n", u.addr)
@@ -161,9 +175,9 @@ func TestSIGKILLUnderLoadNoReplayedPOST(t *testing.T) {
 					}
 				}()
 			}
-			// Kill the second upstream once it holds requests in flight.
+			// Kill the second upstream once it holds a POST in flight.
 			victim := ups[1]
-			testenv.Eventually(t, "the victim receives requests", func() bool { return victim.n.Load() >= 3 })
+			testenv.Eventually(t, "the victim holds a POST", func() bool { return victim.post.Load() >= 1 })
 			victim.kill(t)
 			wg.Wait()
 
@@ -197,6 +211,9 @@ func TestSIGKILLUnderLoadNoReplayedPOST(t *testing.T) {
 					posts++
 					t.Errorf("POST %s: status %d", o.id, o.code)
 				}
+			}
+			if heldFailed := victim.post.Load(); postFailed < int(heldFailed) {
+				t.Errorf("%d POSTs answered 502, want at least the %d the killed upstream held", postFailed, heldFailed)
 			}
 			if want := workers / 2 * perWorker; posts != want || getOK != want {
 				t.Errorf("%d POSTs and %d GETs answered, want %d each", posts, getOK, want)
