@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"runtime"
 	"testing"
@@ -72,7 +71,7 @@ func TestFastPathAllocatesNothingPerRequest(t *testing.T) {
 		n := 0
 		for !bytes.HasSuffix(buf[:n], []byte("\r\n\r\nok")) {
 			k, err := c.Read(buf[n:])
-			if err != nil && err != io.EOF {
+			if err != nil { // EOF too: the gateway closed the connection (it spun here)
 				t.Fatal(err)
 			}
 			n += k
