@@ -1,11 +1,9 @@
 package gateway_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
-	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/demo"
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
@@ -36,23 +33,7 @@ func consoleGateway(t *testing.T, n int, extra string) (*gateway.Gateway, []*dem
 	for _, u := range ups {
 		fmt.Fprintf(&b, "      - {url: \"http://%s\"%s}\n", u.Addr, extra)
 	}
-	cfg, err := config.Parse([]byte(b.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	})
-	return g, ups
+	return start(t, b.String()), ups
 }
 
 func adminCall(t *testing.T, g *gateway.Gateway, method, path, token, body string) (int, string) {
@@ -204,22 +185,7 @@ upstreams:
       - {url: %q}
       - {url: "http://%s"}
 `, bad.URL, good.Addr)
-	cfg, err := config.Parse([]byte(cfgText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gateway.New(cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = g.Shutdown(ctx)
-	}()
+	g := start(t, cfgText)
 	badAddr := strings.TrimPrefix(bad.URL, "http://")
 	var tv gateway.ConsoleTargetView
 	testenv.Eventually(t, "the failing target ejected", func() bool {

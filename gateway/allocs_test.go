@@ -10,43 +10,29 @@ import (
 // rawUpstream answers every request with the same 2-byte response from
 // fixed buffers, so it allocates nothing per request itself.
 func rawUpstream(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	res := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-	go func() {
+	return serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 8<<10)
+		n := 0
 		for {
-			c, err := ln.Accept()
+			k, err := c.Read(buf[n:])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 8<<10)
-				n := 0
-				for {
-					k, err := c.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += k
-					for {
-						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-						if i < 0 {
-							break
-						}
-						if _, err := c.Write(res); err != nil {
-							return
-						}
-						n = copy(buf, buf[i+4:n])
-					}
+			n += k
+			for {
+				i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+				if i < 0 {
+					break
 				}
-			}()
+				if _, err := c.Write(res); err != nil {
+					return
+				}
+				n = copy(buf, buf[i+4:n])
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // The fast path allocates nothing per request in steady state: the

@@ -163,6 +163,28 @@ func startCfg(t testing.TB, cfg *config.Config, o gateway.Options) *gateway.Gate
 	return g
 }
 
+// serveRaw runs handle on every connection to a fresh loopback listener,
+// each in its own goroutine, until the test ends; it returns the
+// listener's address. For targets that misbehave below HTTP.
+func serveRaw(t testing.TB, handle func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
 func client() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 }

@@ -426,31 +426,18 @@ func TestAccessLogJSON(t *testing.T) {
 // closes it without saying so: every pooled connection goes stale. Each
 // close is sent on the returned channel.
 func oneShot(t *testing.T) (string, <-chan struct{}) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	closed := make(chan struct{}, 100)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { c.Close(); closed <- struct{}{} }()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+	addr := serveRaw(t, func(c net.Conn) {
+		defer func() { c.Close(); closed <- struct{}{} }()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String(), closed
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	return addr, closed
 }
 
 // Connections the target closed while pooled are replaced without the

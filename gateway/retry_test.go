@@ -24,54 +24,46 @@ type badTarget struct {
 }
 
 func newBadTarget(t *testing.T, mode string) *badTarget {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &badTarget{addr: ln.Addr().String()}
-	if mode == "refuse" {
+	b := &badTarget{}
+	if mode == "refuse" { // a free port, taken and given back
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.addr = ln.Addr().String()
 		ln.Close()
 		return b
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	b.addr = serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					b.n.Add(1)
-					switch mode {
-					case "reset":
-						c.(*net.TCPConn).SetLinger(0)
-						return
-					case "503":
-						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nbad")
-					case "503stall":
-						io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nbad")
-						io.Copy(io.Discard, c) // the rest of the body never comes
-						return
-					case "101":
-						io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: foo\r\n\r\n")
-						io.Copy(io.Discard, c)
-						return
-					case "hang":
-						io.Copy(io.Discard, c)
-						return
-					}
-				}
-			}()
+			io.Copy(io.Discard, req.Body)
+			b.n.Add(1)
+			switch mode {
+			case "reset":
+				c.(*net.TCPConn).SetLinger(0)
+				return
+			case "503":
+				io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\nbad")
+			case "503stall":
+				io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nbad")
+				io.Copy(io.Discard, c) // the rest of the body never comes
+				return
+			case "101":
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: foo\r\n\r\n")
+				io.Copy(io.Discard, c)
+				return
+			case "hang":
+				io.Copy(io.Discard, c)
+				return
+			}
 		}
-	}()
+	})
 	return b
 }
 
