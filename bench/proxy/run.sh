@@ -19,7 +19,9 @@
 # (one event loop, as the proxy's share of a 2-core box shared with wrk and
 # the upstreams is about one core); stdproxy = httputil.ReverseProxy;
 # gnet and epoll (only when named in ONLY) = the event-loop prototypes of
-# bench/proxy/evloop, one loop per core.
+# bench/proxy/evloop, one loop per core; epoll-np = the epoll one with its
+# idle loops parked in Go's netpoller (-wait netpoll) instead of blocked in
+# epoll_wait.
 #
 # COUNTS=1 adds two columns: context switches per request (voluntary +
 # nonvoluntary, summed over the proxy's threads and child processes from
@@ -102,7 +104,7 @@ echo "building fulcrum and stdproxy" >&2
 (cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
 (cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
 for p in gnet epoll; do
-	if wants $p; then (cd "$root/bench" && go build -o "$work/$p" ./proxy/evloop/$p); fi
+	if wants $p || { [ $p = epoll ] && wants epoll-np; }; then (cd "$root/bench" && go build -o "$work/$p" ./proxy/evloop/$p); fi
 done
 
 U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
@@ -183,7 +185,7 @@ port_of() {
 	case $1 in
 	direct) echo 19001 ;; fulcrum | fulcrum-1p | before) echo 18080 ;; nginx) echo 18081 ;;
 	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
-	epoll) echo 18085 ;; gnet) echo 18086 ;;
+	epoll) echo 18085 ;; gnet) echo 18086 ;; epoll-np) echo 18087 ;;
 	esac
 }
 
@@ -208,6 +210,7 @@ start() {
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
 	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
 	gnet | epoll) "${pin[@]}" "${gmp[@]}" "$work/$1" -listen "127.0.0.1:$(port_of "$1")" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
+	epoll-np) "${pin[@]}" "${gmp[@]}" "$work/epoll" -wait netpoll -listen 127.0.0.1:18087 -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
 	esac
 	cur=$!
 	for _ in $(seq 100); do

@@ -13,6 +13,15 @@
 // an upstream write, an upstream read and a client write, plus the
 // epoll_wait calls they share.
 //
+// How a loop waits is the one choice left to the flag -wait: "block"
+// calls epoll_wait(-1) on a locked OS thread, as C loops do, and pays the
+// Go runtime's price for a blocking syscall (sysmon retakes the thread's P
+// after 20 µs and wakes another thread for it: nanosleep and futex calls,
+// context switches); "netpoll" makes the loop's epoll fd non-blocking and
+// parks the goroutine in Go's own netpoller while it has nothing ready, so
+// a loop with work polls with epoll_wait(0) and an idle one costs one
+// empty epoll_wait and a park, not a thread.
+//
 // A prototype for measurement: round robin, Content-Length bodies only,
 // no pipelining, no timeouts, no retries.
 package main
@@ -23,8 +32,10 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -35,16 +46,21 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:18085", "address")
 	targets := flag.String("targets", "127.0.0.1:19001,127.0.0.1:19002,127.0.0.1:19003", "comma-separated host:port")
 	loops := flag.Int("loops", runtime.GOMAXPROCS(0), "event loops (one per core)")
+	wait := flag.String("wait", "block", `how an idle loop waits: "block" (epoll_wait on a locked thread) or "netpoll" (parked in Go's netpoller)`)
 	flag.Parse()
-	if _, err := Start(*listen, strings.Split(*targets, ","), *loops); err != nil {
+	if *wait != "block" && *wait != "netpoll" {
+		log.Fatalf("-wait %q: want block or netpoll", *wait)
+	}
+	if _, err := Start(*listen, strings.Split(*targets, ","), *loops, *wait == "netpoll"); err != nil {
 		log.Fatal(err)
 	}
 	select {}
 }
 
 // Start binds listen once per loop (SO_REUSEPORT) and runs the loops; it
-// returns the bound address.
-func Start(listen string, targets []string, loops int) (string, error) {
+// returns the bound address. With netpoll, idle loops park in Go's
+// netpoller instead of blocking a thread in epoll_wait.
+func Start(listen string, targets []string, loops int, netpoll bool) (string, error) {
 	ap, err := netip.ParseAddrPort(listen)
 	if err != nil || !ap.Addr().Is4() {
 		return "", fmt.Errorf("listen %q: want an IPv4 host:port", listen)
@@ -70,7 +86,18 @@ func Start(listen string, targets []string, loops int) (string, error) {
 			}
 			sa.Port = got.(*unix.SockaddrInet4).Port
 		}
-		go l.run()
+		if netpoll {
+			if err := unix.SetNonblock(l.ep, true); err != nil {
+				return "", err
+			}
+			rc, err := os.NewFile(uintptr(l.ep), "epoll").SyscallConn()
+			if err != nil {
+				return "", err
+			}
+			go l.runParked(rc)
+		} else {
+			go l.run()
+		}
 	}
 	return netip.AddrPortFrom(ap.Addr(), uint16(sa.Port)).String(), nil
 }
@@ -148,23 +175,48 @@ func (l *loop) run() {
 			}
 			log.Fatalf("epoll_wait: %v", err)
 		}
-		for i := range n {
-			ev := &l.events[i]
-			fd := int(ev.Fd)
-			if fd == l.lfd {
-				l.accept()
-				continue
-			}
-			c := l.conns[fd]
-			if c == nil || c.id != ev.Pad {
-				continue
-			}
-			if ev.Events&(unix.EPOLLOUT|unix.EPOLLERR) != 0 {
-				l.writable(c)
-			}
-			if !c.closed && ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				l.readable(c)
-			}
+		l.dispatch(n)
+	}
+}
+
+// runParked polls without blocking and parks in Go's netpoller, which
+// watches the loop's epoll fd, when nothing is ready. RawConn.Read resets
+// the fd's readiness before calling the poll, so an event that comes
+// between an empty poll and the park still wakes the loop.
+func (l *loop) runParked(rc syscall.RawConn) {
+	for {
+		var n int
+		var err error
+		if rerr := rc.Read(func(fd uintptr) bool {
+			n, err = unix.EpollWait(int(fd), l.events[:], 0)
+			return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+		}); rerr != nil {
+			log.Fatalf("epoll fd: %v", rerr)
+		}
+		if err != nil {
+			log.Fatalf("epoll_wait: %v", err)
+		}
+		l.dispatch(n)
+	}
+}
+
+func (l *loop) dispatch(n int) {
+	for i := range n {
+		ev := &l.events[i]
+		fd := int(ev.Fd)
+		if fd == l.lfd {
+			l.accept()
+			continue
+		}
+		c := l.conns[fd]
+		if c == nil || c.id != ev.Pad {
+			continue
+		}
+		if ev.Events&(unix.EPOLLOUT|unix.EPOLLERR) != 0 {
+			l.writable(c)
+		}
+		if !c.closed && ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			l.readable(c)
 		}
 	}
 }
