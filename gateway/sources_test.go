@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,10 +26,11 @@ import (
 )
 
 // steadyLoad sends GETs from a few workers until stopped and counts what
-// failed.
+// failed. Each request carries a number in seqHeader, taken before it is
+// sent, so a backend can tell requests sent after a moment from older ones.
 type steadyLoad struct {
 	done   atomic.Int64
-	each   []atomic.Int64 // requests completed, per worker
+	seq    atomic.Int64 // the last number handed to a request
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -35,9 +38,9 @@ type steadyLoad struct {
 }
 
 func startLoad(t *testing.T, url string, workers int) *steadyLoad {
-	l := &steadyLoad{stop: make(chan struct{}), each: make([]atomic.Int64, workers)}
+	l := &steadyLoad{stop: make(chan struct{})}
 	c := client()
-	for w := range workers {
+	for range workers {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -47,7 +50,12 @@ func startLoad(t *testing.T, url string, workers int) *steadyLoad {
 					return
 				default:
 				}
-				res, err := c.Get(url)
+				req, err := http.NewRequest("GET", url, nil)
+				if err != nil {
+					panic(err)
+				}
+				req.Header.Set(seqHeader, strconv.FormatInt(l.seq.Add(1), 10))
+				res, err := c.Do(req)
 				msg := ""
 				if err != nil {
 					msg = err.Error()
@@ -63,7 +71,6 @@ func startLoad(t *testing.T, url string, workers int) *steadyLoad {
 					l.failed = append(l.failed, msg)
 					l.mu.Unlock()
 				}
-				l.each[w].Add(1)
 				l.done.Add(1)
 			}
 		}()
@@ -77,24 +84,6 @@ func (l *steadyLoad) await(t *testing.T, n int64) {
 	t.Helper()
 	target := l.done.Load() + n
 	testenv.Eventually(t, fmt.Sprintf("%d more requests", n), func() bool { return l.done.Load() >= target })
-}
-
-// settle waits until every worker has finished a request it started after
-// now, so no pick made before now is still in flight.
-func (l *steadyLoad) settle(t *testing.T) {
-	t.Helper()
-	mark := make([]int64, len(l.each))
-	for i := range l.each {
-		mark[i] = l.each[i].Load()
-	}
-	testenv.Eventually(t, "every worker to finish a request started after the change", func() bool {
-		for i := range l.each {
-			if l.each[i].Load() < mark[i]+2 {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 func (l *steadyLoad) finish() {
@@ -142,55 +131,98 @@ func awaitTargets(t *testing.T, g *gateway.Gateway, up, source string, want map[
 }
 
 // hitsGrow waits until b serves more requests than it had.
-func hitsGrow(t *testing.T, b *backend) {
+func hitsGrow(t *testing.T, b *loadBackend) {
 	t.Helper()
 	n := b.hits.Load()
 	testenv.Eventually(t, b.name+" to get requests", func() bool { return b.hits.Load() > n })
 }
 
-// drained checks that b gets no new requests once it left the set (and
-// the picks made before finished): its count stays put while the load
-// sends many more.
-func drained(t *testing.T, l *steadyLoad, b *backend) {
+// drained checks that b gets no new picks once it left the set: the
+// change was applied when this is called (awaitTargets saw it), so no
+// request sent from now on may reach b, while the load sends many more.
+// Requests sent before may still reach b: picks made before the change
+// finish where they were made.
+func drained(t *testing.T, l *steadyLoad, b *loadBackend) {
 	t.Helper()
-	l.settle(t)
-	n := b.hits.Load()
+	applied := l.seq.Load()
 	l.await(t, 200)
-	if got := b.hits.Load(); got != n {
-		t.Fatalf("%s got %d requests after it left the set", b.name, got-n)
+	if got := b.newest.Load(); got > applied {
+		t.Fatalf("%s got request %d, sent after it left the set (the change was applied before request %d)", b.name, got, applied+1)
 	}
+}
+
+// seqHeader carries a load request's number to the backends.
+const seqHeader = "X-Load-Seq"
+
+// loadBackend is a test backend that also records the highest load
+// request number it was sent.
+type loadBackend struct {
+	*backend
+	newest atomic.Int64
+}
+
+func (b *loadBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if n, err := strconv.ParseInt(r.Header.Get(seqHeader), 10, 64); err == nil {
+		for {
+			cur := b.newest.Load()
+			if n <= cur || b.newest.CompareAndSwap(cur, n) {
+				break
+			}
+		}
+	}
+	b.backend.ServeHTTP(w, r)
+}
+
+// serveLoad runs a loadBackend on ln.
+func serveLoad(t *testing.T, name string, ln net.Listener) *loadBackend {
+	b := &loadBackend{backend: &backend{name: name, addr: ln.Addr().String()}}
+	b.srv = &http.Server{Handler: b}
+	go func() { _ = b.srv.Serve(ln) }()
+	t.Cleanup(b.kill)
+	return b
+}
+
+// loadBackends starts n loadBackends on ephemeral ports.
+func loadBackends(t *testing.T, n int) []*loadBackend {
+	bs := make([]*loadBackend, n)
+	for i := range bs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs[i] = serveLoad(t, fmt.Sprintf("b%d", i+1), ln)
+	}
+	return bs
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // sameIPsBackends starts n backends on 127.0.0.1..n on one port, as A
-// records with a configured port need.
-func sameIPsBackends(t *testing.T, n int) (bs []*backend, port int) {
+// records with a configured port need. The listeners that found the port
+// free are the ones served, so no other socket can take it in between.
+func sameIPsBackends(t *testing.T, n int) (bs []*loadBackend, port int) {
 	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		first, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		ok := true
-		var lns []net.Listener
-		for i := 1; i <= n; i++ {
+		port = first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		for i := 2; i <= n; i++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:%d", i, port))
 			if err != nil {
-				ok = false
 				break
 			}
 			lns = append(lns, l)
 		}
-		for _, l := range lns {
-			l.Close()
-		}
-		if ok {
-			for i := 1; i <= n; i++ {
-				bs = append(bs, newBackendAt(t, fmt.Sprintf("b%d", i), fmt.Sprintf("127.0.0.%d:%d", i, port)))
+		if len(lns) == n {
+			for i, l := range lns {
+				bs = append(bs, serveLoad(t, fmt.Sprintf("b%d", i+1), l))
 			}
 			return bs, port
+		}
+		for _, l := range lns {
+			l.Close()
 		}
 	}
 	t.Fatal("no port free on 127.0.0.1..n")
@@ -262,7 +294,7 @@ func TestDNSSRVDiscoveryWeights(t *testing.T) {
 }
 
 func TestFileDiscoveryUnderLoad(t *testing.T) {
-	bs := backends(t, 3)
+	bs := loadBackends(t, 3)
 	dir := t.TempDir()
 	list := filepath.Join(dir, "targets.yaml")
 	write := func(text string) {
@@ -301,7 +333,7 @@ func TestFileDiscoveryUnderLoad(t *testing.T) {
 }
 
 func TestEtcdDiscoveryUnderLoad(t *testing.T) {
-	bs := backends(t, 3)
+	bs := loadBackends(t, 3)
 	endpoint := discoverytest.Etcd(t)
 	prefix := discoverytest.Prefix(t)
 	blk := config.EtcdDiscovery{Endpoints: []string{endpoint}, DialTimeout: config.Duration(5 * time.Second)}
@@ -310,7 +342,7 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	register := func(cli *clientv3.Client, b *backend, weight int, started time.Time) *discovery.Registration {
+	register := func(cli *clientv3.Client, b *loadBackend, weight int, started time.Time) *discovery.Registration {
 		t.Helper()
 		r, err := discovery.Register(t.Context(), cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, 2*time.Second, quietLog())
 		if err != nil {
@@ -433,7 +465,7 @@ func (p *chanProvider) Watch(ctx context.Context, update func([]discovery.Target
 // A source written in Go is given to the gateway by name and named in the
 // config.
 func TestProviderFromOptions(t *testing.T) {
-	bs := backends(t, 2)
+	bs := loadBackends(t, 2)
 	p := &chanProvider{lists: make(chan []discovery.Target)}
 	text := base + "upstreams:\n  api:\n    discovery: {provider: registry, warmup: 1h}\n"
 	cfg, err := config.Parse([]byte(text))
