@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,11 +135,18 @@ func TestHelperRegister(t *testing.T) {
 func TestRegisterKilledUnderLoad(t *testing.T) {
 	endpoint := discoverytest.Etcd(t)
 	prefix := discoverytest.Prefix(t)
-	var hits [2]atomic.Int64
+	// Each load request carries a number taken before it is sent; each
+	// target keeps the highest it was sent, so a request sent after the
+	// change shows.
+	var hits, newest [2]atomic.Int64
 	var urls [2]string
 	for i := range 2 {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hits[i].Add(1)
+			if n, err := strconv.ParseInt(r.Header.Get("X-Load-Seq"), 10, 64); err == nil {
+				for cur := newest[i].Load(); n > cur && !newest[i].CompareAndSwap(cur, n); cur = newest[i].Load() {
+				}
+			}
 			io.WriteString(w, "ok")
 		}))
 		t.Cleanup(srv.Close)
@@ -177,12 +185,11 @@ upstreams:
 	count := func() int { return len(g.Upstreams()[0].Targets) }
 	testenv.Eventually(t, "both registrars' targets", func() bool { return count() == 2 })
 
-	var done, failed atomic.Int64
-	var each [4]atomic.Int64
+	var done, failed, seq atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	c := &http.Client{Timeout: 10 * time.Second}
-	for w := range each {
+	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -192,7 +199,12 @@ upstreams:
 					return
 				default:
 				}
-				res, err := c.Get("http://" + g.Addr() + "/")
+				req, err := http.NewRequest("GET", "http://"+g.Addr()+"/", nil)
+				if err != nil {
+					panic(err)
+				}
+				req.Header.Set("X-Load-Seq", strconv.FormatInt(seq.Add(1), 10))
+				res, err := c.Do(req)
 				if err != nil {
 					failed.Add(1)
 				} else {
@@ -202,7 +214,6 @@ upstreams:
 						failed.Add(1)
 					}
 				}
-				each[w].Add(1)
 				done.Add(1)
 			}
 		}()
@@ -213,26 +224,15 @@ upstreams:
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, "the killed registrar's target to lapse", func() bool { return count() == 1 })
-	// Every worker finishes a request started after the change; then the
-	// dead registrar's target gets nothing while many more are served.
-	var mark [4]int64
-	for i := range each {
-		mark[i] = each[i].Load()
-	}
-	testenv.Eventually(t, "each worker past the change", func() bool {
-		for i := range each {
-			if each[i].Load() < mark[i]+2 {
-				return false
-			}
-		}
-		return true
-	})
-	before, served := hits[1].Load(), done.Load()
+	// The change is applied: no request sent from now on may reach the
+	// dead registrar's target (those sent before may still land there)
+	// while many more are served.
+	applied, served := seq.Load(), done.Load()
 	testenv.Eventually(t, "200 more requests", func() bool { return done.Load() >= served+200 })
 	close(stop)
 	wg.Wait()
-	if n := hits[1].Load() - before; n != 0 {
-		t.Fatalf("the lapsed target got %d requests", n)
+	if n := newest[1].Load(); n > applied {
+		t.Fatalf("the lapsed target got request %d, sent after its removal was applied (before request %d)", n, applied+1)
 	}
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed", n, done.Load())
