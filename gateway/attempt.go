@@ -296,7 +296,11 @@ func retryAfter(wait time.Duration) []byte {
 }
 
 // healthLog passes active checks' verdicts to the balancer and logs each
-// transition once, with the probes that decided it.
+// transition once, with the probes that decided it. A verdict the
+// balancer already holds is not logged again: two checkers can overlap
+// for a target (a target change starts new ones from the balancer's
+// verdicts while the old ones stop), and both would report the same
+// transition.
 type healthLog struct {
 	g  *Gateway
 	up *upstream
@@ -304,6 +308,16 @@ type healthLog struct {
 }
 
 func (h healthLog) SetHealthy(addr string, ok bool) error {
+	h.g.healthMu.Lock()
+	defer h.g.healthMu.Unlock()
+	for _, e := range h.up.bal.Endpoints() {
+		if e.Target.Addr == addr && e.Healthy == ok {
+			return nil
+		}
+	}
+	if err := h.up.bal.SetHealthy(addr, ok); err != nil {
+		return err // a target no longer there: no transition
+	}
 	if ok {
 		h.g.log.Info("target healthy", "upstream", h.up.name, "target", addr,
 			"cause", strconv.Itoa(h.th.HealthyThreshold)+" passed probes in a row of "+h.th.Path)
@@ -311,5 +325,5 @@ func (h healthLog) SetHealthy(addr string, ok bool) error {
 		h.g.log.Warn("target unhealthy", "upstream", h.up.name, "target", addr,
 			"cause", strconv.Itoa(h.th.UnhealthyThreshold)+" failed probes in a row of "+h.th.Path)
 	}
-	return h.up.bal.SetHealthy(addr, ok)
+	return nil
 }

@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +84,23 @@ func TestBudgetLateRetryKeepsNewerCounts(t *testing.T) {
 	}
 	if more != 4 {
 		t.Fatalf("%d more retries fit at second 105, want 4", more)
+	}
+}
+
+// Each health transition is logged once, even when two checkers report
+// it (a target change starts new checkers while the old ones stop), and
+// a verdict on a target that is gone logs nothing.
+func TestHealthTransitionLoggedOnce(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://127.0.0.1:1\"}]\n")
+	var buf bytes.Buffer
+	g.log = slog.New(slog.NewTextHandler(&buf, nil))
+	h := healthLog{g: g, up: g.rt.Load().ups["api"]}
+	for _, ok := range []bool{false, false, true, true} {
+		_ = h.SetHealthy("127.0.0.1:1", ok)
+	}
+	_ = h.SetHealthy("127.0.0.1:2", false)
+	got := buf.String()
+	if n, m := strings.Count(got, "target unhealthy"), strings.Count(got, "target healthy"); n != 1 || m != 1 {
+		t.Fatalf("%d unhealthy and %d healthy lines, want 1 each:\n%s", n, m, got)
 	}
 }

@@ -53,6 +53,7 @@ type Gateway struct {
 	pools  map[string]*pool
 
 	healthClient *http.Client
+	healthMu     sync.Mutex // one active-check verdict at a time (healthLog)
 	ridPrefix    string
 	ridCtr       atomic.Uint64
 
