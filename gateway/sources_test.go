@@ -342,9 +342,12 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	register := func(cli *clientv3.Client, b *loadBackend, weight int, started time.Time) *discovery.Registration {
+	// The registrations that must stay have leases of a minute, so a
+	// loaded machine's pause cannot make one lapse under the load (Close
+	// revokes at once); the one whose lapse is tested has the shortest.
+	register := func(cli *clientv3.Client, b *loadBackend, weight int, started time.Time, ttl time.Duration) *discovery.Registration {
 		t.Helper()
-		r, err := discovery.Register(t.Context(), cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, 2*time.Second, quietLog())
+		r, err := discovery.Register(t.Context(), cli, prefix, discovery.Target{URL: b.url(), Weight: weight, StartedAt: started}, ttl, quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,8 +356,8 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 	// Started two hours ago with a one-hour warm-up: warm on arrival.
 	// Registered just now: warming.
 	long := time.Now().Add(-2 * time.Hour)
-	r1 := register(cli, bs[0], 1, long)
-	r2 := register(cli, bs[1], 1, long)
+	r1 := register(cli, bs[0], 1, long, time.Minute)
+	r2 := register(cli, bs[1], 1, long, time.Minute)
 	g := start(t, base+fmt.Sprintf(`upstreams:
   api:
     retry: {attempts: 1}
@@ -375,7 +378,7 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dying.Close()
-	register(dying, bs[2], 4, time.Time{})
+	register(dying, bs[2], 4, time.Time{}, 2*time.Second)
 	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 1, bs[2].url(): 4})
 	if v := view(t, g, "api")[bs[2].url()]; !v.Warming {
 		t.Fatalf("b3 registered just now with a 1h warm-up: %+v, want warming", v)
@@ -386,7 +389,7 @@ func TestEtcdDiscoveryUnderLoad(t *testing.T) {
 	if err := r2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r2 = register(cli, bs[1], 2, long)
+	r2 = register(cli, bs[1], 2, long, time.Minute)
 	awaitTargets(t, g, "api", "etcd", map[string]int{bs[0].url(): 1, bs[1].url(): 2, bs[2].url(): 4})
 
 	// b3's registrar dies without deregistering: its lease lapses and it

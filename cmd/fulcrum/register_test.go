@@ -163,11 +163,13 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The registrars: real processes.
+	// The registrars: real processes. The one killed has the shortest
+	// lease; the one that stays has a minute's, so no pause of a loaded
+	// machine can make it lapse under the load.
 	var procs [2]*exec.Cmd
-	for i := range 2 {
+	for i, ttl := range []string{"1m", "2s"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRegister$")
-		cmd.Env = append(os.Environ(), "FULCRUM_REGISTER_ARGS=--etcd "+endpoint+" --prefix "+prefix+" --url "+urls[i]+" --ttl 2s")
+		cmd.Env = append(os.Environ(), "FULCRUM_REGISTER_ARGS=--etcd "+endpoint+" --prefix "+prefix+" --url "+urls[i]+" --ttl "+ttl)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
