@@ -142,6 +142,9 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 			continue
 		}
 		status, written, err := x.exchange(ctx, t, tstart)
+		if err != nil && ctx.Err() != nil {
+			err = errClientGone // net/http's path: the request's context ended with its client
+		}
 		var fail error
 		switch {
 		case err != nil:
@@ -168,7 +171,7 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 			}
 			return result{code: code, reason: reason}
 		}
-		if attempt >= up.cfg.Retry.Attempts || !mayRetry(up, r.replayable, err, written) {
+		if attempt >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
 			return answer("")
 		}
 		// The budget counts a retry in the second it is made (a request

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // badTarget misbehaves on every request in one way: "refuse" (nothing
@@ -210,5 +213,59 @@ func TestUnaskedSwitchingProtocols(t *testing.T) {
 				t.Errorf("in_flight %d (listed %v) after the answer, want 0", tv.InFlight, ok)
 			}
 		})
+	}
+}
+
+// A client that leaves the net/http path (its request's context ends)
+// is no failure of the target, waiting for the response head or reading
+// its body, and is not retried on another: with max_failures 1, two
+// clients that give up leave both targets with no failure and in
+// rotation (before, each counted as a failure of the target it waited
+// on, ejecting it, and the GET waiting for a head was retried on the
+// other target, failing there too).
+func TestClientLeavingNetHTTPIsNoTargetFailure(t *testing.T) {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	arrived := make(chan struct{}, 2)
+	slow := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		if req.URL.Path == "/body" { // a head and part of the body, then nothing
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")
+		}
+		arrived <- struct{}{}
+		io.Copy(io.Discard, c)
+	}
+	urls := []string{"http://" + serveRaw(t, slow), "http://" + serveRaw(t, slow)}
+	g := start(t, base+"h2c: true\nupstreams:\n  api:\n    targets: [{url: \""+urls[0]+"\"}, {url: \""+urls[1]+"\"}]\n"+
+		"    health: {passive: {max_failures: 1}}\n")
+	for _, path := range []string{"/head", "/body"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.Addr()+path, nil)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if res, err := h2c.Do(req); err == nil {
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}()
+		<-arrived
+		cancel()
+		<-done
+		testenv.Eventually(t, "the gateway ends the picks of "+path, func() bool {
+			v := view(t, g, "api")
+			return v[urls[0]].InFlight == 0 && v[urls[1]].InFlight == 0
+		})
+	}
+	for _, u := range urls {
+		if tv := view(t, g, "api")[u]; tv.Failures != 0 || tv.Ejected {
+			t.Errorf("%s after two clients left: %d failures, ejected %v; want none", u, tv.Failures, tv.Ejected)
+		}
 	}
 }

@@ -16,7 +16,10 @@ import (
 // per request. serveOne walks one request through route, the attempt
 // loop, relay and log; exchange and drop are the transport's own I/O.
 
-var errClientGone = errors.New("client went away while sending its body")
+// errClientGone: the client left mid-exchange (on the fast path, while
+// sending its body). Not the target's failure, and no retry: nobody is
+// waiting for the answer.
+var errClientGone = errors.New("client went away")
 
 // serveOne proxies the request in cc.req; it reports whether the
 // connection stays open. A proxied request reads the clock twice, at its

@@ -243,7 +243,7 @@ func (st *slowTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	sr.line.target = res.t.addr
 	resp := x.resp
-	d := &doneBody{rc: resp.Body, res: res, reqStart: sr.rq.start, up: up, g: g}
+	d := &doneBody{rc: resp.Body, res: res, reqStart: sr.rq.start, up: up, g: g, client: req.Context()}
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		d.upgraded = true
 		resp.Body = &doneRWBody{doneBody: d, w: rwc}
@@ -370,7 +370,8 @@ type doneBody struct {
 	reqStart time.Time
 	up       *upstream
 	g        *Gateway
-	upgraded bool // a switched protocol: its end is no failure
+	upgraded bool            // a switched protocol: its end is no failure
+	client   context.Context // ends when the client leaves: then a broken read is no failure
 
 	mu      sync.Mutex // Read and Close race on upgraded connections
 	readErr error
@@ -379,7 +380,7 @@ type doneBody struct {
 
 func (d *doneBody) Read(p []byte) (int, error) {
 	n, err := d.rc.Read(p)
-	if err != nil && err != io.EOF && !d.upgraded {
+	if err != nil && err != io.EOF && !d.upgraded && d.client.Err() == nil {
 		d.mu.Lock()
 		d.readErr = err
 		d.mu.Unlock()
