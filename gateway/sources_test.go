@@ -492,14 +492,15 @@ func TestProviderFromOptions(t *testing.T) {
 	p.lists <- []discovery.Target{{URL: bs[0].url()}, {URL: "ftp://x"}}
 	p.lists <- []discovery.Target{{URL: bs[1].url(), Weight: 3}}
 	awaitTargets(t, g, "api", "test-registry", map[string]int{bs[1].url(): 3})
-	metrics := get(t, client(), "http://"+g.AdminAddr()+"/metrics").body
+	// The counter goes up just after the list is applied: await it.
+	c := client()
 	for _, want := range []string{
 		`fulcrum_gateway_discovery_updates_total{result="applied",source="test-registry",upstream="api"} 2`,
 		`fulcrum_gateway_discovery_updates_total{result="refused",source="test-registry",upstream="api"} 1`,
 	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %s", want)
-		}
+		testenv.Eventually(t, "metrics with "+want, func() bool {
+			return strings.Contains(get(t, c, "http://"+g.AdminAddr()+"/metrics").body, want)
+		})
 	}
 	drained(t, l, bs[0])
 	l.check(t)
