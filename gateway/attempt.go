@@ -246,7 +246,13 @@ func (up *upstream) wait(client context.Context, g *Gateway, info balance.PickIn
 	waiting.Dec()
 	cancel()
 	outcome := "served"
-	if err != nil {
+	switch {
+	case err == nil && client.Err() != nil:
+		// A permit came as the client left (Wait takes a free permit
+		// before it looks at its context): give it back unused.
+		p.Done(nil)
+		p, err, outcome = balance.Pick{}, balance.ErrAtCapacity, "client_gone"
+	case err != nil:
 		outcome = "timeout"
 		if client.Err() != nil {
 			outcome = "client_gone"

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
 )
 
 // scriptedExchange answers each attempt from a script: a status, or an
@@ -24,8 +26,11 @@ type scripted struct {
 }
 
 func (x *scriptedExchange) exchange(context.Context, *target, time.Time) (int, bool, error) {
-	r := x.replies[x.n]
 	x.n++
+	if x.n > len(x.replies) {
+		return 0, true, errors.New("an exchange the script does not have")
+	}
+	r := x.replies[x.n-1]
 	return r.status, r.written, r.err
 }
 
@@ -102,5 +107,41 @@ func TestHealthTransitionLoggedOnce(t *testing.T) {
 	got := buf.String()
 	if n, m := strings.Count(got, "target unhealthy"), strings.Count(got, "target healthy"); n != 1 || m != 1 {
 		t.Fatalf("%d unhealthy and %d healthy lines, want 1 each:\n%s", n, m, got)
+	}
+}
+
+// leavingClient is a scripted exchange whose client leaves the moment
+// the pick starts waiting, just as a permit comes free.
+type leavingClient struct {
+	scriptedExchange
+	held balance.Pick
+}
+
+func (x *leavingClient) watch(context.Context) (context.Context, func()) {
+	x.held.Done(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx, func() {}
+}
+
+// A queued client that leaves as a permit comes free takes no permit and
+// sends nothing: balance.Wait hands out a free permit before it looks at
+// its context, and the gateway used to take that for a served wait.
+func TestQueuedClientLeavingAsPermitFreesTakesNone(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://127.0.0.1:1\", max_concurrency: 1}]\n"+
+		"    queue: {max_wait: 1m}\n")
+	up := g.rt.Load().ups["api"]
+	held, err := up.bal.PickWith(balance.PickInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &leavingClient{held: held}
+	rq := request{up: up, start: time.Now()}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.code != 503 || res.reason != reasonAtCapacity || x.n != 0 {
+		t.Fatalf("answer %d %s after %d exchanges, want 503 at_capacity and none", res.code, res.reason, x.n)
+	}
+	if in := up.bal.Endpoints()[0].InFlight; in != 0 {
+		t.Fatalf("in_flight %d, want 0: the permit went back", in)
 	}
 }
