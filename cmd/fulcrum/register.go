@@ -82,11 +82,21 @@ the key disappears when the lease lapses (--ttl).`,
 			reg, err := discovery.Register(rctx, cli, prefix, t, ttl, log)
 			cancel()
 			if err != nil {
+				var childErr error
 				if child != nil {
 					_ = child.Process.Signal(syscall.SIGTERM)
-					<-exited
+					childErr = <-exited
 				}
-				return fmt.Errorf("register: %w", err)
+				if ctx.Err() == nil {
+					return fmt.Errorf("register: %w", err)
+				}
+				// Stopped while registering: a stop, not a failure, and
+				// Register left nothing registered.
+				fmt.Fprintf(cmd.OutOrStdout(), "stopped before %s was registered under %s; nothing left registered\n", url, prefix)
+				if childErr != nil {
+					return fmt.Errorf("register: command: %w", childErr)
+				}
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "registered %s (ttl %v)\n", reg.Key, ttl)
 			var childErr error

@@ -76,7 +76,11 @@ func TestRegisterCommand(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	out := &lockedBuf{}
 	done := runRegister(ctx, out, "--etcd", endpoint, "--prefix", prefix, "--url", "http://127.0.0.1:9", "--weight", "4", "--started-at", "2026-11-23T10:00:00Z", "--ttl", "2s")
-	testenv.Eventually(t, "the key registered", func() bool { return value() != "" })
+	// Await the command's word that it registered, not the key: the key
+	// can be there while the command still waits for etcd's answer.
+	testenv.Eventually(t, "the command to say it registered", func() bool {
+		return strings.Contains(out.String(), "registered "+prefix+"127.0.0.1:9 ")
+	})
 	var reg map[string]any
 	if err := json.Unmarshal([]byte(value()), &reg); err != nil || reg["weight"] != 4.0 || reg["started_at"] != "2026-11-23T10:00:00Z" {
 		t.Fatalf("registered %s (%v)", value(), err)
@@ -87,6 +91,17 @@ func TestRegisterCommand(t *testing.T) {
 	}
 	if v := value(); v != "" || !strings.Contains(out.String(), "deregistered "+prefix+"127.0.0.1:9") {
 		t.Fatalf("after stop: key %q, output:\n%s", v, out)
+	}
+
+	// Stopped before it could register: not a failure, nothing left.
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	out = &lockedBuf{}
+	if err := <-runRegister(cancelled, out, "--etcd", endpoint, "--prefix", prefix, "--url", "http://127.0.0.1:9"); err != nil {
+		t.Fatalf("register stopped before registering = %v, want nil\n%s", err, out)
+	}
+	if v := value(); v != "" || !strings.Contains(out.String(), "stopped before http://127.0.0.1:9 was registered") {
+		t.Fatalf("stopped before registering: key %q, output:\n%s", v, out)
 	}
 
 	// Around a command: registered while it runs, its exit status passed on.

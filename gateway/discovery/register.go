@@ -27,7 +27,8 @@ type Registration struct {
 
 // Register puts t under prefix with a lease of ttl (at least 2s; etcd
 // rounds shorter ones up) and keeps the lease alive until Close; ctx
-// bounds only the first registration. A StartedAt left zero is set to now:
+// bounds only the first registration, and when it fails (ctx ended, say)
+// nothing is left registered. A StartedAt left zero is set to now:
 // give the process's own start time so a restart is seen as one. If etcd
 // loses the lease (it was down longer than ttl), the key is put again
 // under a new lease, with the same start time. If the process dies, or
@@ -92,6 +93,12 @@ func (r *Registration) put(ctx, keep context.Context, value string, secs int64) 
 		return nil, err
 	}
 	if _, err := r.cli.Put(ctx, r.Key, value, clientv3.WithLease(g.ID)); err != nil {
+		// The put may have been applied and its answer lost (ctx ended
+		// meanwhile): revoke the lease, which deletes the key with it, so
+		// no key is left that nobody keeps alive or deregisters.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = r.cli.Revoke(rctx, g.ID)
+		cancel()
 		return nil, err
 	}
 	select {
