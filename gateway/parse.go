@@ -46,7 +46,7 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 		return parseClose
 	}
 	r := &cc.req
-	if r.Minor == 0 || r.Upgrade || r.Expect || r.Chunked || len(r.URI) == 0 || r.URI[0] != '/' {
+	if !fastPathServes(r) {
 		return parseHandOff
 	}
 	// Route here, once: the config and upstream found are the ones
@@ -59,6 +59,13 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 		return parseHandOff // https targets: net/http sends it (upstream_tls.go)
 	}
 	return parseServe
+}
+
+// fastPathServes reports whether the fast path serves a parsed head
+// itself: HTTP/1.1, no upgrade, no Expect, no chunked body, an
+// origin-form target. The rest goes to net/http.
+func fastPathServes(r *h1.Request) bool {
+	return r.Minor != 0 && !r.Upgrade && !r.Expect && !r.Chunked && len(r.URI) > 0 && r.URI[0] == '/'
 }
 
 // refuse answers a head that cannot be served, logs it (no method or

@@ -53,7 +53,7 @@ func FuzzParseForward(f *testing.F) {
 		if err := h1.ParseRequest(head, &r); err != nil {
 			return // refused: nothing forwarded
 		}
-		if r.Minor == 0 || r.Upgrade || r.Expect || r.Chunked || len(r.URI) == 0 || r.URI[0] != '/' {
+		if !fastPathServes(&r) {
 			return // handed to net/http, which parses for itself
 		}
 		cc.buildHead(&r)
