@@ -385,6 +385,12 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	g.syncWatchers(rt)
 	for _, ou := range old.order {
 		ou.checker.Swap(nil).Stop()
+		if ou.tls != nil {
+			// build made each https upstream a new transport (its files
+			// read again): the old one's idle connections would otherwise
+			// stay open until upstream_idle.
+			ou.tls.CloseIdleConnections()
+		}
 	}
 	g.log.Info("config applied", "upstreams", len(rt.order), "routes", len(rt.routes))
 	return nil

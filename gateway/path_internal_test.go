@@ -3,16 +3,20 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // Tests that drive the request path's steps one at a time, to put an
@@ -109,4 +113,36 @@ func TestRoutedOnceAcrossAReload(t *testing.T) {
 	if res.StatusCode != 200 || hits.Load() != 1 {
 		t.Fatalf("status %d, %d requests at the upstream routed to at parse; want 200 and 1", res.StatusCode, hits.Load())
 	}
+}
+
+// A reload closes the idle connections of the https transports it
+// replaces (before, each reload left the old transport's pool open until
+// upstream_idle, 90 s by default).
+func TestReloadClosesReplacedTLSConnections(t *testing.T) {
+	var closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := "upstreams:\n  secure: {tls: {ca_file: \"" + ca + "\"}, targets: [{url: \"" + srv.URL + "\"}]}\n"
+	g := newTestGateway(t, text)
+	req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+	res, err := g.rt.Load().ups["secure"].tls.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close() // the connection is idle in the transport now
+	if err := g.ApplyConfig(testConfig(t, text)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the replaced transport's idle connection closed", func() bool { return closed.Load() == 1 })
 }
