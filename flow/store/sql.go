@@ -36,6 +36,7 @@ type SQLStore struct {
 	// prepared hot statements (SQLite): parsing the hold query cost about
 	// a tenth of the CPU of an end-to-end run when prepared per call.
 	holdStmt, writeRowStmt *sql.Stmt
+	lw                     *liteWriter // SQLite: group commit of writes
 }
 
 // enter takes the writer in turn (a no-op without a gate); call the
@@ -103,11 +104,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 		s.Close()
 		return nil, err
 	}
-	if s.gate != nil { // one writer: keep its hot statements prepared on it
+	if s.gate != nil { // one writer: keep its hot statements prepared on it, and commit in groups
 		if err := s.prepare(ctx); err != nil {
 			s.Close()
 			return nil, err
 		}
+		s.lw = newLiteWriter(s.w, s.log)
 	}
 	if s.d.start != nil {
 		if err := s.d.start(s, dsn); err != nil {
@@ -157,6 +159,9 @@ func (s *SQLStore) prepare(ctx context.Context) error {
 // Close stops background work and closes the pools.
 func (s *SQLStore) Close() error {
 	var errs []error
+	if s.lw != nil {
+		s.lw.close()
+	}
 	for _, st := range []*sql.Stmt{s.holdStmt, s.writeRowStmt} {
 		if st != nil {
 			st.Close()
@@ -365,7 +370,10 @@ func ctxArg(c json.RawMessage) any {
 
 // tx runs fn in a write transaction, retrying deadlocks and serialisation
 // failures a few times (nothing of a failed attempt was committed).
-func (s *SQLStore) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *SQLStore) tx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	if s.lw != nil {
+		return s.lw.do(ctx, fn)
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		err = s.tryTx(ctx, fn)
@@ -377,7 +385,7 @@ func (s *SQLStore) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return err
 }
 
-func (s *SQLStore) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *SQLStore) tryTx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
 	leave, err := s.enter(ctx)
 	if err != nil {
 		return err
@@ -387,7 +395,7 @@ func (s *SQLStore) tryTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(ctx, tx); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -463,7 +471,7 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 	case s.q.insert != "": // one statement for the batch
 		err = s.insertPG(ctx, recs)
 	default:
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			const chunk = 500
 			for i := 0; i < len(recs); i += chunk {
 				part := recs[i:min(i+chunk, len(recs))]
@@ -515,7 +523,7 @@ func hasUniqueKey(recs []flow.Record) bool {
 func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
 	var ids []string
 	var existing []bool
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		ids, existing, err = s.insertEach(ctx, sqlTx{tx}, recs)
 		return err
@@ -654,17 +662,20 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 		} else {
 			args = append(setArgs, dueArgs...)
 		}
-		leave, err := s.enter(ctx)
-		if err != nil {
-			return nil, err
+		if s.lw != nil {
+			// SQLite: the claim joins the writer's next group commit.
+			var out []flow.Record
+			err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				rows, err := tx.StmtContext(ctx, s.holdStmt).QueryContext(ctx, args...)
+				if err != nil {
+					return err
+				}
+				out, err = scanRecords(rows)
+				return err
+			})
+			return out, err
 		}
-		defer leave() // after the rows are read: the connection is busy until then
-		var rows *sql.Rows
-		if s.holdStmt != nil {
-			rows, err = s.holdStmt.QueryContext(ctx, args...)
-		} else {
-			rows, err = s.w.QueryContext(ctx, s.q.hold, args...)
-		}
+		rows, err := s.w.QueryContext(ctx, s.q.hold, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -672,7 +683,7 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 	}
 	// MySQL: select under SKIP LOCKED, then update, in one transaction.
 	var out []flow.Record
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, s.q.holdSel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
 		if err != nil {
 			return err
@@ -851,7 +862,7 @@ func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now
 	}
 	var errs []error
 	var changed []*flow.Record
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		errs, changed = make([]error, len(reqs)), nil
 		ids := make([]string, 0, len(reqs))
 		seen := map[string]bool{}
@@ -915,11 +926,26 @@ func (s *SQLStore) stale(ctx context.Context, taskID, what string) error {
 
 // RenewLease implements Store.
 func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry time.Time) error {
-	res, err := s.w.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease)
+	var n int64
+	var err error
+	if s.lw != nil { // SQLite: in turn with the group commits
+		err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			return err
+		})
+	} else {
+		var res sql.Result
+		if res, err = s.w.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease); err == nil {
+			n, err = res.RowsAffected()
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("renew lease of %s: %w", taskID, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return s.stale(ctx, taskID, "lease is not its current one")
 	}
 	return nil
@@ -970,7 +996,7 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 		}
 		rec := task(tick)
 		won := false
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			res, err := tx.ExecContext(ctx, s.q.cronCAS, us(tick), taskType, expr, last)
 			if err != nil {
 				return err
@@ -1018,13 +1044,24 @@ func (s *SQLStore) Heartbeat(ctx context.Context, workerID string, now time.Time
 	}
 	var out []flow.HeldLease
 	var err error
-	if s.q.heldBy == "" {
+	switch {
+	case s.lw != nil:
+		// SQLite: in turn with the group commits, not racing them for the
+		// one connection (a heartbeat that waits too long loses leases).
+		err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			rows, err := tx.QueryContext(ctx, s.q.heartbeat, us(now), us(now), workerID)
+			if err == nil {
+				out, err = scan(rows)
+			}
+			return err
+		})
+	case s.q.heldBy == "":
 		var rows *sql.Rows
 		if rows, err = s.w.QueryContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err == nil {
 			out, err = scan(rows)
 		}
-	} else {
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+	default:
+		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err != nil {
 				return err
 			}
@@ -1045,7 +1082,7 @@ func (s *SQLStore) Heartbeat(ctx context.Context, workerID string, now time.Time
 // RescueWorker implements Store.
 func (s *SQLStore) RescueWorker(ctx context.Context, workerID string, now time.Time) (int, error) {
 	var changed []*flow.Record
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, s.q.workerSel, workerID)
 		if err != nil {
 			return err
@@ -1094,7 +1131,7 @@ func (s *SQLStore) SetPaused(ctx context.Context, taskType string, paused bool, 
 // RetryTask implements Store.
 func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskContext json.RawMessage, now time.Time) (flow.Record, error) {
 	var out flow.Record
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		recs, err := s.lockRows(ctx, tx, []string{taskID})
 		if err != nil {
 			return err
@@ -1254,7 +1291,7 @@ func (s *SQLStore) NextDue(ctx context.Context, taskType string) (time.Time, boo
 // RescueExpired implements Store.
 func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	var changed []*flow.Record
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, s.q.rescueSel, us(now), limit)
 		if err != nil {
 			return err
@@ -1325,7 +1362,7 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 	}
 	var err error
 	if s.d.lockMig == nil {
-		err = s.tryTx(ctx, func(tx *sql.Tx) error { return run(tx) })
+		err = s.tryTx(ctx, func(_ context.Context, tx *sql.Tx) error { return run(tx) })
 	} else {
 		var c *sql.Conn
 		c, err = s.w.Conn(ctx)
