@@ -70,6 +70,7 @@ type Server struct {
 	leader atomic.Pointer[string] // the leader's worker URL, as last read
 
 	// Owned by the event loop goroutine.
+	clock    struct{ base, at time.Time } // the loop's clock read base at wall time at (now)
 	core     *Core
 	conns    map[string]*conn // by worker id
 	querying bool
@@ -106,7 +107,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	core, err := NewCore(cfg.Timings(), cfg.Redundancy, time.Now())
+	start := time.Now()
+	core, err := NewCore(cfg.Timings(), cfg.Redundancy, start)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +145,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		conns:  map[string]*conn{},
 		ha:     ha,
 	}
+	s.clock.base, s.clock.at = start, start
 	if ha != nil {
 		s.role.Store(roleStandby)
 	}
@@ -235,17 +238,32 @@ func (s *Server) loop() {
 		case <-s.ctx.Done():
 			return
 		case f := <-s.events:
-			f(time.Now())
-		case now := <-tick.C:
-			s.onTick(now)
+			f(s.now())
+		case <-tick.C:
+			s.onTick()
 		}
 	}
 }
 
-// onTick expires what timed out. The loop's select picks a due tick or a
-// queued event at random, so a tick may come before reports read earlier:
-// those workers count as heard (waiting).
-func (s *Server) onTick(now time.Time) {
+// maxGap is the most time the loop's clock counts between two ticks.
+func (s *Server) maxGap() time.Duration { return max(2*s.cfg.Tick, time.Second) }
+
+// now reads the loop's clock, which drives every timeout, warm-up and
+// query: the wall clock, except that a gap between two ticks counts as
+// maxGap at most. Time in which the supervisor itself could not run (a
+// machine out of CPU, a paused VM, a loop held by a long call) is not time
+// in which its workers were silent: their reports were waiting on it.
+func (s *Server) now() time.Time {
+	return s.clock.base.Add(min(time.Since(s.clock.at), s.maxGap()))
+}
+
+// onTick moves the loop's clock on and expires what timed out. The loop's
+// select picks a due tick or a queued event at random, so a tick may come
+// before reports read earlier: those workers count as heard (waiting).
+func (s *Server) onTick() {
+	wall := time.Now()
+	now := s.clock.base.Add(min(wall.Sub(s.clock.at), s.maxGap()))
+	s.clock.base, s.clock.at = now, wall
 	s.core.Tick(now, s.waiting)
 	s.settle(now)
 }

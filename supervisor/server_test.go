@@ -8,14 +8,17 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
@@ -82,6 +85,8 @@ type wsWorker struct {
 	running map[string]bool
 	errors  []string
 	every   time.Duration // report interval; 50ms when zero
+	paused  atomic.Bool   // reports not sent while set
+	sent    atomic.Int64  // reports sent by reportLoop and at dial
 }
 
 func dialWorker(t *testing.T, s *Server, id string, maxLoad int) *wsWorker {
@@ -101,6 +106,7 @@ func dialWorkerEvery(t *testing.T, s *Server, id string, maxLoad int, every time
 	}
 	w := &wsWorker{t: t, id: id, maxLoad: maxLoad, conn: conn, cancel: cancel, done: make(chan struct{}), running: map[string]bool{}, every: every}
 	w.send(w.report())
+	w.sent.Add(1)
 	go w.readLoop(ctx)
 	go w.reportLoop(ctx)
 	t.Cleanup(w.stop)
@@ -181,7 +187,10 @@ func (w *wsWorker) reportLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
-			w.send(w.report())
+			if !w.paused.Load() {
+				w.send(w.report())
+				w.sent.Add(1)
+			}
 		}
 	}
 }
@@ -325,9 +334,15 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 		n, load = 1_000, 40
 	}
 	c := testConfig(tasks(0, n))
-	// Reports every 500 ms carry up to 300 tasks each; timeouts long enough
-	// that a loaded machine's late report is not mistaken for a death.
-	c.WorkerTimeout, c.TaskTimeout = 5*time.Second, 5*time.Second
+	// Reports every 500 ms carry up to 300 tasks each. The supervisor's own
+	// backlog and its own stalls never count as silence (Server.waiting,
+	// Server.now), but the 100 workers run in this process and share its
+	// CPU: on a busy 2-core machine under the race detector (load average
+	// 26), 5 s passed with nothing on a live worker's socket while the loop
+	// still ticked. A starved worker is a late one, not a dead one, so the
+	// timeouts are well above that; only the three killed workers may be
+	// declared dead.
+	c.WorkerTimeout, c.TaskTimeout = 15*time.Second, 15*time.Second
 	c.Warmup = time.Second
 	c.MaxMessageBytes = 4 << 20
 	s := startServer(t, c)
@@ -374,10 +389,10 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 }
 
 // A supervisor that falls behind must not take its own backlog for its
-// fleet's silence. The event loop is stalled past worker_timeout while five
-// workers keep reporting; when it resumes, a tick is handled before the
-// queued reports (the loop's select picks either at random; here the tick,
-// every time). No worker dies, no task times out, nothing moves.
+// fleet's silence. The event loop is held past worker_timeout by ticks
+// alone while five workers keep reporting (the loop's select picks a due
+// tick or a queued report at random; here the tick, every time). No worker
+// dies, no task times out, nothing moves.
 func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	c := testConfig(tasks(0, 30))
 	c.WorkerTimeout, c.TaskTimeout = time.Second, time.Second
@@ -391,15 +406,15 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	before := holders(getTasks(t, s))
 
 	stalled := make(chan struct{})
-	s.post(func(time.Time) {
+	s.post(func(now time.Time) {
 		defer close(stalled)
-		// Stalled until every timeout armed before it is due and every
+		// Ticking until every timeout armed before is due and every
 		// worker's next report is read and queued behind this event.
-		due := time.Now().Add(c.WorkerTimeout + c.Tick)
-		for time.Now().Before(due) || slices.ContainsFunc(keys(ws), func(id string) bool { return !s.waiting(id) }) {
+		due := now.Add(c.WorkerTimeout + c.Tick)
+		for s.now().Before(due) || slices.ContainsFunc(keys(ws), func(id string) bool { return !s.waiting(id) }) {
 			time.Sleep(c.Tick)
+			s.onTick()
 		}
-		s.onTick(time.Now())
 	})
 	<-stalled
 	if d, to := expired(t, s); d != 0 || to != 0 {
@@ -411,6 +426,58 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	}
 	if d, to := expired(t, s); d != 0 || to != 0 {
 		t.Fatalf("after the backlog: %d workers declared dead, %d tasks timed out; want none", d, to)
+	}
+}
+
+// A supervisor that could not run for longer than worker_timeout (a paused
+// VM, a machine out of CPU) counts that time as maxGap at most: its workers
+// are not dead for having gone unheard while it was away. The workers stop
+// reporting and everything they sent is handled, then the loop is held,
+// without ticking, until worker_timeout has passed on the wall clock since
+// the last report; then it ticks. No worker dies.
+func TestServerPausedSupervisorKillsNoWorker(t *testing.T) {
+	c := testConfig(tasks(0, 30))
+	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second // above maxGap (1s) with room
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for i := range 5 {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, 30)
+	}
+	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	for _, w := range ws {
+		w.paused.Store(true)
+	}
+	eventually(t, "every report sent handled", func() bool {
+		var sent int64
+		for _, w := range ws {
+			sent += w.sent.Load()
+		}
+		var m dto.Metric
+		if err := s.m.messages.WithLabelValues(protocol.TypeReport).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return int64(m.GetCounter().GetValue()) == sent && !slices.ContainsFunc(keys(ws), s.waiting)
+	})
+	lastHeard := time.Now()
+	paused := make(chan struct{})
+	s.post(func(time.Time) {
+		defer close(paused)
+		for time.Since(lastHeard) < c.WorkerTimeout+c.Tick {
+			time.Sleep(c.Tick)
+		}
+		s.onTick()
+	})
+	<-paused
+	if d, to := expired(t, s); d != 0 || to != 0 {
+		t.Fatalf("after the pause: %d workers declared dead, %d tasks timed out; want none", d, to)
+	}
+	for _, w := range ws {
+		w.paused.Store(false)
+	}
+	eventually(t, "the fleet settled after the pause", func() bool { return settled(t, s, ws, 3) })
+	if d, _ := expired(t, s); d != 0 {
+		t.Fatalf("%d workers declared dead after the pause", d)
 	}
 }
 
@@ -443,7 +510,23 @@ func TestServerRestartKeepsSessions(t *testing.T) {
 	}
 	s.Close()
 
-	s2 := startServer(t, c)
+	// The restarted supervisor's warm-up ends with its first task query,
+	// which waits here until every worker is back: a worker that reconnects
+	// after warm-up is a new one and may lose its sessions (that is what
+	// warm-up is for), however loaded the machine.
+	back := make(chan struct{})
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-back:
+		case <-r.Context().Done():
+			return
+		}
+		json.NewEncoder(w).Encode(c.Source.Tasks)
+	}))
+	t.Cleanup(src.Close)
+	c2 := c
+	c2.Source = source.Config{Type: source.TypeHTTP, URL: src.URL}
+	s2 := startServer(t, c2)
 	ws2 := map[string]*wsWorker{}
 	for id, old := range ws {
 		w := &wsWorker{t: t, id: id, maxLoad: 60, running: old.runs()}
@@ -461,6 +544,11 @@ func TestServerRestartKeepsSessions(t *testing.T) {
 		t.Cleanup(w.stop)
 		ws2[id] = w
 	}
+	eventually(t, "every worker back", func() bool {
+		n, err := call(context.Background(), s2, func(time.Time) int { return len(s2.conns) })
+		return err == nil && n == len(ws2)
+	})
+	close(back)
 	eventually(t, "the reset after warm-up", func() bool { return settled(t, s2, ws2, 3) })
 	if after := holders(getTasks(t, s2)); !maps.EqualFunc(before, after, slices.Equal) {
 		t.Fatal("the restart moved tasks")
