@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+// One group: a write that fails is undone alone, the others commit, each
+// caller hears its own outcome, and a caller gone before its turn does
+// nothing.
+func TestGroupCommitIsolatesWrites(t *testing.T) {
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "g.db"), Options{TablePrefix: "g_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.w.Exec("CREATE TABLE kv (k TEXT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Hold the writer so that the next writes queue and form one group.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	go s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error { close(blocked); <-release; return nil })
+	<-blocked
+	insert := func(k string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO kv (k) VALUES (?)", k); err != nil {
+				return err
+			}
+			if k == "b" { // a write that fails after changing something
+				_, err := tx.ExecContext(ctx, "INSERT INTO kv (k) VALUES ('a')")
+				return err
+			}
+			return nil
+		}
+	}
+	gone, cancel := context.WithCancel(ctx)
+	results := make([]error, 4)
+	var wg sync.WaitGroup
+	for i, k := range []string{"a", "b", "c", "d"} {
+		wg.Add(1)
+		c := ctx
+		if k == "d" {
+			c = gone
+		}
+		go func() { defer wg.Done(); results[i] = s.lw.do(c, insert(k)) }()
+		testenv.Eventually(t, "write queued", func() bool { return len(s.lw.ops) == i+1 })
+	}
+	cancel() // d's caller leaves before its turn
+	close(release)
+	wg.Wait()
+	if results[0] != nil || results[1] == nil || results[2] != nil || !errors.Is(results[3], context.Canceled) {
+		t.Fatalf("results %v; want a ok, b failed, c ok, d cancelled", results)
+	}
+	var keys []string
+	rows, err := s.r.Query("SELECT k FROM kv ORDER BY k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	if len(keys) != 2 || keys[0] != "a" || keys[1] != "c" {
+		t.Fatalf("stored %v; want [a c] (b undone whole, d never run)", keys)
+	}
+}
