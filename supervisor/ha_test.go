@@ -110,10 +110,25 @@ func TestProcessFailoverLosesNothing(t *testing.T) {
 	mark := stored()
 	testenv.Eventually(t, "workers on B", f.allConnected)
 	testenv.Eventually(t, "messages flowing through B", func() bool { return stored() > mark+1000 })
-	for _, w := range f.workers {
-		if st := w.Stats(); st.Term != after.Term {
-			t.Fatalf("a worker's term is %d, want B's %d", st.Term, after.Term)
+	// Every worker follows B's term. On a loaded machine B may lose its own
+	// lease (renewals slower than the 1 s lease) and take it again with a
+	// later term: then the workers follow that one.
+	var last Status
+	testenv.Eventually(t, "every worker on B's current term", func() bool {
+		st, ok := statusOf(addrB)
+		if !ok || st.Role != "leader" {
+			return false
 		}
+		last = st
+		for _, w := range f.workers {
+			if w.Stats().Term != st.Term {
+				return false
+			}
+		}
+		return true
+	})
+	if last.Term != after.Term {
+		t.Logf("B took the lease again meanwhile: term %d, then %d", after.Term, last.Term)
 	}
 	f.stop()
 	b.stop()

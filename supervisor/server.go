@@ -635,7 +635,7 @@ func (s *Server) elect() {
 			case ok:
 				renewed = start
 			default:
-				s.log.Warn("lease lost: another supervisor leads", "term", term)
+				s.log.Warn("lease lost: it ran out before this renewal, or another supervisor took it", "term", term)
 				renewed = time.Time{} // step down now
 			}
 		}

@@ -395,7 +395,7 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 // dies, no task times out, nothing moves.
 func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	c := testConfig(tasks(0, 30))
-	c.WorkerTimeout, c.TaskTimeout = time.Second, time.Second
+	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second
 	s := startServer(t, c)
 	ws := map[string]*wsWorker{}
 	for i := range 5 {
@@ -403,20 +403,29 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 		ws[id] = dialWorker(t, s, id, 30)
 	}
 	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	if d, to := expired(t, s); d != 0 || to != 0 {
+		t.Fatalf("before the stall: %d workers declared dead, %d tasks timed out", d, to)
+	}
 	before := holders(getTasks(t, s))
 
-	stalled := make(chan struct{})
+	stalled := make(chan []string)
 	s.post(func(now time.Time) {
-		defer close(stalled)
 		// Ticking until every timeout armed before is due and every
-		// worker's next report is read and queued behind this event.
-		due := now.Add(c.WorkerTimeout + c.Tick)
-		for s.now().Before(due) || slices.ContainsFunc(keys(ws), func(id string) bool { return !s.waiting(id) }) {
+		// worker's next report is read and queued behind this event (given
+		// up after a minute, naming the workers that never had one).
+		due, limit := now.Add(c.WorkerTimeout+c.Tick), time.Now().Add(time.Minute)
+		notWaiting := func() []string {
+			return slices.DeleteFunc(keys(ws), s.waiting)
+		}
+		for (s.now().Before(due) || len(notWaiting()) > 0) && time.Now().Before(limit) {
 			time.Sleep(c.Tick)
 			s.onTick()
 		}
+		stalled <- notWaiting()
 	})
-	<-stalled
+	if quiet := <-stalled; len(quiet) > 0 {
+		t.Fatalf("no report from %v was read during the stall", quiet)
+	}
 	if d, to := expired(t, s); d != 0 || to != 0 {
 		t.Fatalf("after the stall: %d workers declared dead, %d tasks timed out; want none", d, to)
 	}

@@ -210,7 +210,8 @@ func (l *Lease) Acquire(ctx context.Context) (term uint64, leading bool, leaderU
 }
 
 // Renew extends the lease of term; false (and no error) when the term is
-// over: another supervisor took the lease.
+// over: the lease ran out before this renewal (the database's clock says
+// so; renewals slower than the lease) or another supervisor took it.
 func (l *Lease) Renew(ctx context.Context, term uint64) (bool, error) {
 	res, err := l.db.ExecContext(ctx, l.d.q(`UPDATE fulcrum_supervisor_lease SET expires_at = PLUS
 		WHERE name = ? AND holder = ? AND term = ? AND expires_at > NOW`),
