@@ -184,13 +184,14 @@ func (l *loop) run() {
 // the fd's readiness before calling the poll, so an event that comes
 // between an empty poll and the park still wakes the loop.
 func (l *loop) runParked(rc syscall.RawConn) {
+	var n int
+	var err error
+	poll := func(fd uintptr) bool { // made once: a closure per wait would allocate
+		n, err = unix.EpollWait(int(fd), l.events[:], 0)
+		return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
+	}
 	for {
-		var n int
-		var err error
-		if rerr := rc.Read(func(fd uintptr) bool {
-			n, err = unix.EpollWait(int(fd), l.events[:], 0)
-			return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
-		}); rerr != nil {
+		if rerr := rc.Read(poll); rerr != nil {
 			log.Fatalf("epoll fd: %v", rerr)
 		}
 		if err != nil {
