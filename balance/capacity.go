@@ -202,6 +202,7 @@ type capState struct {
 	parkUntil atomic.Int64 // clock at which a parked target's permit comes back; 0 = not parked
 	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
+	seen      atomic.Int64 // clock of the last success (when lat was last measured)
 
 	mu         sync.Mutex
 	limit      float64 // learned limit; 0 = not initialised
@@ -240,6 +241,10 @@ type capacityPicker struct {
 // one that rejects (and is not judged by its latency).
 const rejectMemory = 30 * time.Second
 
+// staleAfter is how many of its mean latencies an idle target's latency
+// sample is trusted for picking.
+const staleAfter = 16
+
 // unlimitedFree stands for the free permits of a target without a limit.
 const unlimitedFree = 1 << 20
 
@@ -255,7 +260,7 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	}
 	var best *Endpoint
 	bestRate := -1.0
-	var now int64 // read only when a target is parked
+	var now int64 // read only when a target is parked or idle
 	for i := range n {
 		j := i + off
 		if j >= n {
@@ -295,6 +300,17 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		lat := p.st[j].lat.Load()
 		if lat <= 0 {
 			lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
+		} else if e.InFlight() == 0 {
+			// An idle target's latency is as old as its last success: a
+			// provider that got faster while the picker ranked it slow
+			// would never be tried again. Past staleAfter latencies,
+			// one pick at a time measures it again.
+			if now == 0 {
+				now = info.Now()
+			}
+			if now-p.st[j].seen.Load() > staleAfter*lat {
+				lat = int64(time.Millisecond)
+			}
 		}
 		rate := float64(free) * info.Weight(e) / float64(lat)
 		if rate > bestRate {
@@ -352,6 +368,7 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	lat := int64(o.Latency)
 	learn := e.t.MaxConcurrency == 0
 	if o.Err == nil && lat > 0 {
+		c.seen.Store(o.Now)
 		// alpha 1/16: exponential service times are noisy, and a stage
 		// change still shows within a few dozen outcomes.
 		if old := c.lat.Load(); old == 0 {

@@ -292,6 +292,32 @@ func TestCapacityRetryProbes(t *testing.T) {
 	}
 }
 
+// TestCapacityRemeasuresAnIdleTarget: with the load far below capacity
+// every pick goes to the fastest target and the others idle; when an idle
+// one becomes the fast one, the picker must find out (its latency sample
+// is stale) and move the load there. The underload scenario's shape.
+func TestCapacityRemeasuresAnIdleTarget(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	ms := time.Millisecond
+	sims := map[string]*simTarget{"a": {permits: 60, rtt: 10 * ms}, "b": {permits: 80, rtt: 30 * ms}, "c": {permits: 100, rtt: 80 * ms}}
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1}, Target{Addr: "c", Weight: 1})
+	sim := newSimulation(b, clk, sims, 40, 5)
+	sim.run(t, 40000)
+	sims["a"].rtt, sims["c"].rtt = 80*ms, 10*ms
+	sim.run(t, 40000)
+	t0 := clk.ns.Load()
+	const n = 40000
+	sim.run(t, n)
+	// All 40 clients on c would complete 4,000 a second; left on a, 500
+	// (without remeasuring, 541). The picker's free/latency ranking still
+	// spreads part of the load to b (1,655 a second here): that is the
+	// ranking, not the stale sample.
+	if rate := n / (float64(clk.ns.Load()-t0) / 1e9); rate < 1200 {
+		t.Errorf("%.0f completions a second after the targets swapped speeds, want at least 1200 (the load moved off the now slow target)", rate)
+	}
+}
+
 func TestCapacityDoesNotGrowWithoutDemand(t *testing.T) {
 	// 10 clients never saturate the initial limit: nothing to learn, so the
 	// limit must not run away (the target has 500 permits; we do not know).
