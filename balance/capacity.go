@@ -63,7 +63,9 @@ import (
 //     no need.
 //
 // Latencies used for picking are success latencies only: a rejection
-// answers fast and must not make a full target look quick.
+// answers fast and must not make a full target look quick. An idle
+// target's sample goes stale after staleAfter of its latencies, and one
+// pick at a time then measures it again.
 //
 // Its settings (Options.Settings, named numbers) tune the learner: initial_limit (default 20), min_limit
 // (1), max_limit (4096), tolerance (2: the latency ratio read as queueing)
