@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/go-sql-driver/mysql"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -218,4 +220,41 @@ func adminTasksOutlive(t *testing.T, dsn string) {
 	if fmt.Sprint(ids) != "[extra room-00001]" {
 		t.Fatalf("b supervises %v, want [extra room-00001]: the stored admin changes", ids)
 	}
+}
+
+// A leader whose lease is gone stops leading at once, even while its event
+// loop is held (a busy loop can be seconds behind): another supervisor
+// takes the lease in the database while the loop is held, and a worker
+// dialing the old leader is refused with 503.
+func TestHALostLeaseRefusesWorkersBeforeTheLoopKnows(t *testing.T) {
+	dsn := testenv.Postgres(t)
+	name := fmt.Sprintf("stepdown-%d", time.Now().UnixNano())
+	c := testConfig(tasks(0, 2))
+	c.Tick = 20 * time.Millisecond
+	c.HA = HAConfig{Database: dsn, Name: name, Lease: 500 * time.Millisecond}
+	ln := freeAddr(t)
+	c.Listen, c.HA.Advertise = ln, "ws://"+ln+WorkerPath
+	s := startServer(t, c)
+	testenv.Eventually(t, "leading", func() bool { st, ok := statusOf(s.Addr()); return ok && st.Role == "leader" })
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	release, held := make(chan struct{}), make(chan struct{})
+	s.post(func(time.Time) { close(held); <-release })
+	<-held
+	defer close(release) // before the server's cleanup closes it
+	if _, err := db.Exec(`UPDATE fulcrum_supervisor_lease SET holder = 'another', term = term + 1 WHERE name = $1`, name); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "a worker refused while the loop is held", func() bool {
+		conn, resp, err := websocket.Dial(context.Background(), "ws://"+s.Addr()+WorkerPath+"?token="+testToken, nil)
+		if err == nil {
+			conn.CloseNow()
+			return false
+		}
+		return resp != nil && resp.StatusCode == http.StatusServiceUnavailable
+	})
 }

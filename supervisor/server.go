@@ -72,6 +72,7 @@ type Server struct {
 	// Owned by the event loop goroutine.
 	clock    struct{ base, at time.Time } // the loop's clock read base at wall time at (now)
 	core     *Core
+	leading  uint64           // the term core's lifecycle leads, 0 for none
 	conns    map[string]*conn // by worker id
 	querying bool
 }
@@ -303,6 +304,9 @@ func (s *Server) settle(now time.Time) {
 		go s.query(s.core, s.term.Load())
 	}
 	send, drop := s.core.Flush(now)
+	if s.ha != nil && s.term.Load() == 0 {
+		send = nil // stepped down (elect), the loop not yet told: nothing more to say
+	}
 	for _, o := range send {
 		s.m.instructions.Inc()
 		c := s.conns[o.WorkerID]
@@ -643,6 +647,12 @@ func (s *Server) elect() {
 		if term != 0 && time.Since(renewed) >= trust {
 			t := term
 			term = 0
+			// Stop leading now, not when the event loop gets to it (a busy
+			// loop can be seconds behind): from here workers are refused,
+			// their messages of term t dropped, admin changes refused, and
+			// no instruction set is sent.
+			s.role.Store(roleStandby)
+			s.term.CompareAndSwap(t, 0)
 			s.post(func(now time.Time) { s.stepDown(now, t) })
 		}
 	}
@@ -655,7 +665,7 @@ func (s *Server) lead(now time.Time, term uint64) {
 		s.log.Error("supervisor: new term", "err", err)
 		return
 	}
-	s.core, s.querying = core, false
+	s.core, s.querying, s.leading = core, false, term
 	s.term.Store(term)
 	s.role.Store(roleLeader)
 	s.log.Info("leading", "term", term, "warmup", s.cfg.Warmup)
@@ -665,9 +675,10 @@ func (s *Server) lead(now time.Time, term uint64) {
 // stepDown ends term: every worker is disconnected (they go to the next
 // leader) and the lifecycle starts afresh, idle, as a standby's.
 func (s *Server) stepDown(now time.Time, term uint64) {
-	if s.term.Load() != term {
+	if s.leading != term {
 		return
 	}
+	s.leading = 0
 	s.role.Store(roleStandby)
 	s.term.Store(0)
 	for id, c := range s.conns {
