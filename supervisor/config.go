@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -142,11 +143,20 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("supervisor config: %w", err)
 	}
-	c, err := ParseConfig(data)
+	c, err := ParseConfigWith(data, func(c *Config) { c.ResolvePaths(filepath.Dir(path)) })
 	if err != nil {
 		return Config{}, fmt.Errorf("supervisor config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// ResolvePaths makes a file source's relative path relative to dir, the
+// config file's folder: a path in a file is read as its author wrote it,
+// not against whatever directory the process was started from.
+func (c *Config) ResolvePaths(dir string) {
+	if c.Source.Type == "file" && c.Source.Path != "" && !filepath.IsAbs(c.Source.Path) {
+		c.Source.Path = filepath.Join(dir, c.Source.Path)
+	}
 }
 
 // ParseConfig decodes YAML over DefaultConfig and validates it. Unknown

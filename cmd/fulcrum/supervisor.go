@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-lb/fulcrum/supervisor"
+	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
 
 // newSupervisorCmd returns `fulcrum supervisor --config supervisor.yaml`,
@@ -48,6 +50,9 @@ and one leads; the others stand by and take over when its lease lapses.
 				return err
 			}
 			if check {
+				if err := checkSupervisorSource(commandContext(cmd), cfg); err != nil {
+					return fmt.Errorf("supervisor config %s: %w", path, err)
+				}
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (listen %s, redundancy %d, source %s, sink %s)\n",
 					path, cfg.Listen, cfg.Redundancy, cfg.Source.Type, cfg.Sink.Type)
 				return err
@@ -89,11 +94,27 @@ func loadSupervisorConfig(path string) (supervisor.Config, error) {
 		if c.Token == "" {
 			c.Token = os.Getenv("FULCRUM_TOKEN")
 		}
+		c.ResolvePaths(filepath.Dir(path))
 	})
 	if err != nil {
 		return supervisor.Config{}, fmt.Errorf("supervisor config %s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// checkSupervisorSource reads a file source once, so --check fails on a
+// path that does not exist or a list that does not parse, as start would.
+// An http source is not fetched: its server need not be up at check time.
+func checkSupervisorSource(ctx context.Context, cfg supervisor.Config) error {
+	if cfg.Source.Type != "file" {
+		return nil
+	}
+	src, err := source.Open(cfg.Source)
+	if err != nil {
+		return err
+	}
+	_, err = src.List(ctx)
+	return err
 }
 
 func commandContext(cmd *cobra.Command) context.Context {

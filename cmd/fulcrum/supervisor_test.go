@@ -24,6 +24,12 @@ func TestSupervisorCheck(t *testing.T) {
 	}
 	good := write("good.yaml", "listen: 0.0.0.0:7300\nsource: {type: static, tasks: [{task_id: a}]}\n")
 	bad := write("bad.yaml", "token: t\nsource: {type: static}\nredundancy: 0\n")
+	// A file source's relative path is read against the config's folder
+	// (the test runs in cmd/fulcrum, where rooms.yaml does not exist).
+	write("rooms.yaml", "- task_id: room-1\n")
+	fileSrc := write("file.yaml", "source: {type: file, path: rooms.yaml}\n")
+	noFile := write("nofile.yaml", "source: {type: file, path: gone.yaml}\n")
+	badList := write("badlist.yaml", "source: {type: file, path: bad.yaml}\n")
 	cases := []struct {
 		name, path, env, want string
 		ok                    bool
@@ -32,6 +38,9 @@ func TestSupervisorCheck(t *testing.T) {
 		{"no token anywhere, off loopback", good, "", "token: required", false},
 		{"bad field named with its line", bad, "", "line 3: redundancy", false},
 		{"missing file", filepath.Join(dir, "nope.yaml"), "", "no such file", false},
+		{"file source relative to the config", fileSrc, "", "source file", true},
+		{"file source that does not exist", noFile, "", "source.path", false},
+		{"file source that does not parse", badList, "", "unknown field", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
