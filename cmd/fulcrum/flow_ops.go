@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/client"
 )
 
 // The operator's commands: register a type, pause and resume it, and
@@ -167,35 +169,22 @@ func flowRetryCmd() *cobra.Command {
 }
 
 func flowCancelCmd() *cobra.Command {
-	var f flowClientFlags
-	cmd := &cobra.Command{
-		Use:   "cancel TASK_ID...",
-		Short: "End pending or processing tasks as cancelled",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return eachTask(cmd, args, func(id string) error {
-				err := c.CancelTask(cmd.Context(), id)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s cancelled\n", id)
-				}
-				return err
-			})
-		},
-	}
-	f.add(cmd)
-	return cmd
+	return flowEachTaskCmd("cancel", "End pending or processing tasks as cancelled", "cancelled",
+		func(ctx context.Context, c *client.Client, id string) error { return c.CancelTask(ctx, id) })
 }
 
 func flowDeleteCmd() *cobra.Command {
+	return flowEachTaskCmd("delete", "Delete tasks that are not being processed (cancel a held one first)", "deleted",
+		func(ctx context.Context, c *client.Client, id string) error { return c.DeleteTask(ctx, id) })
+}
+
+// flowEachTaskCmd is a command that applies op to every task id it is given
+// and prints "<id> <done>" for each that succeeded.
+func flowEachTaskCmd(name, short, done string, op func(context.Context, *client.Client, string) error) *cobra.Command {
 	var f flowClientFlags
 	cmd := &cobra.Command{
-		Use:   "delete TASK_ID...",
-		Short: "Delete tasks that are not being processed (cancel a held one first)",
+		Use:   name + " TASK_ID...",
+		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -204,9 +193,9 @@ func flowDeleteCmd() *cobra.Command {
 			}
 			defer c.Close()
 			return eachTask(cmd, args, func(id string) error {
-				err := c.DeleteTask(cmd.Context(), id)
+				err := op(cmd.Context(), c, id)
 				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", id)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
 				}
 				return err
 			})
