@@ -1,16 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 // Scenario is one benchmark run's providers and load.
@@ -117,19 +118,25 @@ func LoadScenario(path string) (*Scenario, error) {
 	return sc, nil
 }
 
-// ParseScenario decodes a scenario strictly (unknown fields are errors)
-// and validates it.
+// ParseScenario decodes a scenario strictly with the module's one config
+// reader (unknown fields are errors with a did-you-mean, every problem is
+// named with its line) and validates it, naming the bad field's line.
 func ParseScenario(data []byte) (*Scenario, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var sc Scenario
-	if err := dec.Decode(&sc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty scenario: want load and providers")
-		}
+	doc, err := confyaml.Decode(data, &sc)
+	if err != nil {
 		return nil, fmt.Errorf("scenario: %w", err)
 	}
+	if doc.Line("load") == 0 && doc.Line("providers") == 0 {
+		return nil, errors.New("empty scenario: want load and providers")
+	}
 	if err := sc.Validate(); err != nil {
+		// Validate's messages start with the field's path.
+		if path, _, ok := strings.Cut(err.Error(), ":"); ok {
+			if line := doc.Line(path); line > 0 {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+		}
 		return nil, err
 	}
 	return &sc, nil
