@@ -1,13 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -51,21 +49,8 @@ func TestCronExactlyOnceServerKilled(t *testing.T) {
 	var procs []*exec.Cmd
 	var addrs []string
 	for i := 0; i < 3; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCronServe$")
-		cmd.Env = append(os.Environ(), "FLOW_TEST_CRON_DB="+dsn, "FLOW_TEST_CRON_PREFIX="+p, "FLOW_TEST_CRON_R0="+r0)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil || !strings.HasPrefix(line, "ADDR ") {
-			t.Fatalf("child said %q, %v", line, err)
-		}
-		procs, addrs = append(procs, cmd), append(addrs, strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")))
+		cmd, addr := startHelper(t, "TestHelperCronServe", "FLOW_TEST_CRON_DB="+dsn, "FLOW_TEST_CRON_PREFIX="+p, "FLOW_TEST_CRON_R0="+r0)
+		procs, addrs = append(procs, cmd), append(addrs, addr)
 	}
 	code, b := call(t, "POST", "http://"+addrs[0]+"/v1/register_task", `{"task_type":"tick","cron":"* * * * *","cron_stage":"run"}`)
 	if code != 200 {

@@ -46,8 +46,19 @@ func TestHelperLimitedServe(t *testing.T) {
 // base URL and pid; it is killed when t ends.
 func child(t *testing.T, env ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLimitedServe$")
-	cmd.Env = append(os.Environ(), append(env, "FLOW_TEST_LIMITED_DB=sqlite://"+filepath.Join(t.TempDir(), "flow.db"))...)
+	cmd, addr := startHelper(t, "TestHelperLimitedServe",
+		append(env, "FLOW_TEST_LIMITED_DB=sqlite://"+filepath.Join(t.TempDir(), "flow.db"))...)
+	return addr, cmd.Process.Pid
+}
+
+// startHelper runs the named helper test of this package in its own
+// process with env added, waits for the "ADDR host:port" line it prints
+// once it serves, and returns the process and that address. The process
+// is killed when t ends.
+func startHelper(t *testing.T, helper string, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +71,7 @@ func child(t *testing.T, env ...string) (string, int) {
 	if err != nil || !strings.HasPrefix(line, "ADDR ") {
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	return strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), cmd.Process.Pid
+	return cmd, strings.TrimSpace(strings.TrimPrefix(line, "ADDR "))
 }
 
 // peakRSS is a process's high-water mark of resident memory (VmHWM).
