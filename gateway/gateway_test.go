@@ -250,6 +250,21 @@ func writeFile(t *testing.T, dir, name, text string) string {
 	return p
 }
 
+// failure sends req and reads the whole answer; it returns why the request
+// failed (a transport error or a status other than 200), or "".
+func failure(c *http.Client, req *http.Request) string {
+	res, err := c.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		return res.Status
+	}
+	return ""
+}
+
 // load runs workers that GET url n times each and counts failures.
 func load(t *testing.T, url string, workers, n int, done *atomic.Int64) (failed []string) {
 	t.Helper()
@@ -261,18 +276,11 @@ func load(t *testing.T, url string, workers, n int, done *atomic.Int64) (failed 
 		go func() {
 			defer wg.Done()
 			for i := 0; i < n; i++ {
-				res, err := c.Get(url)
-				var msg string
+				req, err := http.NewRequest("GET", url, nil)
 				if err != nil {
-					msg = err.Error()
-				} else {
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					if res.StatusCode != 200 {
-						msg = res.Status
-					}
+					panic(err)
 				}
-				if msg != "" {
+				if msg := failure(c, req); msg != "" {
 					mu.Lock()
 					failed = append(failed, msg)
 					mu.Unlock()

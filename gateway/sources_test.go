@@ -55,18 +55,7 @@ func startLoad(t *testing.T, url string, workers int) *steadyLoad {
 					panic(err)
 				}
 				req.Header.Set(seqHeader, strconv.FormatInt(l.seq.Add(1), 10))
-				res, err := c.Do(req)
-				msg := ""
-				if err != nil {
-					msg = err.Error()
-				} else {
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					if res.StatusCode != 200 {
-						msg = res.Status
-					}
-				}
-				if msg != "" {
+				if msg := failure(c, req); msg != "" {
 					l.mu.Lock()
 					l.failed = append(l.failed, msg)
 					l.mu.Unlock()
