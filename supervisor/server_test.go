@@ -89,6 +89,16 @@ type wsWorker struct {
 	sent    atomic.Int64  // reports sent by reportLoop and at dial
 }
 
+// dialWorkers connects n workers, w0 to w(n-1), each with maxLoad.
+func dialWorkers(t *testing.T, s *Server, n, maxLoad int) map[string]*wsWorker {
+	ws := map[string]*wsWorker{}
+	for i := range n {
+		id := fmt.Sprintf("w%d", i)
+		ws[id] = dialWorker(t, s, id, maxLoad)
+	}
+	return ws
+}
+
 func dialWorker(t *testing.T, s *Server, id string, maxLoad int) *wsWorker {
 	t.Helper()
 	return dialWorkerEvery(t, s, id, maxLoad, 0)
@@ -297,11 +307,7 @@ func holders(r tasksResp) map[string][]string {
 // tasks reassigned and nothing else moved.
 func TestServerFleetOverRealSockets(t *testing.T) {
 	s := startServer(t, testConfig(tasks(0, 120)))
-	ws := map[string]*wsWorker{}
-	for i := range 10 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 60)
-	}
+	ws := dialWorkers(t, s, 10, 60)
 	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	before := holders(getTasks(t, s))
 
@@ -397,11 +403,7 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	c := testConfig(tasks(0, 30))
 	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second
 	s := startServer(t, c)
-	ws := map[string]*wsWorker{}
-	for i := range 5 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 30)
-	}
+	ws := dialWorkers(t, s, 5, 30)
 	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	if d, to := expired(t, s); d != 0 || to != 0 {
 		t.Fatalf("before the stall: %d workers declared dead, %d tasks timed out", d, to)
@@ -448,11 +450,7 @@ func TestServerPausedSupervisorKillsNoWorker(t *testing.T) {
 	c := testConfig(tasks(0, 30))
 	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second // above maxGap (1s) with room
 	s := startServer(t, c)
-	ws := map[string]*wsWorker{}
-	for i := range 5 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 30)
-	}
+	ws := dialWorkers(t, s, 5, 30)
 	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	for _, w := range ws {
 		w.paused.Store(true)
@@ -505,11 +503,7 @@ func expired(t *testing.T, s *Server) (deaths, taskTimeouts uint64) {
 func TestServerRestartKeepsSessions(t *testing.T) {
 	c := testConfig(tasks(0, 60))
 	s := startServer(t, c)
-	ws := map[string]*wsWorker{}
-	for i := range 5 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 60)
-	}
+	ws := dialWorkers(t, s, 5, 60)
 	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	before := holders(getTasks(t, s))
 	running := map[string]map[string]bool{}
@@ -749,11 +743,7 @@ func TestServerDedupThroughNATS(t *testing.T) {
 	c := testConfig(tasks(0, 2))
 	c.Sink = sink.Config{Type: sink.TypeNATS, URL: url, Subject: subject}
 	s := startServer(t, c)
-	ws := map[string]*wsWorker{}
-	for i := range 3 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 10)
-	}
+	ws := dialWorkers(t, s, 3, 10)
 	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
 	const n = 200
 	sendStream(ws, n)
@@ -831,11 +821,7 @@ func TestServerDedupThroughRabbitMQ(t *testing.T) {
 	c := testConfig(tasks(0, 2))
 	c.Sink = sink.Config{Type: sink.TypeRabbitMQ, URL: url, RoutingKey: queue}
 	s := startServer(t, c)
-	ws := map[string]*wsWorker{}
-	for i := range 3 {
-		id := fmt.Sprintf("w%d", i)
-		ws[id] = dialWorker(t, s, id, 10)
-	}
+	ws := dialWorkers(t, s, 3, 10)
 	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
 	const n = 200
 	sendStream(ws, n)
