@@ -1081,9 +1081,20 @@ func (s *SQLStore) Heartbeat(ctx context.Context, workerID string, now time.Time
 
 // RescueWorker implements Store.
 func (s *SQLStore) RescueWorker(ctx context.Context, workerID string, now time.Time) (int, error) {
+	n, err := s.expireSelected(ctx, now, "worker declared gone", s.q.workerSel, workerID)
+	if err != nil {
+		return 0, fmt.Errorf("rescue tasks of %s: %w", workerID, err)
+	}
+	return n, nil
+}
+
+// expireSelected ends the leases of the processing tasks that query
+// selects (with args), in one transaction, noting reason (when given) in
+// each one's schedule log, and wakes holds for the tasks that are due again.
+func (s *SQLStore) expireSelected(ctx context.Context, now time.Time, reason, query string, args ...any) (int, error) {
 	var changed []*flow.Record
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.workerSel, workerID)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -1094,13 +1105,15 @@ func (s *SQLStore) RescueWorker(ctx context.Context, workerID string, now time.T
 		changed = changed[:0]
 		for i := range recs {
 			flow.ApplyExpire(&recs[i], now)
-			recs[i].ScheduleLog[len(recs[i].ScheduleLog)-1].Error = "worker declared gone"
+			if reason != "" {
+				recs[i].ScheduleLog[len(recs[i].ScheduleLog)-1].Error = reason
+			}
 			changed = append(changed, &recs[i])
 		}
 		return s.writeRecords(ctx, tx, changed)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("rescue tasks of %s: %w", workerID, err)
+		return 0, err
 	}
 	s.dueP(changed)
 	return len(changed), nil
@@ -1290,28 +1303,11 @@ func (s *SQLStore) NextDue(ctx context.Context, taskType string) (time.Time, boo
 
 // RescueExpired implements Store.
 func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) (int, error) {
-	var changed []*flow.Record
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.rescueSel, us(now), limit)
-		if err != nil {
-			return err
-		}
-		recs, err := scanRecords(rows)
-		if err != nil {
-			return err
-		}
-		changed = changed[:0]
-		for i := range recs {
-			flow.ApplyExpire(&recs[i], now)
-			changed = append(changed, &recs[i])
-		}
-		return s.writeRecords(ctx, tx, changed)
-	})
+	n, err := s.expireSelected(ctx, now, "", s.q.rescueSel, us(now), limit)
 	if err != nil {
 		return 0, fmt.Errorf("rescue expired leases: %w", err)
 	}
-	s.dueP(changed)
-	return len(changed), nil
+	return n, nil
 }
 
 // PruneEnded implements Store.
