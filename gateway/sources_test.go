@@ -286,15 +286,7 @@ func TestFileDiscoveryUnderLoad(t *testing.T) {
 	bs := loadBackends(t, 3)
 	dir := t.TempDir()
 	list := filepath.Join(dir, "targets.yaml")
-	write := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(list+".tmp", []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(list+".tmp", list); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); replaceFile(t, list, text) }
 	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[0].url(), bs[1].url()))
 	logs := &syncBuf{}
 	cfg, err := config.Parse([]byte(base + fmt.Sprintf("upstreams:\n  api:\n    retry: {attempts: 1}\n    discovery:\n      file: {path: %q}\n", list)))
@@ -500,15 +492,7 @@ func TestProviderFromOptions(t *testing.T) {
 func TestDiscoveryChangeKeepsEjection(t *testing.T) {
 	bs := backends(t, 3)
 	list := filepath.Join(t.TempDir(), "targets.yaml")
-	write := func(text string) {
-		t.Helper()
-		if err := os.WriteFile(list+".tmp", []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(list+".tmp", list); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); replaceFile(t, list, text) }
 	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[0].url(), bs[1].url()))
 	g := start(t, base+fmt.Sprintf(`upstreams:
   api:
@@ -625,4 +609,16 @@ func TestDNSDiscoveryReloadToTLS(t *testing.T) {
 	}
 	dns.Fail(0)
 	awaitTargets(t, g, "api", "dns", map[string]int{"https://127.0.0.1:8443": 1})
+}
+
+// replaceFile writes text to path by rename, as docs/gateway.md tells users
+// to, so a watcher never sees a half-written list.
+func replaceFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
 }
