@@ -64,15 +64,49 @@ func Decode(data []byte, v any) (*Doc, error) {
 		doc.root = root.Content[0]
 		d.value(doc.root, rv.Elem(), "")
 	}
-	if len(d.errs) == 0 {
+	return doc, d.result()
+}
+
+// DecodeNode is Decode for YAML already parsed: a section kept as a
+// yaml.Node to be decoded later by whoever owns it (a strategy's
+// settings), or a document the caller looked at first. The rules are
+// Decode's; every path in the errors starts with path, and so do the
+// paths the returned Doc's Line takes. A nil or zero node leaves v as it
+// was.
+func DecodeNode(n *yaml.Node, v any, path string) (*Doc, error) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return nil, fmt.Errorf("confyaml: DecodeNode needs a non-nil pointer, got %T", v)
+	}
+	if n != nil && n.Kind == yaml.DocumentNode {
+		var top *yaml.Node
+		if len(n.Content) > 0 {
+			top = n.Content[0]
+		}
+		n = top
+	}
+	doc := &Doc{prefix: path}
+	if n == nil || n.Kind == 0 {
 		return doc, nil
+	}
+	doc.root = n
+	d := &decoder{maxSteps: 100*countNodes(n, 0) + 100_000}
+	d.value(n, rv.Elem(), path)
+	return doc, d.result()
+}
+
+// result is the problems found, in file order and bounded, as an *Error;
+// nil when there are none.
+func (d *decoder) result() error {
+	if len(d.errs) == 0 {
+		return nil
 	}
 	slices.SortStableFunc(d.errs, func(a, b *FieldError) int { return a.Line - b.Line })
 	if len(d.errs) > MaxProblems {
 		more := len(d.errs) - MaxProblems
 		d.errs = append(d.errs[:MaxProblems], &FieldError{Msg: fmt.Sprintf("and %d more problems", more)})
 	}
-	return doc, &Error{Problems: d.errs}
+	return &Error{Problems: d.errs}
 }
 
 // syntaxError turns the parser's "yaml: line 3: mapping values are not
@@ -115,6 +149,7 @@ var (
 	unmarshalerType     = reflect.TypeFor[yaml.Unmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 	durationType        = reflect.TypeFor[time.Duration]()
+	lengthType          = reflect.TypeFor[Duration]()
 )
 
 // value decodes n into v, which is addressable.
@@ -147,7 +182,7 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		return // anything else keeps its default
 	}
 	switch {
-	case t == durationType:
+	case t == durationType || t == lengthType:
 		d.duration(n, v, path)
 		return
 	case t == sizeType:
@@ -189,7 +224,11 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 		d.fail(n, path, "want a duration like 5s, got %s", kindName(n))
 		return
 	}
-	dur, err := parseDuration(n.Value)
+	parse := parseDuration
+	if v.Type() == lengthType {
+		parse = parseLength
+	}
+	dur, err := parse(n.Value)
 	if err != nil {
 		d.fail(n, path, "%v", err)
 		return
@@ -319,7 +358,7 @@ func unknownField(name string, known []string) string {
 		return "unknown field (did you mean " + s + "?)"
 	}
 	if len(known) == 0 {
-		return "unknown field (none are read here)"
+		return "unknown field (this section takes no settings)"
 	}
 	return "unknown field (known: " + strings.Join(known, ", ") + ")"
 }
@@ -432,7 +471,7 @@ func (d *decoder) unmarshaler(n *yaml.Node, v reflect.Value, path string) {
 			switch {
 			case !ok && info.inlineMap == nil:
 				d.fail(e.key, p, "%s", unknownField(e.key.Value, info.names))
-			case ok && (f.typ == durationType || f.typ == sizeType):
+			case ok && (f.typ == durationType || f.typ == lengthType || f.typ == sizeType):
 				d.value(e.val, reflect.New(f.typ).Elem(), p)
 			}
 		}

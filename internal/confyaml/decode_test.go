@@ -363,3 +363,84 @@ func TestSize(t *testing.T) {
 		t.Errorf("yaml.Unmarshal of a bad size: %v", err)
 	}
 }
+
+// A Duration takes a unit like a time.Duration and refuses a negative
+// length, through Decode and through the YAML library alone.
+func TestDuration(t *testing.T) {
+	type timeouts struct {
+		Dial Duration `yaml:"dial"`
+		Idle Duration `yaml:"idle"`
+	}
+	var v timeouts
+	if _, err := Decode([]byte("dial: 250ms\nidle: 0\n"), &v); err != nil || v.Dial.D() != 250*time.Millisecond || v.Idle != 0 {
+		t.Fatalf("Decode: %+v, %v", v, err)
+	}
+	for in, want := range map[string]string{
+		"dial: -1s\n":         `line 1: dial: "-1s" is negative`,
+		"idle: 5\n":           "line 1: idle: 5 has no unit",
+		"dial: soon\n":        `line 1: dial: "soon" is not a duration`,
+		"dial: [1s]\n":        "line 1: dial: want a duration like 5s, got a list",
+		"dial: 1s\ndia: 2s\n": "line 2: dia: unknown field (did you mean dial?)",
+	} {
+		if _, err := Decode([]byte(in), &v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Decode(%q) = %v, want %q", in, err, want)
+		}
+	}
+	if got := Duration(90 * time.Second).String(); got != "1m30s" {
+		t.Errorf("String() = %q", got)
+	}
+	if err := yaml.Unmarshal([]byte("dial: 2s"), &v); err != nil || v.Dial.D() != 2*time.Second {
+		t.Errorf("yaml.Unmarshal: %v %v", v.Dial, err)
+	}
+	if err := yaml.Unmarshal([]byte("dial: -2s"), &v); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("yaml.Unmarshal of a negative duration: %v", err)
+	}
+}
+
+// DecodeNode decodes a section kept for later with Decode's rules, its
+// paths under the section's own and its lines the file's.
+func TestDecodeNode(t *testing.T) {
+	var file struct {
+		Name     string    `yaml:"name"`
+		Settings yaml.Node `yaml:"settings"`
+	}
+	if _, err := Decode([]byte("name: a\nsettings:\n  window: 5\n  max_entris: 3\n"), &file); err != nil {
+		t.Fatal(err)
+	}
+	var l limits
+	_, err := DecodeNode(&file.Settings, &l, "x.settings")
+	var e *Error
+	if !errors.As(err, &e) || len(e.Problems) != 2 {
+		t.Fatalf("DecodeNode = %v, want two problems", err)
+	}
+	for i, want := range []string{"line 3: x.settings.window: 5 has no unit", "line 4: x.settings.max_entris: unknown field (did you mean max_entries?)"} {
+		if got := e.Problems[i].Error(); !strings.HasPrefix(got, want) {
+			t.Errorf("problem %d = %q, want %q", i, got, want)
+		}
+	}
+
+	doc, err := DecodeNode(&file.Settings, &struct{}{}, "s")
+	if err == nil || !strings.Contains(err.Error(), "line 3: s.window: unknown field (this section takes no settings)") {
+		t.Errorf("into an empty struct: %v", err)
+	}
+	for path, want := range map[string]int{"s": 3, "s.max_entris": 4, "s.nope": 3, "sx": 0, "other": 0} {
+		if got := doc.Line(path); got != want {
+			t.Errorf("Line(%q) = %d, want %d", path, got, want)
+		}
+	}
+
+	var root yaml.Node // a whole document node is read from its value
+	if err := yaml.Unmarshal([]byte("window: 2s\n"), &root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeNode(&root, &l, ""); err != nil || l.Window != 2*time.Second {
+		t.Errorf("document node: %+v, %v", l, err)
+	}
+	l = limits{MaxEntries: 7}
+	if _, err := DecodeNode(&yaml.Node{}, &l, "s"); err != nil || l.MaxEntries != 7 {
+		t.Errorf("zero node: %+v, %v", l, err)
+	}
+	if _, err := DecodeNode(nil, l, "s"); err == nil {
+		t.Error("DecodeNode into a non-pointer succeeded")
+	}
+}

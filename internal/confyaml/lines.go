@@ -12,7 +12,8 @@ import (
 // report the line of the field it refuses. The zero Doc (an empty file)
 // knows no lines.
 type Doc struct {
-	root *yaml.Node // the document's top value; nil when empty
+	root   *yaml.Node // the document's top value; nil when empty
+	prefix string     // the path of root (DecodeNode); "" for a whole file
 }
 
 // Line returns the line of the field at path (dotted keys, [i] for list
@@ -23,7 +24,17 @@ func (d *Doc) Line(path string) int {
 	if d == nil || d.root == nil {
 		return 0
 	}
+	if d.prefix != "" {
+		rest, ok := strings.CutPrefix(path, d.prefix)
+		if !ok || (rest != "" && rest[0] != '.' && rest[0] != '[') {
+			return 0
+		}
+		path = strings.TrimPrefix(rest, ".")
+	}
 	n, line := d.root, 0
+	if d.prefix != "" {
+		line = n.Line // the section is the nearest parent present
+	}
 	for rest := path; rest != ""; {
 		switch n.Kind {
 		case yaml.AliasNode:

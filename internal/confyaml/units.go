@@ -71,6 +71,44 @@ func ParseSize(s string) (int64, error) {
 	return v * mult, nil
 }
 
+// Duration is a length of time, written with a unit ("250ms", "5s",
+// "1h30m") and never negative: a timeout, an interval, a window. A plain
+// time.Duration field reads the same way but may be negative, for configs
+// that check the sign themselves with their own message.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String is the time.Duration's form ("1m30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML parses a duration, so a Duration reads the same through
+// plain yaml.Unmarshal.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a duration like 5s, got %s", n.Line, kindName(n))}}
+	}
+	v, err := parseLength(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// parseLength is parseDuration for a Duration: negative ones are refused.
+func parseLength(s string) (time.Duration, error) {
+	d, err := parseDuration(s)
+	if err == nil && d < 0 {
+		return 0, fmt.Errorf("%s is negative", show(s))
+	}
+	return d, err
+}
+
 // parseDuration reads a Go duration and says what is wrong in words a
 // config author can act on; a bare number is refused, since "5" could be
 // seconds or milliseconds (only "0" needs no unit).
