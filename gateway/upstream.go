@@ -134,7 +134,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 }
 
 // apply sets u's targets: balancer update (state of staying targets kept),
-// target map, health checker restart.
+// target map, health checks.
 func (g *Gateway) apply(u *upstream, ts []config.Target) error {
 	if err := u.bal.Update(balanceTargets(ts)); err != nil {
 		return err
@@ -153,8 +153,10 @@ func (g *Gateway) apply(u *upstream, ts []config.Target) error {
 	return nil
 }
 
-// startChecks (re)starts u's active health checks from the balancer's
-// current verdicts.
+// startChecks points u's active health checks at its current targets. A
+// running checker with the same check keeps going (targets that stay
+// keep their probe loops, see health.Checker.Set); a changed check, or
+// none, replaces it. New targets start from the balancer's verdicts.
 func (g *Gateway) startChecks(u *upstream) {
 	var c *health.Checker
 	if a := u.cfg.Health.Active; a != nil {
@@ -166,7 +168,14 @@ func (g *Gateway) startChecks(u *upstream) {
 			HealthyThreshold: a.HealthyThreshold, UnhealthyThreshold: a.UnhealthyThreshold}
 		client := g.healthClient
 		if u.tls != nil {
-			cfg.Scheme, client = "https", &http.Client{Transport: u.tls}
+			cfg.Scheme = "https"
+		}
+		if old := u.checker.Load(); old != nil && old.Config() == cfg && (u.tls == nil || old.Client().Transport == u.tls) {
+			old.Set(ts)
+			return
+		}
+		if u.tls != nil {
+			client = &http.Client{Transport: u.tls}
 		}
 		c = health.Start(cfg, ts, healthLog{g: g, up: u, th: cfg}, client, func(addr string, ok bool) {
 			r := "ok"

@@ -32,10 +32,20 @@ type Verdict interface {
 	SetHealthy(addr string, healthy bool) error
 }
 
-// Checker probes a set of targets until Stop.
+// Checker probes a set of targets until Stop. Set changes the set: a
+// target that stays keeps its probe loop, so its timing and the run of
+// probes toward a threshold survive a discovery update or an admin
+// change, and a fleet that changes often is not probed all at once on
+// every change.
 type Checker struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg     Config
+	v       Verdict
+	client  *http.Client
+	observe func(string, bool)
+
+	mu    sync.Mutex
+	loops map[string]context.CancelFunc // by address; nil after Stop
+	wg    sync.WaitGroup
 }
 
 // Start begins probing every target; client may be nil (a client with no
@@ -45,16 +55,47 @@ func Start(cfg Config, targets []Target, v Verdict, client *http.Client, observe
 	if client == nil {
 		client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &Checker{cancel: cancel}
+	c := &Checker{cfg: cfg, v: v, client: client, observe: observe, loops: map[string]context.CancelFunc{}}
+	c.Set(targets)
+	return c
+}
+
+// Config is the check c runs.
+func (c *Checker) Config() Config { return c.cfg }
+
+// Client is the client c probes with.
+func (c *Checker) Client() *http.Client { return c.client }
+
+// Set makes targets the probed set: loops of targets no longer in it end,
+// new targets start from the state given, and targets already probed
+// keep their loop (the state given for them is ignored: the loop's own
+// run of probes is the newer word).
+func (c *Checker) Set(targets []Target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loops == nil {
+		return // stopped
+	}
+	keep := make(map[string]bool, len(targets))
 	for _, t := range targets {
+		keep[t.Addr] = true
+		if c.loops[t.Addr] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		c.loops[t.Addr] = cancel
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			run(ctx, cfg, t, v, client, observe)
+			run(ctx, c.cfg, t, c.v, c.client, c.observe)
 		}()
 	}
-	return c
+	for addr, cancel := range c.loops {
+		if !keep[addr] {
+			cancel()
+			delete(c.loops, addr)
+		}
+	}
 }
 
 // Stop ends every probe loop and waits for them.
@@ -62,7 +103,12 @@ func (c *Checker) Stop() {
 	if c == nil {
 		return
 	}
-	c.cancel()
+	c.mu.Lock()
+	for _, cancel := range c.loops {
+		cancel()
+	}
+	c.loops = nil
+	c.mu.Unlock()
 	c.wg.Wait()
 }
 
