@@ -364,6 +364,9 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	for _, u := range rt.order {
 		if ou := old.ups[u.name]; ou != nil && ou.bal == u.bal {
 			u.targets.Store(ou.targets.Load()) // keep pools and metric handles
+			// and the active checks: startChecks keeps them if the check
+			// is unchanged (its verdicts go to the same balancer).
+			u.checker.Store(ou.checker.Swap(nil))
 		}
 		if err := g.applySet(u, reloadSet(u, old.ups[u.name])); err != nil {
 			// Not reached after checkTargets; keep going rather than

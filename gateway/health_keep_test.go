@@ -42,4 +42,5 @@ func TestTargetChangeKeepsHealthProbes(t *testing.T) {
 			t.Errorf("%s, in both sets, was probed %s times: its check restarted", b.name, n)
 		}
 	}
+
 }
