@@ -105,7 +105,8 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	g.setSlowTransport(cfg)
 	// The first liveConfig needs a config for pool() before it is published.
 	g.rt.Store(&liveConfig{cfg: cfg})
-	if err := g.checkProviders(cfg); err != nil {
+	ps, err := g.providers(cfg)
+	if err != nil {
 		return nil, err
 	}
 	rt, err := g.build(cfg, nil)
@@ -119,7 +120,7 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 	}
 	g.rt.Store(rt)
 	g.mu.Lock()
-	first := g.syncWatchers(rt)
+	first := g.syncWatchers(rt, ps)
 	g.mu.Unlock()
 	awaitFirst(first)
 	return g, nil
@@ -348,7 +349,8 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return err
 	}
-	if err := g.checkProviders(cfg); err != nil {
+	ps, err := g.providers(cfg)
+	if err != nil {
 		return err
 	}
 	rt, err := g.build(cfg, old)
@@ -385,7 +387,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 		g.setSlowTransport(cfg)
 	}
 	g.rt.Store(rt)
-	g.syncWatchers(rt)
+	g.syncWatchers(rt, ps)
 	for _, ou := range old.order {
 		ou.checker.Swap(nil).Stop()
 		if ou.tls != nil {

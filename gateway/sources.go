@@ -94,7 +94,7 @@ const firstAnswerWait = 5 * time.Second
 // discovery block, keeps those whose block did not change, and stops the
 // rest; g.mu must be held. It returns the first-answer channels of the
 // providers it started.
-func (g *Gateway) syncWatchers(rt *liveConfig) []chan struct{} {
+func (g *Gateway) syncWatchers(rt *liveConfig, ps map[string]discovery.Provider) []chan struct{} {
 	if g.disc.m == nil {
 		g.disc.m = map[string]*watcher{}
 	}
@@ -109,12 +109,7 @@ func (g *Gateway) syncWatchers(rt *liveConfig) []chan struct{} {
 		if u.cfg.Discovery == nil || g.disc.m[u.name] != nil {
 			continue
 		}
-		p, err := g.provider(u.cfg.Discovery)
-		if err != nil {
-			g.log.Error("discovery: cannot start; the upstream keeps its targets", "upstream", u.name, "err", err)
-			continue
-		}
-		g.startWatcher(u.name, u.cfg.Discovery, p)
+		g.startWatcher(u.name, u.cfg.Discovery, ps[u.name])
 		started = append(started, g.disc.m[u.name].first)
 	}
 	return started
@@ -190,26 +185,30 @@ func (g *Gateway) stopWatchers() {
 	g.disc.wg.Wait()
 }
 
-// provider builds the source of a discovery block, or finds it among the
-// gateway's Go providers.
-func (g *Gateway) provider(d *config.Discovery) (discovery.Provider, error) {
-	if d.Provider != "" {
-		return g.opts.Providers[d.Provider], nil // checkProviders made sure
-	}
-	return discovery.New(d, g.log)
-}
-
-// checkProviders refuses a config naming a provider the gateway was not
-// given.
-func (g *Gateway) checkProviders(cfg *config.Config) error {
+// providers builds the discovery provider of every upstream of cfg with
+// a discovery block, before anything is changed: a config whose provider
+// cannot be built (a provider the gateway was not given, a DNS source
+// with no server) is refused whole, never half applied.
+func (g *Gateway) providers(cfg *config.Config) (map[string]discovery.Provider, error) {
+	ps := map[string]discovery.Provider{}
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		d := cfg.Upstreams[name].Discovery
-		if d == nil || d.Provider == "" {
+		switch {
+		case d == nil:
 			continue
-		}
-		if g.opts.Providers[d.Provider] == nil {
-			return fmt.Errorf("upstreams.%s.discovery.provider: no provider %q among the gateway's (have %v)", name, d.Provider, sortedKeys(g.opts.Providers))
+		case d.Provider != "":
+			p := g.opts.Providers[d.Provider]
+			if p == nil {
+				return nil, fmt.Errorf("upstreams.%s.discovery.provider: no provider %q among the gateway's (have %v)", name, d.Provider, sortedKeys(g.opts.Providers))
+			}
+			ps[name] = p
+		default:
+			p, err := discovery.New(d, g.log)
+			if err != nil {
+				return nil, fmt.Errorf("upstreams.%s.discovery: %w", name, err)
+			}
+			ps[name] = p
 		}
 	}
-	return nil
+	return ps, nil
 }
