@@ -4,16 +4,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
-// DNS resolves a name every refresh: A and AAAA records (the port from the
-// config) or SRV records (port and weight from each record).
+// DNS resolves a name every refresh, or sooner when the records' TTL is
+// shorter (as nginx's resolver honours TTLs): A and AAAA records (the port
+// from the config) or SRV records (port and weight from each record).
 type DNS struct {
 	cfg    config.DNSDiscovery
 	server string
@@ -37,11 +40,17 @@ func NewDNS(c config.DNSDiscovery, log *slog.Logger) (*DNS, error) {
 // Source is "dns".
 func (d *DNS) Source() string { return "dns" }
 
-// Watch resolves the name now and every refresh.
+// minTTLWait is the shortest wait between resolutions however short the
+// records' TTL (0 included): a name served with TTL 0 is not asked for in
+// a busy loop.
+const minTTLWait = time.Second
+
+// Watch resolves the name now and again after refresh or the answer's
+// shortest TTL, whichever comes first (never sooner than minTTLWait).
 func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 	s := sender{update: update}
 	for {
-		ts, err := d.Lookup(ctx)
+		ts, ttl, err := d.lookup(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -50,7 +59,11 @@ func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 		default:
 			s.send(ts)
 		}
-		if !sleep(ctx, d.cfg.Refresh.D()) {
+		wait := d.cfg.Refresh.D()
+		if err == nil && ttl < wait {
+			wait = max(ttl, min(minTTLWait, wait))
+		}
+		if !sleep(ctx, wait) {
 			return
 		}
 	}
@@ -60,12 +73,25 @@ func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 // name that briefly vanishes keeps the last good list instead of
 // draining every target.
 func (d *DNS) Lookup(ctx context.Context) ([]Target, error) {
+	ts, _, err := d.lookup(ctx)
+	return ts, err
+}
+
+// lookup is Lookup with the shortest TTL of the records it used.
+func (d *DNS) lookup(ctx context.Context) ([]Target, time.Duration, error) {
 	var ts []Target
+	ttl := time.Duration(math.MaxInt64)
+	use := func(rrs []dns.RR) {
+		for _, rr := range rrs {
+			ttl = min(ttl, time.Duration(rr.Header().Ttl)*time.Second)
+		}
+	}
 	if d.cfg.Type == "SRV" {
 		srvs, extra, err := d.query(ctx, d.cfg.Name, dns.TypeSRV)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+		use(srvs)
 		// RFC 2782: only the lowest priority is used; the rest are backups.
 		best := -1
 		for _, rr := range srvs {
@@ -80,9 +106,12 @@ func (d *DNS) Lookup(ctx context.Context) ([]Target, error) {
 			}
 			ips := addrsIn(extra, s.Target)
 			if len(ips) == 0 {
-				if ips, err = d.addrs(ctx, s.Target); err != nil {
-					return nil, fmt.Errorf("SRV target %s: %w", s.Target, err)
+				var rrs []dns.RR
+				if rrs, err = d.addrRecords(ctx, s.Target); err != nil {
+					return nil, 0, fmt.Errorf("SRV target %s: %w", s.Target, err)
 				}
+				use(rrs)
+				ips = addrsIn(rrs, s.Target)
 			}
 			// Weight 0 is "rarely picked" in RFC 2782, never "excluded".
 			w := max(int(s.Weight), 1)
@@ -91,20 +120,21 @@ func (d *DNS) Lookup(ctx context.Context) ([]Target, error) {
 			}
 		}
 	} else {
-		ips, err := d.addrs(ctx, d.cfg.Name)
+		rrs, err := d.addrRecords(ctx, d.cfg.Name)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		for _, ip := range ips {
+		use(rrs)
+		for _, ip := range addrsIn(rrs, d.cfg.Name) {
 			ts = append(ts, d.target(ip, d.cfg.Port, 1))
 		}
 	}
 	if len(ts) == 0 {
-		return nil, fmt.Errorf("%s %s: no records", d.cfg.Name, d.cfg.Type)
+		return nil, 0, fmt.Errorf("%s %s: no records", d.cfg.Name, d.cfg.Type)
 	}
 	ts = dedupe(ts)
 	sortTargets(ts)
-	return ts, nil
+	return ts, ttl, nil
 }
 
 func (d *DNS) target(ip string, port, weight int) Target {
@@ -115,18 +145,19 @@ func (d *DNS) target(ip string, port, weight int) Target {
 	return Target{URL: scheme + "://" + net.JoinHostPort(ip, strconv.Itoa(port)), Weight: weight, MaxConcurrency: d.cfg.MaxConcurrency}
 }
 
-// addrs resolves a name's A and AAAA records. Either query failing fails
-// the lookup: half an answer would drain the other family's targets.
-func (d *DNS) addrs(ctx context.Context, name string) ([]string, error) {
-	var ips []string
+// addrRecords resolves a name's A and AAAA records. Either query failing
+// fails the lookup: half an answer would drain the other family's
+// targets.
+func (d *DNS) addrRecords(ctx context.Context, name string) ([]dns.RR, error) {
+	var all []dns.RR
 	for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
 		rrs, _, err := d.query(ctx, name, qt)
 		if err != nil {
 			return nil, err
 		}
-		ips = append(ips, addrsIn(rrs, name)...)
+		all = append(all, rrs...)
 	}
-	return ips, nil
+	return all, nil
 }
 
 // addrsIn picks the A/AAAA records for name out of rrs.

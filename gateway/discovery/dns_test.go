@@ -128,3 +128,21 @@ func TestDNSHalfAnswerIsAFailure(t *testing.T) {
 		t.Fatalf("AAAA failing: Lookup = %s, want an error", short(ts))
 	}
 }
+
+// A record's TTL shorter than refresh brings the next resolution forward,
+// as a resolver honouring TTLs would: with refresh at an hour and records
+// of TTL 1, a changed record is seen within seconds.
+func TestDNSHonoursShortTTL(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t, "api.test. 1 IN A 127.0.0.1")
+	b := dnsBlock(srv.Addr, "api.test", "A", 8080)
+	b.Refresh = config.Duration(time.Hour)
+	p, err := NewDNS(b, newLogDiscard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := watch(t, p)
+	r.await(t, "http://127.0.0.1:8080 w=1")
+	srv.Set(t, "api.test. 1 IN A 127.0.0.2")
+	r.await(t, "http://127.0.0.2:8080 w=1")
+}
