@@ -315,6 +315,7 @@ func TestSuggest(t *testing.T) {
 		"max_entry":  "max_entries",
 		"tik":        "tick",
 		"tokens":     "token",
+		"tcik":       "tick", // a swap is one step
 		"colour":     "",
 		"x":          "",
 	} {
@@ -325,7 +326,7 @@ func TestSuggest(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
 		d    int
-	}{{"", "", 0}, {"a", "", 1}, {"kitten", "sitting", 3}, {"flaw", "lawn", 2}, {"żółw", "zółw", 1}} {
+	}{{"", "", 0}, {"a", "", 1}, {"kitten", "sitting", 3}, {"flaw", "lawn", 2}, {"żółw", "zółw", 1}, {"nmae", "name", 1}, {"ca", "abc", 3}, {"abcdef", "badcfe", 3}} {
 		if got := editDistance(tc.a, tc.b); got != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
 		}

@@ -74,11 +74,14 @@ func suggest(name string, known []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b in runes: the
-// fewest insertions, deletions and substitutions that turn one into the
-// other.
+// editDistance is the optimal string alignment distance between a and b
+// in runes: the fewest insertions, deletions, substitutions and swaps of
+// two neighbours that turn one into the other, no letter edited twice
+// (Levenshtein's distance with transpositions, so "nmae" is one step from
+// "name", the typo it usually is).
 func editDistance(a, b string) int {
 	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1) // row i-2, for swaps
 	prev := make([]int, len(rb)+1)
 	cur := make([]int, len(rb)+1)
 	for j := range prev {
@@ -92,8 +95,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(rb)]
 }
