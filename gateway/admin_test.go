@@ -46,7 +46,7 @@ func TestAdminReplaceKeepsState(t *testing.T) {
 		{fmt.Sprintf(`[{"url": %q, "weight": -1}]`, bs[0].url()), "targets[0].weight"},
 		{fmt.Sprintf(`[{"url": %q, "warmup": "soon"}]`, bs[0].url()), "targets[0].warmup"},
 		{fmt.Sprintf(`[{"url": %q}, {"url": %q}]`, bs[0].url(), bs[0].url()), "targets[1].url"},
-		{`{"targets": `, "body"},
+		{`{"targets": `, "line 1: invalid YAML"},
 	}
 	for _, tc := range bad {
 		r := do(t, c, "PUT", admin, strings.NewReader(tc.body))

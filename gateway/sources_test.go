@@ -304,7 +304,7 @@ func TestFileDiscoveryUnderLoad(t *testing.T) {
 
 	// Invalid: refused whole, logged with the line, the old list serves on.
 	write(fmt.Sprintf("- {url: %q}\n- {url: %q, weight: -2}\n", bs[2].url(), bs[1].url()))
-	testenv.Eventually(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "targets[1].weight (line 2)") })
+	testenv.Eventually(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "line 2: targets[1].weight") })
 	awaitTargets(t, g, "api", "file", map[string]int{bs[0].url(): 1, bs[1].url(): 3, bs[2].url(): 2})
 
 	write(fmt.Sprintf("- {url: %q}\n- {url: %q}\n", bs[1].url(), bs[2].url()))

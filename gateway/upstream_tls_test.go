@@ -151,9 +151,9 @@ routes:
 
 func TestTLSUpstreamConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
-		{"upstreams:\n  a:\n    targets: [{url: \"https://a:1\"}]\n", "upstreams.a.targets[0].url (line 3): \"https://a:1\": an https target needs the upstream's tls block"},
-		{"upstreams:\n  a:\n    tls: {}\n    targets: [{url: \"http://a:1\"}]\n", "upstreams.a.targets[0].url (line 4): \"http://a:1\": the upstream has a tls block"},
-		{"upstreams:\n  a:\n    tls: {cert_file: c.pem}\n    targets: [{url: \"https://a:1\"}]\n", "upstreams.a.tls (line 3): cert_file and key_file go together"},
+		{"upstreams:\n  a:\n    targets: [{url: \"https://a:1\"}]\n", "line 3: upstreams.a.targets[0].url: \"https://a:1\": an https target needs the upstream's tls block"},
+		{"upstreams:\n  a:\n    tls: {}\n    targets: [{url: \"http://a:1\"}]\n", "line 4: upstreams.a.targets[0].url: \"http://a:1\": the upstream has a tls block"},
+		{"upstreams:\n  a:\n    tls: {cert_file: c.pem}\n    targets: [{url: \"https://a:1\"}]\n", "line 3: upstreams.a.tls: cert_file and key_file go together"},
 	} {
 		if _, err := config.Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want %q", tc.yaml, err, tc.want)

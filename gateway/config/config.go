@@ -1,14 +1,11 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 // Config is the whole gateway configuration.
@@ -123,6 +121,8 @@ type Upstream struct {
 
 	// Key is HashKey parsed.
 	Key HashKey `yaml:"-"`
+	// settingsPath names StrategySettings in errors.
+	settingsPath string
 }
 
 // Target is one server of an upstream.
@@ -234,117 +234,21 @@ func (k HashKey) String() string {
 	return k.Kind
 }
 
-// Duration is a time.Duration written as "1.5s", "200ms".
-type Duration time.Duration
-
-// D returns the time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return typeErr(n, "want a duration like 2s, got a %s", kindName(n.Kind))
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return typeErr(n, "%q is not a duration (like 500ms, 2s, 1m)", n.Value)
-	}
-	if v < 0 {
-		return typeErr(n, "duration %q is negative", n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+// Duration is a length of time written with a unit ("1.5s", "200ms"),
+// never negative. (The one type of every Fulcrum config; the name stays
+// here so code outside the module can use it.)
+type Duration = confyaml.Duration
 
 // Size is a byte count written as 1048576, "64KiB", "10MiB", "1MB".
-type Size int64
+type Size = confyaml.Size
 
-// UnmarshalYAML parses a size.
-func (s *Size) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return typeErr(n, "want a size like 64KiB, got a %s", kindName(n.Kind))
-	}
-	v, err := ParseSize(n.Value)
-	if err != nil {
-		return typeErr(n, "%v", err)
-	}
-	*s = Size(v)
-	return nil
-}
-
-// ParseSize parses "123", "64KiB", "10MiB", "1GiB", "1KB", "2MB".
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suf) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.m
-			break
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size (like 65536, 64KiB, 10MiB)", s)
-	}
-	return v * mult, nil
-}
-
-// typeErr is a *yaml.TypeError so decoding goes on and every problem is
-// reported together.
-func typeErr(n *yaml.Node, format string, args ...any) error {
-	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: ", n.Line, n.Column) + fmt.Sprintf(format, args...)}}
-}
-
-func kindName(k yaml.Kind) string {
-	switch k {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.AliasNode:
-		return "alias"
-	default:
-		return "value"
-	}
-}
-
-// FieldError is one problem with one field.
-type FieldError struct {
-	Path string // upstreams.api.targets[0].url
-	Line int    // 0 when unknown
-	Msg  string
-}
-
-func (e *FieldError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s (line %d): %s", e.Path, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.Path, e.Msg)
-}
+// FieldError is one problem with one field: its path
+// (upstreams.api.targets[0].url), its line (0 when the file does not set
+// it) and what is wrong. Error reads "line 7: upstreams.api...: ...".
+type FieldError = confyaml.FieldError
 
 // Error is a refused configuration: every problem found.
-type Error struct {
-	Problems []*FieldError
-}
-
-func (e *Error) Error() string {
-	if len(e.Problems) == 1 {
-		return "config: " + e.Problems[0].Error()
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "config: %d problems:", len(e.Problems))
-	for _, p := range e.Problems {
-		b.WriteString("\n  ")
-		b.WriteString(p.Error())
-	}
-	return b.String()
-}
+type Error = confyaml.Error
 
 // Load reads and parses a file.
 func Load(path string) (*Config, error) {
@@ -360,19 +264,16 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse decodes and validates a configuration. The error, when not nil,
-// is an *Error listing every problem.
+// is an *Error listing every problem: every decoding problem (unknown
+// fields, with the nearest known name; durations without a unit; values of
+// the wrong kind), or, when the file decodes, every validation problem.
 func Parse(data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, decodeError(&yaml.Node{}, err) // syntax: "line N: ..."
-	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, decodeError(&root, err)
+	doc, err := confyaml.Decode(data, &c)
+	if err != nil {
+		return nil, err
 	}
-	v := validator{root: &root}
+	v := validator{doc: doc}
 	v.config(&c)
 	if len(v.errs) > 0 {
 		return nil, &Error{Problems: v.errs}
@@ -380,138 +281,13 @@ func Parse(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// decodeError turns the YAML library's errors ("line 7: field x not found
-// in type config.Target") into field errors naming the path at that line.
-func decodeError(root *yaml.Node, err error) error {
-	var msgs []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	out := &Error{}
-	for _, s := range msgs {
-		fe := &FieldError{Path: "(document)", Msg: s}
-		var line, col int
-		if _, e := fmt.Sscanf(s, "line %d:", &line); e == nil {
-			fe.Line = line
-			fe.Msg = strings.TrimSpace(s[strings.Index(s, ":")+1:])
-			if _, e := fmt.Sscanf(fe.Msg, "column %d:", &col); e == nil {
-				fe.Msg = strings.TrimSpace(fe.Msg[strings.Index(fe.Msg, ":")+1:])
-			}
-			key := ""
-			if rest, ok := strings.CutPrefix(fe.Msg, "field "); ok {
-				key, _, _ = strings.Cut(rest, " ")
-			}
-			// A type error has no column: the value it quotes finds the
-			// field on a line that holds several ({url: ..., weight: x}).
-			val := ""
-			if m := badValue.FindStringSubmatch(fe.Msg); m != nil {
-				val = m[1]
-			}
-			if p := pathAt(root, line, col, key, val); p != "" {
-				fe.Path = p
-			}
-			fe.Msg = strings.Replace(fe.Msg, "in type config.", "in ", 1)
-		}
-		out.Problems = append(out.Problems, fe)
-	}
-	return out
-}
-
-var badValue = regexp.MustCompile("cannot unmarshal !!\\w+ `(.*)` into")
-
-// pathAt finds the field a decoding error is about: the mapping key named
-// key on line, the value at line:col, the scalar val on line, or else the
-// first key on line.
-func pathAt(n *yaml.Node, line, col int, key, val string) string {
-	exact, loose := "", ""
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := join(path, k.Value)
-				if k.Line == line && key != "" && k.Value == key {
-					exact = p
-				}
-				if v.Line == line && (v.Column == col || (val != "" && v.Kind == yaml.ScalarNode && v.Value == val && exact == "")) {
-					exact = p
-				}
-				if k.Line == line && loose == "" {
-					loose = p
-				}
-				walk(v, p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				if c.Line == line && c.Column == col {
-					exact = p
-				}
-				walk(c, p)
-			}
-		}
-	}
-	walk(n, "")
-	if exact != "" {
-		return exact
-	}
-	return loose
-}
-
-func join(path, k string) string {
-	if path == "" {
-		return k
-	}
-	return path + "." + k
-}
-
-// lookup finds the node at a path of keys and indexes.
-func lookup(root *yaml.Node, keys ...any) *yaml.Node {
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	for _, k := range keys {
-		switch k := k.(type) {
-		case string:
-			if n.Kind != yaml.MappingNode {
-				return nil
-			}
-			var next *yaml.Node
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == k {
-					next = n.Content[i+1]
-				}
-			}
-			if next == nil {
-				return nil
-			}
-			n = next
-		case int:
-			if n.Kind != yaml.SequenceNode || k >= len(n.Content) {
-				return nil
-			}
-			n = n.Content[k]
-		}
-	}
-	return n
-}
-
 type validator struct {
-	root *yaml.Node
+	doc  *confyaml.Doc
 	errs []*FieldError
 }
 
-// fail records a problem at a path; the line is the field's, or its
-// nearest present parent's.
+// fail records a problem at a path of keys and indexes; the line is the
+// field's, or its nearest present parent's.
 func (v *validator) fail(keys []any, format string, args ...any) {
 	var path strings.Builder
 	for _, k := range keys {
@@ -525,13 +301,7 @@ func (v *validator) fail(keys []any, format string, args ...any) {
 			fmt.Fprintf(&path, "[%d]", k)
 		}
 	}
-	line := 0
-	for i := len(keys); i >= 0 && line == 0; i-- {
-		if n := lookup(v.root, keys[:i]...); n != nil {
-			line = n.Line
-		}
-	}
-	v.errs = append(v.errs, &FieldError{Path: path.String(), Line: line, Msg: fmt.Sprintf(format, args...)})
+	v.errs = append(v.errs, v.doc.Errorf(path.String(), format, args...))
 }
 
 func p(keys ...any) []any { return keys }
@@ -637,6 +407,7 @@ func (v *validator) upstream(name string, u *Upstream) {
 	if u.Strategy == "" {
 		u.Strategy = "round_robin"
 	}
+	u.settingsPath = "upstreams." + name + ".strategy_settings"
 	if !balance.Known(u.Strategy) {
 		v.fail(at("strategy"), "unknown strategy %q (known: %s)", u.Strategy, strings.Join(balance.Names(), ", "))
 	} else {

@@ -76,33 +76,33 @@ func TestBadConfigs(t *testing.T) {
 		name, yaml string
 		want       []string // substrings of the error
 	}{
-		{"unknown field", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\", wieght: 5}\n", []string{"upstreams.api.targets[0].wieght (line 4)", "not found"}},
-		{"unknown top field", "listne: x\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"listne (line 1)"}},
-		{"bad duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {max_wait: 5 seconds}\n", []string{"upstreams.api.queue.max_wait (line 4)", `"5 seconds" is not a duration`}},
-		{"negative duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", warmup: -1s}]\n", []string{"upstreams.api.targets[0].warmup (line 3)", "negative"}},
-		{"bad url scheme", "upstreams:\n  api:\n    targets:\n      - {url: \"ftp://a:1\"}\n", []string{"upstreams.api.targets[0].url (line 4)", "scheme must be http"}},
+		{"unknown field", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\", wieght: 5}\n", []string{"line 4: upstreams.api.targets[0].wieght: unknown field (did you mean weight?)"}},
+		{"unknown top field", "listne: x\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: listne: unknown field (did you mean listen?)"}},
+		{"bad duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {max_wait: 5 seconds}\n", []string{"line 4: upstreams.api.queue.max_wait", `"5 seconds" is not a duration`}},
+		{"negative duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", warmup: -1s}]\n", []string{"line 3: upstreams.api.targets[0].warmup", "negative"}},
+		{"bad url scheme", "upstreams:\n  api:\n    targets:\n      - {url: \"ftp://a:1\"}\n", []string{"line 4: upstreams.api.targets[0].url", "scheme must be http"}},
 		{"url with path", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1/x\"}\n", []string{"targets[0].url", "only scheme, host and port"}},
 		{"bad port", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:99999\"}\n", []string{"targets[0].url", "port"}},
-		{"duplicate target", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\"}\n      - {url: \"http://a:1/\"}\n", []string{"targets[1].url (line 5)", "repeats targets[0]"}},
+		{"duplicate target", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\"}\n      - {url: \"http://a:1/\"}\n", []string{"line 5: upstreams.api.targets[1].url", "repeats targets[0]"}},
 		{"no targets", "upstreams:\n  api:\n    strategy: random\n", []string{"upstreams.api.targets", "at least one target"}},
-		{"unknown strategy", "upstreams:\n  api:\n    strategy: fastest\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.strategy (line 3)", `unknown strategy "fastest"`, "round_robin"}},
-		{"bad hash key", "upstreams:\n  api:\n    hash_key: header\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.hash_key (line 3)", "needs a name"}},
+		{"unknown strategy", "upstreams:\n  api:\n    strategy: fastest\n    targets: [{url: \"http://a:1\"}]\n", []string{"line 3: upstreams.api.strategy", `unknown strategy "fastest"`, "round_robin"}},
+		{"bad hash key", "upstreams:\n  api:\n    hash_key: header\n    targets: [{url: \"http://a:1\"}]\n", []string{"line 3: upstreams.api.hash_key", "needs a name"}},
 		{"bad hash kind", "upstreams:\n  api:\n    hash_key: ip\n    targets: [{url: \"http://a:1\"}]\n", []string{"upstreams.api.hash_key", "client_ip, header:NAME"}},
 		{"path with name", "upstreams:\n  api:\n    hash_key: path:x\n    targets: [{url: \"http://a:1\"}]\n", []string{"hash_key", "takes no name"}},
-		{"route to nowhere", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: /}, upstream: apx}\n", []string{"routes[0].upstream (line 5)", `no upstream named "apx"`}},
+		{"route to nowhere", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: /}, upstream: apx}\n", []string{"line 5: routes[0].upstream", `no upstream named "apx"`}},
 		{"route prefix", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: api}, upstream: api}\n", []string{"routes[0].match.path_prefix", "must start with /"}},
 		{"routes needed", "upstreams:\n  a: {targets: [{url: \"http://a:1\"}]}\n  b: {targets: [{url: \"http://b:1\"}]}\n", []string{"routes", "more than one upstream"}},
 		{"retry on", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [connect_error, 404]}\n", []string{"upstreams.api.retry.on[1]", `"404"`}},
 		{"retry attempts", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 50}\n", []string{"upstreams.api.retry.attempts", "1..10"}},
 		{"ejected percent", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {max_ejected_percent: 150}}\n", []string{"health.passive.max_ejected_percent", "150"}},
 		{"max eject below eject", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {eject_for: 10s, max_eject_for: 1s}}\n", []string{"health.passive.max_eject_for", "below eject_for"}},
-		{"admin off loopback", "admin: {listen: \"0.0.0.0:9901\"}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"admin.token (line 1)", "not a loopback"}},
-		{"listen", "listen: 8080\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"listen (line 1)", "host:port"}},
-		{"size", "max_body_size: 10 parsecs\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"max_body_size (line 1)", "not a size"}},
+		{"admin off loopback", "admin: {listen: \"0.0.0.0:9901\"}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: admin.token", "not a loopback"}},
+		{"listen", "listen: 8080\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: listen", "host:port"}},
+		{"size", "max_body_size: 10 parsecs\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: max_body_size", "not a size"}},
 		{"wrong type", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", weight: heavy}]\n", []string{"line 3", "heavy"}},
-		{"yaml syntax", "upstreams:\n  api: [\n", []string{"(document) (line 2)", "did not find expected"}},
+		{"yaml syntax", "upstreams:\n  api: [\n", []string{"line 2: invalid YAML: did not find expected"}},
 		{"empty", "", []string{"upstreams", "at least one upstream"}},
-		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"access_log.format (line 1)", "xml"}},
+		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: access_log.format", "xml"}},
 		{"several at once", "upstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"gopher://x\"}]\n", []string{"2 problems", "upstreams.api.strategy", "targets[0].url"}},
 	}
 	for _, tc := range cases {
@@ -124,15 +124,17 @@ func TestBadConfigs(t *testing.T) {
 	}
 }
 
+// Sizes are read with confyaml's rules: bytes, KiB/MiB/GiB or KB/MB/GB.
 func TestSizes(t *testing.T) {
 	for in, want := range map[string]int64{"1024": 1024, "64KiB": 64 << 10, "10MiB": 10 << 20, "1KB": 1000, "2 MB": 2e6, "5B": 5} {
-		if got, err := config.ParseSize(in); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		c, err := config.Parse([]byte("max_body_size: " + in + "\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n"))
+		if err != nil || c.MaxBodySize.Bytes() != want {
+			t.Errorf("max_body_size: %s = %v, %v; want %d", in, c, err, want)
 		}
 	}
-	for _, in := range []string{"", "-1", "1.5MiB", "10XB", "99999999999999999999"} {
-		if _, err := config.ParseSize(in); err == nil {
-			t.Errorf("ParseSize(%q) accepted", in)
+	for _, in := range []string{"-1", "1.5MiB", "10XB", "99999999999999999999"} {
+		if _, err := config.Parse([]byte("max_body_size: " + in + "\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n")); err == nil || !strings.Contains(err.Error(), "line 1: max_body_size: ") {
+			t.Errorf("max_body_size: %s: %v, want an error on line 1", in, err)
 		}
 	}
 }
@@ -151,6 +153,49 @@ func TestParseTargets(t *testing.T) {
 	if _, err := config.ParseTargets([]byte(`[{"url": "http://a:1"}, {"url": ""}]`)); err == nil || !strings.Contains(err.Error(), "targets[1].url") {
 		t.Errorf("empty url: %v", err)
 	}
+	// A bare list's errors name its own lines, as the wrapped form's do.
+	for body, want := range map[string]string{
+		"- {url: \"http://a:1\"}\n- {url: \"http://a:2\", weight: -2}\n":               "line 2: targets[1].weight: -2 is negative",
+		"targets:\n  - {url: \"http://a:1\"}\n  - {url: \"http://a:2\", weight: -2}\n": "line 3: targets[1].weight: -2 is negative",
+		"- url: http://a:1\n  wieght: 2\n":                                             "line 2: targets[0].wieght: unknown field (did you mean weight?)",
+		"{\"targets\": [], \"extra\": 1}":                                              "line 1: extra: unknown field",
+		"5":                                                                            `line 1: want a list of targets or {"targets": [...]}`,
+		"[{url: \"http://a:1\"}]\n---\n[{url: \"http://a:2\"}]\n":                      "line 2: a second YAML document",
+	} {
+		if _, err := config.ParseTargets([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseTargets(%q) = %v, want %q", body, err, want)
+		}
+	}
+}
+
+// FuzzParseTargets: no body panics; an accepted list is whole (every
+// target has an address and a weight that is not negative); a refusal
+// says something.
+func FuzzParseTargets(f *testing.F) {
+	for _, s := range []string{
+		`[{"url": "http://a:1", "weight": 3}]`,
+		`{"targets": [{"url": "http://a:1", "warmup": "5s", "started_at": "2026-11-23T21:00:00Z"}]}`,
+		"- {url: \"http://a:1\"}\n- {url: \"ftp://x\", weight: -2}\n",
+		"- &t {url: \"http://a:1\"}\n- *t\n",
+		"targets: [\n",
+		"5",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := config.ParseTargets([]byte(s))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		for _, tg := range ts {
+			if tg.Addr == "" || tg.W() < 0 || tg.Warmup < 0 {
+				t.Fatalf("accepted %+v", tg)
+			}
+		}
+	})
 }
 
 // FuzzParse: no input panics; an accepted config is whole (every route
@@ -205,7 +250,7 @@ func TestExamplesParse(t *testing.T) {
 // wrong, not the entry's first key.
 func TestTypeErrorNamesTheField(t *testing.T) {
 	_, err := config.Parse([]byte("upstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:9001\", weight: abc}\n"))
-	if err == nil || !strings.Contains(err.Error(), "upstreams.api.targets[0].weight (line 4)") {
+	if err == nil || !strings.Contains(err.Error(), "line 4: upstreams.api.targets[0].weight") {
 		t.Fatalf("got %v, want the error on targets[0].weight", err)
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -93,15 +94,31 @@ type Time struct{ time.Time }
 
 // UnmarshalYAML parses an RFC 3339 time.
 func (t *Time) UnmarshalYAML(n *yaml.Node) error {
+	// confyaml reports these errors at the field's path and line.
 	if n.Kind != yaml.ScalarNode {
-		return typeErr(n, "want a time like 2026-11-23T21:00:00Z, got a %s", kindName(n.Kind))
+		return fmt.Errorf("want a time like 2026-11-23T21:00:00Z, got %s", describe(n))
 	}
 	v, err := time.Parse(time.RFC3339Nano, n.Value)
 	if err != nil {
-		return typeErr(n, "%q is not an RFC 3339 time (like 2026-11-23T21:00:00Z)", n.Value)
+		return fmt.Errorf("%s is not an RFC 3339 time (like 2026-11-23T21:00:00Z)", describe(n))
 	}
 	t.Time = v
 	return nil
+}
+
+// describe names a value in a message: a scalar quoted and cut to 40
+// bytes, else its kind.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	if len(n.Value) > 40 {
+		return fmt.Sprintf("%q...", n.Value[:37])
+	}
+	return fmt.Sprintf("%q", n.Value)
 }
 
 // MarshalYAML writes RFC 3339.

@@ -49,19 +49,19 @@ func TestTargetStartedAt(t *testing.T) {
 
 func TestBadDiscovery(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"both", "upstreams:\n  a:\n    targets: [{url: \"http://a:1\"}]\n    discovery: {file: {path: x}}\n", "upstreams.a.discovery (line 4): targets and discovery exclude each other"},
-		{"none", "upstreams:\n  a:\n    discovery: {warmup: 1s}\n", "upstreams.a.discovery (line 3): give exactly one of dns, file, etcd or provider (have 0)"},
+		{"both", "upstreams:\n  a:\n    targets: [{url: \"http://a:1\"}]\n    discovery: {file: {path: x}}\n", "line 4: upstreams.a.discovery: targets and discovery exclude each other"},
+		{"none", "upstreams:\n  a:\n    discovery: {warmup: 1s}\n", "line 3: upstreams.a.discovery: give exactly one of dns, file, etcd or provider (have 0)"},
 		{"two", "upstreams:\n  a:\n    discovery: {file: {path: x}, etcd: {prefix: /p/}}\n", "have 2"},
-		{"no port", "upstreams:\n  a:\n    discovery:\n      dns: {name: api.internal}\n", "upstreams.a.discovery.dns.port (line 4): 0 is not a port"},
-		{"srv port", "upstreams:\n  a:\n    discovery:\n      dns:\n        name: x\n        type: SRV\n        port: 80\n", "upstreams.a.discovery.dns.port (line 7): SRV records carry their own ports"},
-		{"type", "upstreams:\n  a:\n    discovery:\n      dns:\n        name: x\n        type: MX\n", "upstreams.a.discovery.dns.type (line 6): \"MX\" is not A or SRV"},
-		{"name", "upstreams:\n  a:\n    discovery:\n      dns: {name: \"http://x\", port: 80}\n", "upstreams.a.discovery.dns.name (line 4)"},
-		{"server", "upstreams:\n  a:\n    discovery:\n      dns: {name: x, port: 80, server: 8.8.8.8}\n", "discovery.dns.server (line 4): \"8.8.8.8\" is not host:port"},
-		{"refresh", "upstreams:\n  a:\n    discovery:\n      dns: {name: x, port: 80, refresh: 1ms}\n", "discovery.dns.refresh (line 4): 1ms is below 100ms"},
-		{"file path", "upstreams:\n  a:\n    discovery:\n      file: {}\n", "upstreams.a.discovery.file.path (line 4): required"},
-		{"etcd prefix", "upstreams:\n  a:\n    discovery:\n      etcd: {endpoints: [\"http://e:2379\"]}\n", "upstreams.a.discovery.etcd.prefix (line 4): required"},
-		{"unknown field", "upstreams:\n  a:\n    discovery:\n      dns: {nmae: x}\n", "upstreams.a.discovery.dns.nmae (line 4)"},
-		{"started_at", "upstreams:\n  a:\n    targets:\n      - {url: \"http://a:1\", started_at: yesterday}\n", "upstreams.a.targets[0].started_at (line 4): \"yesterday\" is not an RFC 3339 time"},
+		{"no port", "upstreams:\n  a:\n    discovery:\n      dns: {name: api.internal}\n", "line 4: upstreams.a.discovery.dns.port: 0 is not a port"},
+		{"srv port", "upstreams:\n  a:\n    discovery:\n      dns:\n        name: x\n        type: SRV\n        port: 80\n", "line 7: upstreams.a.discovery.dns.port: SRV records carry their own ports"},
+		{"type", "upstreams:\n  a:\n    discovery:\n      dns:\n        name: x\n        type: MX\n", "line 6: upstreams.a.discovery.dns.type: \"MX\" is not A or SRV"},
+		{"name", "upstreams:\n  a:\n    discovery:\n      dns: {name: \"http://x\", port: 80}\n", "line 4: upstreams.a.discovery.dns.name"},
+		{"server", "upstreams:\n  a:\n    discovery:\n      dns: {name: x, port: 80, server: 8.8.8.8}\n", "line 4: upstreams.a.discovery.dns.server: \"8.8.8.8\" is not host:port"},
+		{"refresh", "upstreams:\n  a:\n    discovery:\n      dns: {name: x, port: 80, refresh: 1ms}\n", "line 4: upstreams.a.discovery.dns.refresh: 1ms is below 100ms"},
+		{"file path", "upstreams:\n  a:\n    discovery:\n      file: {}\n", "line 4: upstreams.a.discovery.file.path: required"},
+		{"etcd prefix", "upstreams:\n  a:\n    discovery:\n      etcd: {endpoints: [\"http://e:2379\"]}\n", "line 4: upstreams.a.discovery.etcd.prefix: required"},
+		{"unknown field", "upstreams:\n  a:\n    discovery:\n      dns: {nmae: x}\n", "line 4: upstreams.a.discovery.dns.nmae: unknown field (did you mean name?)"},
+		{"started_at", "upstreams:\n  a:\n    targets:\n      - {url: \"http://a:1\", started_at: yesterday}\n", "line 4: upstreams.a.targets[0].started_at: \"yesterday\" is not an RFC 3339 time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

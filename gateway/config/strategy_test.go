@@ -67,18 +67,18 @@ func TestStrategySettingsErrors(t *testing.T) {
 		strategy, settings string
 		want               []string
 	}{
-		{"bounded_hash", "      load_bound: 0.5\n", []string{"upstreams.api.strategy_settings.load_bound (line 6)", "must be above 1"}},
-		{"bounded_hash", "      load_bound: lots\n", []string{"upstreams.api.strategy_settings.load_bound (line 6)", "lots"}},
-		{"bounded_hash", "      virtual_nodes: 64\n      load_bund: 2\n", []string{"upstreams.api.strategy_settings.load_bund (line 7)", "not found", "load_bound"}},
-		{"hash", "      function: crc32\n", []string{"upstreams.api.strategy_settings.function (line 6)", "crc32"}},
-		{"hash", "      virtual_nodes: -1\n", []string{"upstreams.api.strategy_settings.virtual_nodes (line 6)", "negative"}},
-		{"p2c", "      decay: -2s\n", []string{"upstreams.api.strategy_settings.decay (line 6)", "negative"}},
-		{"shortest_response", "      window: soon\n", []string{"upstreams.api.strategy_settings.window (line 6)"}},
-		{"capacity", "      tolerance: 1\n", []string{"upstreams.api.strategy_settings.tolerance (line 6)", "above 1"}},
-		{"capacity", "      initial_limt: 5\n", []string{"upstreams.api.strategy_settings.initial_limt (line 6)", "initial_limit"}},
-		{"capacity", "      min_limit: few\n", []string{"upstreams.api.strategy_settings.min_limit (line 6)", "few"}},
-		{"round_robin", "      anything: 1\n", []string{"upstreams.api.strategy_settings.anything (line 6)", "no settings"}},
-		{"bounded_hash", "      - 1.5\n", []string{"upstreams.api.strategy_settings (line 6)", "mapping"}},
+		{"bounded_hash", "      load_bound: 0.5\n", []string{"line 6: upstreams.api.strategy_settings.load_bound", "must be above 1"}},
+		{"bounded_hash", "      load_bound: lots\n", []string{"line 6: upstreams.api.strategy_settings.load_bound", "lots"}},
+		{"bounded_hash", "      virtual_nodes: 64\n      load_bund: 2\n", []string{"line 7: upstreams.api.strategy_settings.load_bund: unknown field (did you mean load_bound?)"}},
+		{"hash", "      function: crc32\n", []string{"line 6: upstreams.api.strategy_settings.function", "crc32"}},
+		{"hash", "      virtual_nodes: -1\n", []string{"line 6: upstreams.api.strategy_settings.virtual_nodes", "negative"}},
+		{"p2c", "      decay: -2s\n", []string{"line 6: upstreams.api.strategy_settings.decay", "negative"}},
+		{"shortest_response", "      window: soon\n", []string{"line 6: upstreams.api.strategy_settings.window"}},
+		{"capacity", "      tolerance: 1\n", []string{"line 6: upstreams.api.strategy_settings.tolerance", "above 1"}},
+		{"capacity", "      initial_limt: 5\n", []string{"line 6: upstreams.api.strategy_settings.initial_limt", "initial_limit"}},
+		{"capacity", "      min_limit: few\n", []string{"line 6: upstreams.api.strategy_settings.min_limit", "few"}},
+		{"round_robin", "      anything: 1\n", []string{"line 6: upstreams.api.strategy_settings.anything", "no settings"}},
+		{"bounded_hash", "      - 1.5\n", []string{"line 6: upstreams.api.strategy_settings", "mapping"}},
 	} {
 		_, err := config.Parse([]byte(upstreamWith(tc.strategy, tc.settings)))
 		if err == nil {
@@ -121,7 +121,7 @@ func TestWarmupNames(t *testing.T) {
 		}
 	}
 	_, err := config.Parse([]byte("upstreams:\n  api:\n    warmup: cubic\n    targets: [{url: \"http://a:1\"}]\n"))
-	if err == nil || !strings.Contains(err.Error(), "upstreams.api.warmup (line 3)") || !strings.Contains(err.Error(), "linear or envoy") {
+	if err == nil || !strings.Contains(err.Error(), "line 3: upstreams.api.warmup") || !strings.Contains(err.Error(), "linear or envoy") {
 		t.Errorf("warmup: cubic: %v", err)
 	}
 }

@@ -45,7 +45,7 @@ func TestFileWatch(t *testing.T) {
 	sent := r.updates()
 	writeAtomic(t, path, "- url: http://127.0.0.1:9003\n- url: ftp://nope\n  weight: 2\n")
 	testenv.Eventually(t, "the refusal logged with the field and line", func() bool {
-		return strings.Contains(logs.String(), "targets[1].url (line 2)")
+		return strings.Contains(logs.String(), "line 2: targets[1].url")
 	})
 	if r.updates() != sent {
 		t.Fatalf("an invalid file was applied: %s", r.last())
