@@ -426,6 +426,31 @@ func (p Pick) Done(err error) {
 	p.finish(lat, now, err)
 }
 
+// Cancel gives the pick back unused: nothing was sent to the target (the
+// client left, the target was removed before the request went out). The
+// permit and the load return and a waiter may take them, but the pick is
+// not a request: no count, no latency, nothing for a learner or for
+// passive ejection, which would otherwise read it as a success at zero
+// latency.
+func (p Pick) Cancel() {
+	if p.e == nil {
+		return
+	}
+	b := p.s.b
+	p.e.s.inflight.Add(-1)
+	if p.s.counter != nil {
+		p.s.counter.Add(-1)
+	}
+	if p.load != 0 {
+		if cur := b.snap.Load(); cur.tracker != nil {
+			cur.tracker.Ended(p.e, p.load)
+		}
+	}
+	if b.wq.n.Load() > 0 {
+		b.wq.wakeOne()
+	}
+}
+
 // Report ends the pick with a latency the caller measured.
 func (p Pick) Report(latency time.Duration, err error) { p.finish(int64(latency), 0, err) }
 

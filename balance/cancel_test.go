@@ -1,0 +1,40 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// A pick given back unused returns its permit (a waiter gets it) but is
+// not a request: no count, no latency, and it does not break a run of
+// failures toward passive ejection the way a success would.
+func TestCancelReturnsThePermitWithoutAnOutcome(t *testing.T) {
+	boom := errors.New("boom")
+	b := mustNew(t, "round_robin", Options{Passive: Passive{MaxFailures: 2, Window: 1 << 40, EjectFor: 1 << 40}},
+		Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	mustPick(t, b, "").Done(boom)
+
+	p := mustPick(t, b, "")
+	got := make(chan Pick)
+	go func() {
+		w, err := b.Wait(context.Background(), PickInfo{})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	p.Cancel()
+	w := <-got // the permit went to the waiter
+	st := b.Endpoints()[0]
+	if st.Requests != 1 || st.AvgLatency != 0 {
+		t.Errorf("after a cancel: %d requests, latency %v; want only the failed one counted", st.Requests, st.AvgLatency)
+	}
+	w.Done(boom) // the second failure in a row: the cancel did not reset the run
+	if !b.Endpoints()[0].Ejected {
+		t.Error("two failures around a cancel did not eject the target")
+	}
+	if n := b.Endpoints()[0].InFlight; n != 0 {
+		t.Errorf("in flight after all ended: %d", n)
+	}
+}
