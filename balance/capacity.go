@@ -12,10 +12,14 @@ import (
 
 // capacity: backpressure as in the 2019 Tianchi adaptive load-balancing
 // contest. Each target's permits are its max concurrency; a pick takes a
-// permit and its outcome returns it. The pick goes to the target with the
-// most remaining capacity scaled by observed latency (Little's law: free
-// permits / mean latency is the rate at which the target can still absorb
-// work); when no permit is free, Wait blocks until one returns.
+// permit and its outcome returns it. The pick goes to the fastest target
+// (lowest mean success latency over weight) that has a free permit,
+// latencies within a sixteenth counting as a tie that the most free
+// permits break: in a closed loop each completion brings the next
+// request, so a permit on a faster target serves more of them, and
+// ranking by free permits per latency instead spread light load over
+// slow targets by their size. When no permit is free, Wait blocks until
+// one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
 // balancer often cannot read its upstreams' settings (the contest forbade
@@ -247,6 +251,9 @@ const rejectMemory = 30 * time.Second
 // sample is trusted for picking.
 const staleAfter = 16
 
+// capTie is the latency ratio within which two targets tie in Pick.
+const capTie = 1 + 1.0/16
+
 // unlimitedFree stands for the free permits of a target without a limit.
 const unlimitedFree = 1 << 20
 
@@ -261,7 +268,8 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		off = rand.IntN(n)
 	}
 	var best *Endpoint
-	bestRate := -1.0
+	var bestRate float64
+	var bestFree int64
 	var now int64 // read only when a target is parked or idle
 	for i := range n {
 		j := i + off
@@ -314,9 +322,17 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 				lat = int64(time.Millisecond)
 			}
 		}
-		rate := float64(free) * info.Weight(e) / float64(lat)
-		if rate > bestRate {
-			best, bestRate = e, rate
+		// Latency first: a permit on a faster target completes sooner,
+		// and in a closed loop every completion is the next request, so
+		// the load goes where it is served fastest and spills to slower
+		// targets only when the faster ones' limits are taken. Latencies
+		// within a sixteenth of each other are a tie (exponential service
+		// times make the means of equal targets differ by that much), and
+		// a tie goes to the target with more free permits, which spreads
+		// equal targets by their capacity.
+		rate := info.Weight(e) / float64(lat)
+		if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
+			best, bestRate, bestFree = e, rate, free
 		}
 	}
 	if best == nil && len(info.Exclude) > 0 {
@@ -370,14 +386,16 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	lat := int64(o.Latency)
 	learn := e.t.MaxConcurrency == 0
 	if o.Err == nil && lat > 0 {
-		c.seen.Store(o.Now)
 		// alpha 1/16: exponential service times are noisy, and a stage
-		// change still shows within a few dozen outcomes.
-		if old := c.lat.Load(); old == 0 {
+		// change still shows within a few dozen outcomes. A sample that
+		// ends a stale stretch (the re-measurement Pick sends to an idle
+		// target) replaces the mean: the old one says nothing of now.
+		if old := c.lat.Load(); old == 0 || o.Now-c.seen.Load() > staleAfter*old {
 			c.lat.Store(lat)
 		} else {
 			c.lat.Store(old + (lat-old)/16)
 		}
+		c.seen.Store(o.Now)
 	}
 	if !learn {
 		return

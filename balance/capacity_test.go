@@ -310,10 +310,8 @@ func TestCapacityRemeasuresAnIdleTarget(t *testing.T) {
 	const n = 40000
 	sim.run(t, n)
 	// All 40 clients on c would complete 4,000 a second; left on a, 500
-	// (without remeasuring, 541). The picker's free/latency ranking still
-	// spreads part of the load to b (1,655 a second here): that is the
-	// ranking, not the stale sample.
-	if rate := n / (float64(clk.ns.Load()-t0) / 1e9); rate < 1200 {
+	// (without remeasuring, 541).
+	if rate := n / (float64(clk.ns.Load()-t0) / 1e9); rate < 3000 {
 		t.Errorf("%.0f completions a second after the targets swapped speeds, want at least 1200 (the load moved off the now slow target)", rate)
 	}
 }
@@ -352,46 +350,73 @@ func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
 	}
 }
 
-func TestCapacityPrefersFreeCapacityPerLatency(t *testing.T) {
-	clk := &capClock{}
-	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "fast", Weight: 1, MaxConcurrency: 10},
-		Target{Addr: "slow", Weight: 1, MaxConcurrency: 10})
-	// Teach latencies: fast 10ms, slow 40ms.
-	for range 40 {
-		for _, addr := range []string{"fast", "slow"} {
-			p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, addr)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			lat := 10 * time.Millisecond
-			if addr == "slow" {
-				lat = 40 * time.Millisecond
-			}
-			p.Report(lat, nil)
+// teachLatency reports n successes of lat on addr alone.
+func teachLatency(t *testing.T, b *Balancer, addr string, lat time.Duration, n int) {
+	t.Helper()
+	for range n {
+		p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, addr)})
+		if err != nil {
+			t.Fatal(err)
 		}
+		p.Report(lat, nil)
 	}
-	// With both idle, free/latency favours fast until it has a quarter of
-	// slow's free permits: 10/10 > 10/40 ... 3/10 > 10/40, so the first
-	// 8 picks go to fast, then slow.
-	var got []string
-	var held []Pick
-	for range 9 {
+}
+
+// pickN picks n times, holding every pick, and returns where they went.
+func pickN(t *testing.T, b *Balancer, n int) (got []string, held []Pick) {
+	t.Helper()
+	for range n {
 		p, err := b.Pick("")
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, p.Addr())
-		held = append(held, p)
+		got, held = append(got, p.Addr()), append(held, p)
 	}
+	return got, held
+}
+
+func TestCapacityPrefersTheFasterTarget(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: "fast", Weight: 1, MaxConcurrency: 10},
+		Target{Addr: "slow", Weight: 1, MaxConcurrency: 30})
+	teachLatency(t, b, "fast", 10*time.Millisecond, 40)
+	teachLatency(t, b, "slow", 40*time.Millisecond, 40)
+	// Latency first: every permit of the fast target is taken before the
+	// slow one gets a pick, however many more permits the slow one has
+	// free (in a closed loop the fast one serves four requests for each
+	// one the slow one serves).
+	got, held := pickN(t, b, 11)
 	for i, a := range got {
 		want := "fast"
-		if i == 8 {
+		if i == 10 {
 			want = "slow"
 		}
 		if a != want {
 			t.Fatalf("pick %d went to %s, want %s (all: %v)", i, a, want, got)
+		}
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
+
+func TestCapacityTiesGoToFreePermits(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: "small", Weight: 1, MaxConcurrency: 10},
+		Target{Addr: "large", Weight: 1, MaxConcurrency: 30})
+	// Within a sixteenth of each other the latencies tie, and the tie
+	// goes to the target with more free permits: the large one takes
+	// picks until it has no more free than the small one.
+	teachLatency(t, b, "small", 50*time.Millisecond, 40)
+	teachLatency(t, b, "large", 52*time.Millisecond, 40)
+	got, held := pickN(t, b, 20)
+	for i, a := range got {
+		if a != "large" {
+			t.Fatalf("pick %d went to %s, want large (all: %v)", i, a, got)
 		}
 	}
 	for _, p := range held {
