@@ -43,7 +43,8 @@ type request struct {
 	replayable bool
 	start      time.Time
 	tried      []*balance.Endpoint
-	retries    int // retries made
+	retries    int  // retries made
+	waited     bool // the last pick waited in the queue
 }
 
 // result is how the attempt loop ended: a target's response to relay
@@ -127,16 +128,21 @@ func mayRetry(up *upstream, replayable bool, err error, written bool) bool {
 // then calls finish; any other result is the gateway's own answer.
 func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger) result {
 	up.budget.request(r.start.Unix())
-	pick, err := up.pick(ctx, g, r, x, true)
+	pick, err := up.pick(ctx, g, r, x, up.cfg.Queue.MaxWait.D())
 	if err != nil {
 		return pickFailure(err)
 	}
 	tstart := r.start
+	if r.waited {
+		// The target's latency starts when the permit is taken: time in
+		// the queue is the gateway's, and the balancer learns from it.
+		tstart = time.Now()
+	}
 	for attempt := 1; ; attempt++ {
 		t := up.target(pick.Addr())
 		if t == nil { // removed between pick and lookup: nothing sent
 			pick.Done(nil)
-			if pick, err = up.pick(ctx, g, r, x, false); err != nil {
+			if pick, err = up.pick(ctx, g, r, x, 0); err != nil {
 				return pickFailure(err)
 			}
 			continue
@@ -181,7 +187,21 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 			g.metrics.retryDenied.WithLabelValues(up.name).Inc()
 			return answer(reasonBudget)
 		}
-		next, perr := up.pick(ctx, g, r, x, false)
+		// A refusal (503 or 429: the target had no permit) retried on an
+		// upstream that queues waits in the queue for what is left of
+		// max_wait, as a first pick would: every other target being at
+		// its limit is the moment the queue is for, and answering the
+		// refusal would hand the client an error that a permit freed a
+		// few milliseconds later would have served. The refusal is
+		// reported first, so the learner has cut the target's limit and
+		// given its permit back before the wait.
+		var wait time.Duration
+		if err == nil && (status == 503 || status == 429) && up.cfg.Queue.MaxWait.D() > 0 {
+			up.report(g, pick, t, now.Sub(tstart), fail)
+			pick = balance.Pick{} // reported: relaying the refusal reports nothing more
+			wait = up.cfg.Queue.MaxWait.D() - now.Sub(r.start)
+		}
+		next, perr := up.pick(ctx, g, r, x, wait)
 		if perr != nil {
 			up.budget.refund(now.Unix()) // no retry made
 			return answer("")            // nothing else to try: the last failure stands
@@ -196,6 +216,9 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 		g.metrics.retries.WithLabelValues(up.name, why).Inc()
 		r.retries++
 		pick, tstart = next, now
+		if r.waited {
+			tstart = time.Now()
+		}
 	}
 }
 
@@ -217,17 +240,20 @@ func (up *upstream) finish(g *Gateway, res *result, end time.Time, relayErr erro
 	res.t.m.count(res.status)
 }
 
-// pick chooses a target not tried yet. The first pick waits in the
-// upstream's queue up to queue.max_wait when every target is at its max
-// concurrency, for as long as the client stays (ctx); a retry never
-// waits: with no untried target free, the last failure is answered.
-func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchanger, first bool) (balance.Pick, error) {
+// pick chooses a target not tried yet. When every target is at its max
+// concurrency it waits in the upstream's queue up to maxWait (the first
+// pick: queue.max_wait; a refusal's retry: what is left of it; any other
+// retry: none, the last failure is answered), for as long as the client
+// stays (ctx).
+func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchanger, maxWait time.Duration) (balance.Pick, error) {
 	info := balance.PickInfo{Key: r.key, Exclude: r.tried}
 	p, err := up.bal.PickWith(info)
-	if errors.Is(err, balance.ErrAtCapacity) && first && up.cfg.Queue.MaxWait.D() > 0 {
+	r.waited = false
+	if errors.Is(err, balance.ErrAtCapacity) && maxWait > 0 {
 		ctx, stop := x.watch(ctx)
-		p, err = up.wait(ctx, g, info)
+		p, err = up.wait(ctx, g, info, maxWait)
 		stop()
+		r.waited = true
 	}
 	if err == nil {
 		r.tried = append(r.tried, p.Endpoint())
@@ -237,9 +263,9 @@ func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchange
 
 // wait queues for a permit until max_wait passes or the client leaves;
 // a client that left takes no permit (Wait returns none on a done ctx).
-func (up *upstream) wait(client context.Context, g *Gateway, info balance.PickInfo) (balance.Pick, error) {
+func (up *upstream) wait(client context.Context, g *Gateway, info balance.PickInfo, maxWait time.Duration) (balance.Pick, error) {
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(client, up.cfg.Queue.MaxWait.D())
+	ctx, cancel := context.WithTimeout(client, maxWait)
 	waiting := g.metrics.waiting.WithLabelValues(up.name)
 	waiting.Inc()
 	p, err := up.bal.Wait(ctx, info)

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+)
+
+// releasingClient is a scripted exchange that frees a held permit the
+// moment a pick starts waiting in the queue.
+type releasingClient struct {
+	scriptedExchange
+	held    balance.Pick
+	waits   int
+	release time.Time
+}
+
+func (x *releasingClient) watch(ctx context.Context) (context.Context, func()) {
+	x.waits++
+	x.release = time.Now()
+	x.held.Done(nil)
+	return ctx, func() {}
+}
+
+const refusalUpstream = "upstreams:\n  api:\n    strategy: capacity\n" +
+	"    targets: [{url: \"http://127.0.0.1:1\", max_concurrency: 1}, {url: \"http://127.0.0.1:2\", max_concurrency: 1}]\n" +
+	"    retry: {attempts: 2, on: [503]}\n"
+
+// A target's refusal (503) retried while the other target is at its
+// limit waits in the queue for that target's permit, as a first pick
+// would, instead of relaying the refusal to the client; the refused
+// pick is reported before the wait (its permit back, nothing left in
+// flight).
+func TestRefusalRetryWaitsInQueue(t *testing.T) {
+	g := newTestGateway(t, refusalUpstream+"    queue: {max_wait: 1m}\n")
+	up := g.rt.Load().ups["api"]
+	held, err := up.bal.PickWith(balance.PickInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &releasingClient{held: held, scriptedExchange: scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 200, written: true}}}}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 200 || rq.retries != 1 || x.waits != 1 {
+		t.Fatalf("result %d (code %d %s) after %d retries and %d waits, want the second target's 200 after 1 retry that waited", res.status, res.code, res.reason, rq.retries, x.waits)
+	}
+	if res.t.addr != held.Addr() {
+		t.Fatalf("the retry went to %s, want %s (the refusing target is not tried again)", res.t.addr, held.Addr())
+	}
+	if res.tstart.Before(x.release) {
+		t.Fatal("the retry's latency counts from before its wait: the queue's time would be the target's")
+	}
+	up.finish(g, &res, time.Now(), nil)
+	for _, e := range up.bal.Endpoints() {
+		if e.InFlight != 0 {
+			t.Fatalf("%s has %d in flight after the request, want 0", e.Target.Addr, e.InFlight)
+		}
+	}
+}
+
+// Without a queue the refusal is relayed at once, as before.
+func TestRefusalRelayedWithoutQueue(t *testing.T) {
+	g := newTestGateway(t, refusalUpstream)
+	up := g.rt.Load().ups["api"]
+	held, err := up.bal.PickWith(balance.PickInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Done(nil)
+	x := &releasingClient{held: held, scriptedExchange: scriptedExchange{replies: []scripted{{status: 503, written: true}}}}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 503 || x.waits != 0 {
+		t.Fatalf("result %d (code %d %s) after %d waits, want the target's 503 relayed without a wait", res.status, res.code, res.reason, x.waits)
+	}
+	up.finish(g, &res, time.Now(), nil)
+}
+
+// A first pick that waited in the queue counts the target's latency from
+// the moment it got the permit, not from the request's start.
+func TestQueuedPickLatencyStartsAtPermit(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    strategy: capacity\n    targets: [{url: \"http://127.0.0.1:1\", max_concurrency: 1}]\n    queue: {max_wait: 1m}\n")
+	up := g.rt.Load().ups["api"]
+	held, err := up.bal.PickWith(balance.PickInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &releasingClient{held: held, scriptedExchange: scriptedExchange{replies: []scripted{{status: 200, written: true}}}}
+	rq := request{up: up, start: time.Now().Add(-time.Hour)}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 200 || x.waits != 1 {
+		t.Fatalf("result %d (code %d %s) after %d waits, want 200 after one wait", res.status, res.code, res.reason, x.waits)
+	}
+	if res.tstart.Before(x.release) {
+		t.Fatalf("latency counted from %v, before the permit came at %v", res.tstart, x.release)
+	}
+	up.finish(g, &res, time.Now(), nil)
+}
