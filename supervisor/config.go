@@ -116,26 +116,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// ConfigError is a refused configuration: the field (dotted path), its line
-// in the file when known, and why.
-type ConfigError struct {
-	Field string
-	Line  int
-	Err   error
-}
+// ConfigError is a refused configuration: every problem found, each a
+// *ConfigFieldError. It is the error type of every Fulcrum config
+// (internal/confyaml's), so the supervisor's read like the gateway's.
+type ConfigError = confyaml.Error
 
-func (e *ConfigError) Error() string {
-	msg := e.Err.Error()
-	if !strings.HasPrefix(msg, e.Field) { // the source and sink name it themselves
-		msg = e.Field + ": " + msg
-	}
-	if e.Line > 0 {
-		return fmt.Sprintf("line %d: %s", e.Line, msg)
-	}
-	return msg
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
+// ConfigFieldError is one problem: the field's dotted path, its line when
+// the config was read from a file (0 otherwise), and why. It reads
+// "line 3: redundancy: 0 is not between 1 and 64".
+type ConfigFieldError = confyaml.FieldError
 
 // LoadConfig reads and validates a YAML config file.
 func LoadConfig(path string) (Config, error) {
@@ -181,97 +170,111 @@ func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 	if err := c.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {
-			ce.Line = doc.Line(ce.Field)
+			for _, p := range ce.Problems {
+				p.Line = doc.Line(p.Path)
+			}
 		}
 		return Config{}, err
 	}
 	return c, nil
 }
 
-var fieldPrefix = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+)*)`)
-
-// Validate checks every field, naming the first bad one, and fills the
-// defaults of the source and sink.
+// Validate checks every field and fills the defaults of the source and
+// sink. The error, when not nil, is a *ConfigError listing every problem
+// (the source and the sink each report their first).
 func (c *Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+	var problems []*ConfigFieldError
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, &ConfigFieldError{Path: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return bad("listen", "%q is not host:port", c.Listen)
+	switch {
+	case err != nil:
+		bad("listen", "%q is not host:port", c.Listen)
+	case c.Token == "" && !isLoopback(host):
+		bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it)", c.Listen)
 	}
-	if c.Token == "" && !isLoopback(host) {
-		return bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it)", c.Listen)
-	}
-	if c.Tick < time.Millisecond {
-		return bad("tick", "%v is below 1ms", c.Tick)
+	tickOK := c.Tick >= time.Millisecond
+	if !tickOK {
+		bad("tick", "%v is below 1ms", c.Tick)
 	}
 	if c.Warmup < 0 {
-		return bad("warmup", "%v is negative", c.Warmup)
+		bad("warmup", "%v is negative", c.Warmup)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"worker_timeout", c.WorkerTimeout}, {"task_timeout", c.TaskTimeout}, {"query_interval", c.QueryInterval}, {"query_retry", c.QueryRetry}} {
-		if d.v < c.Tick {
-			return bad(d.name, "%v is shorter than tick (%v)", d.v, c.Tick)
+		if tickOK && d.v < c.Tick { // against a bad tick, a comparison would only add noise
+			bad(d.name, "%v is shorter than tick (%v)", d.v, c.Tick)
 		}
 	}
 	if c.Redundancy < 1 || c.Redundancy > 64 {
-		return bad("redundancy", "%d is not between 1 and 64", c.Redundancy)
+		bad("redundancy", "%d is not between 1 and 64", c.Redundancy)
 	}
 	if c.MaxMessageBytes < 1024 {
-		return bad("max_message_bytes", "%d is below 1024", c.MaxMessageBytes)
+		bad("max_message_bytes", "%d is below 1024", c.MaxMessageBytes)
 	}
 	if c.SendQueue < 1 {
-		return bad("send_queue", "%d is below 1", c.SendQueue)
+		bad("send_queue", "%d is below 1", c.SendQueue)
 	}
 	if c.MaxLoadCeiling < 1 || c.MaxLoadCeiling > maxMaxLoad {
-		return bad("max_load_ceiling", "%d is not between 1 and %d", c.MaxLoadCeiling, maxMaxLoad)
+		bad("max_load_ceiling", "%d is not between 1 and %d", c.MaxLoadCeiling, maxMaxLoad)
 	}
 	if c.HA.Database != "" {
 		if u, err := url.Parse(c.HA.Database); err != nil || !slices.Contains([]string{"postgres", "postgresql", "mysql", "mariadb"}, u.Scheme) || u.Host == "" {
-			return bad("ha.database", "want a postgres:// or mysql:// URL with a host")
+			bad("ha.database", "want a postgres:// or mysql:// URL with a host")
 		}
 		if c.HA.Name == "" {
-			return bad("ha.name", "empty")
+			bad("ha.name", "empty")
 		}
 		if c.HA.Advertise == "" {
-			return bad("ha.advertise", "required with ha.database (the URL workers reach this supervisor's /ws at)")
+			bad("ha.advertise", "required with ha.database (the URL workers reach this supervisor's /ws at)")
+		} else if u, err := url.Parse(c.HA.Advertise); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			bad("ha.advertise", "%q is not a ws:// or wss:// URL", c.HA.Advertise)
 		}
-		if u, err := url.Parse(c.HA.Advertise); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			return bad("ha.advertise", "%q is not a ws:// or wss:// URL", c.HA.Advertise)
-		}
-		if c.HA.Lease < 5*c.Tick {
+		if tickOK && c.HA.Lease < 5*c.Tick {
 			// The leader trusts itself until two ticks before the lease
 			// ends and renews every third of it.
-			return bad("ha.lease", "%v is shorter than five ticks (%v)", c.HA.Lease, 5*c.Tick)
+			bad("ha.lease", "%v is shorter than five ticks (%v)", c.HA.Lease, 5*c.Tick)
 		}
 	}
 	if c.Dedup.Window <= 0 {
-		return bad("dedup.window", "%v must be positive", c.Dedup.Window)
+		bad("dedup.window", "%v must be positive", c.Dedup.Window)
 	}
 	if c.Dedup.MaxEntries < 1 {
-		return bad("dedup.max_entries", "%d must be positive", c.Dedup.MaxEntries)
+		bad("dedup.max_entries", "%d must be positive", c.Dedup.MaxEntries)
 	}
 	if t := c.Rebalance.Threshold; !(t >= 0 && t <= 1) {
-		return bad("rebalance.threshold", "%v is not between 0 and 1", t)
+		bad("rebalance.threshold", "%v is not between 0 and 1", t)
 	}
 	for _, v := range []struct {
 		name     string
 		validate func() error
 	}{{"source", c.Source.Validate}, {"sink", c.Sink.Validate}} {
 		if err := v.validate(); err != nil {
-			// The edge packages name the field ("sink.url: ..."); keep their
-			// message and use the name to find the line.
-			field := v.name
-			if m := fieldPrefix.FindStringSubmatch(err.Error()); m != nil && strings.HasPrefix(m[1], v.name) {
-				field = m[1]
-			}
-			return &ConfigError{Field: field, Err: err}
+			problems = append(problems, edgeProblem(v.name, err))
 		}
 	}
-	return nil
+	if len(problems) == 0 {
+		return nil
+	}
+	return &ConfigError{Problems: problems}
+}
+
+// fieldPrefix is the path an edge package's message starts with
+// ("source.tasks[2].task_id: ...").
+var fieldPrefix = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+|\[\d+\])*): `)
+
+// edgeProblem turns the source's or the sink's error, which names its
+// field itself ("sink.url: ..."), into a field error on that path, so that
+// the file's line can be found for it.
+func edgeProblem(section string, err error) *ConfigFieldError {
+	msg := err.Error()
+	if m := fieldPrefix.FindStringSubmatch(msg); m != nil && (m[1] == section || strings.HasPrefix(m[1], section+".") || strings.HasPrefix(m[1], section+"[")) {
+		return &ConfigFieldError{Path: m[1], Msg: msg[len(m[0]):]}
+	}
+	return &ConfigFieldError{Path: section, Msg: msg}
 }
 
 // isLoopback reports whether a listen host is a loopback address or

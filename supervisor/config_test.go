@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,6 +81,48 @@ func TestParseConfigRefusesBadFields(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want an error containing %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// Validation reports every problem at once, each with its field and line,
+// in the order of the fields; the source and the sink add their first.
+func TestParseConfigReportsEveryProblem(t *testing.T) {
+	_, err := ParseConfig([]byte("token: t\nredundancy: 0\ntick: 0s\nsource:\n  type: ftp\ndedup:\n  window: 0s\nsink:\n  type: nats\n  url: nats://127.0.0.1:4222\n"))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("ParseConfig = %v (%T), want a *ConfigError", err, err)
+	}
+	want := []string{
+		"line 3: tick: 0s is below 1ms", // and no "shorter than tick" for the timeouts measured in it
+		"line 2: redundancy: 0 is not between 1 and 64",
+		"line 7: dedup.window: 0s must be positive",
+		"line 5: source.type: unknown \"ftp\"",
+		"line 8: sink.subject: required",
+	}
+	if len(ce.Problems) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(ce.Problems), len(want), err)
+	}
+	for i, w := range want {
+		if got := ce.Problems[i].Error(); !strings.HasPrefix(got, w) {
+			t.Errorf("problem %d = %q, want %q", i, got, w)
+		}
+	}
+	if !strings.HasPrefix(err.Error(), "5 problems:\n  line 3: tick") {
+		t.Errorf("message: %q", err)
+	}
+
+	// A Config built in Go gets the same list, without lines.
+	c := DefaultConfig()
+	c.Listen, c.SendQueue, c.Source.Type = "0.0.0.0:7300", 0, "static"
+	err = c.Validate()
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || ce.Problems[0].Path != "token" || ce.Problems[1].Path != "send_queue" || ce.Problems[0].Line != 0 {
+		t.Errorf("Validate = %v, want token and send_queue", err)
+	}
+
+	// The source's and sink's own paths, indexes included, find their lines.
+	_, err = ParseConfig([]byte("token: t\nsource:\n  type: static\n  tasks:\n    - task_id: a\n    - task_id: a\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 6: source.tasks[1].task_id: duplicate") {
+		t.Errorf("duplicate task: %v", err)
 	}
 }
 
