@@ -562,7 +562,8 @@ func libraryMessage(s string) string {
 
 // pathAt finds the field a library error is about: the mapping key named
 // key on line, or the value at line:col, or else the first key on line.
-// (The approach of gateway/config's decodeError.)
+// Only errors of a type's own UnmarshalYAML and of the library's decoding
+// of interfaces need it: the walk itself knows the path of what it reads.
 func pathAt(n *yaml.Node, line, col int, key string) string {
 	exact, loose := "", ""
 	var walk func(n *yaml.Node, path string, depth int)
