@@ -52,7 +52,9 @@ type DNSDiscovery struct {
 	// Server is the resolver, host:port (default: the first nameserver of
 	// /etc/resolv.conf).
 	Server string `yaml:"server"`
-	// Refresh is how often the name is resolved again (default 30s).
+	// Refresh is the longest wait before the name is resolved again
+	// (default 30s); records with a shorter TTL are resolved again when
+	// it runs out (not more than once a second).
 	Refresh Duration `yaml:"refresh"`
 	// Timeout bounds one query (default 2s).
 	Timeout Duration `yaml:"timeout"`
