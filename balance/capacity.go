@@ -349,8 +349,9 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 // success when that target has permits we have not learned yet (a stage
 // that just grew them, a provider that swapped roles), and costs nothing
 // more when it has not: the probe's rejection takes the permit back off
-// (reject). Targets with configured or parked limits, and targets that
-// refused within probe_interval latencies, are not probed.
+// (reject). Targets with configured or parked limits, targets that
+// refused within probe_interval latencies and targets retry-probed within
+// the last latency are not probed.
 func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
 	var best *Endpoint
 	var bc *capState
@@ -370,9 +371,15 @@ func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
 	}
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	if bc.limit == 0 || bc.held != 0 || bc.limit >= p.cfg.max {
+	if bc.limit == 0 || bc.held != 0 || bc.limit >= p.cfg.max || now < bc.quietTill.Load() {
 		return nil
 	}
+	// One retry probe per target per latency: its answer (a refusal is
+	// back in far less) decides the next. Without this, a burst of
+	// refusals elsewhere (a provider going down) sent a burst of retries
+	// that each raised the limit by one before the first probe's answer,
+	// and their refusals then halved a limit that had been exact.
+	bc.quietTill.Store(now + max(bc.lat.Load(), int64(time.Millisecond)))
 	bc.limit++
 	bc.raised = 1
 	bc.peak = max(bc.peak, bc.limit)

@@ -280,6 +280,14 @@ func TestCapacityRetryProbes(t *testing.T) {
 	if p.Addr() != "b" || limitOf(b, "b") != 3 {
 		t.Fatalf("retry went to %s, b's limit %d; want b probed at 3", p.Addr(), limitOf(b, "b"))
 	}
+	// A second retry before the probe's answer does not probe b again: a
+	// burst of retries would raise the limit once per retry.
+	if q, err := b.PickWith(PickInfo{Exclude: []*Endpoint{a}}); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("second retry while b's probe is out: %v to %s, want ErrAtCapacity", err, q.Addr())
+	}
+	if l := limitOf(b, "b"); l != 3 {
+		t.Fatalf("b's limit %d after a second retry, want 3 (one probe at a time)", l)
+	}
 	p.Report(time.Millisecond, ErrRejected)
 	if l := limitOf(b, "b"); l != 2 {
 		t.Fatalf("b's limit %d after the probe was refused, want 2", l)
