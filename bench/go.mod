@@ -11,6 +11,7 @@ require (
 	github.com/fulcrum-lb/fulcrum v0.0.0
 	github.com/gammazero/workerpool v1.3.0
 	github.com/go-kratos/kratos/v2 v2.8.3
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/panjf2000/gnet/v2 v2.9.4
@@ -33,7 +34,6 @@ require (
 	github.com/fatih/color v1.18.0 // indirect
 	github.com/gammazero/deque v1.2.2 // indirect
 	github.com/go-redsync/redsync/v4 v4.18.1 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

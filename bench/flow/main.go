@@ -28,12 +28,14 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
@@ -45,6 +47,10 @@ import (
 func main() {
 	var (
 		pg        = flag.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN (a database on it is created per run); empty skips PostgreSQL and River")
+		my        = flag.String("mysql", "mysql://root@tcp(127.0.0.1:3306)/test", "MySQL/MariaDB DSN as flow serve --db takes it (a table prefix per run); empty skips it")
+		only      = flag.String("only", "", "comma-separated subset of sqlite,postgres,mysql,river to run (default all)")
+		parts     = flag.String("parts", "e2e,hold", "which parts: e2e (end to end), hold (hold latency)")
+		holdW     = flag.String("hold-workers", "1,8,64", "worker counts of the hold-latency runs")
 		tasks     = flag.Int("tasks", 20000, "tasks per end-to-end run")
 		holdTasks = flag.Int("hold-tasks", 3000, "tasks per hold-latency run")
 		workers   = flag.Int("workers", 4, "SDK workers in the end-to-end runs")
@@ -65,7 +71,24 @@ func main() {
 	}
 	ctx := context.Background()
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := run(ctx, *pg, *tasks, *holdTasks, *workers, *conc, *riverMax, *runs); err != nil {
+	sel := map[string]bool{}
+	for _, k := range strings.Split(*only, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			sel[k] = true
+		}
+	}
+	want := func(k string) bool { return len(sel) == 0 || sel[k] }
+	var hw []int
+	for _, f := range strings.Split(*holdW, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench flow: -hold-workers %q: want positive counts separated by commas\n", *holdW)
+			os.Exit(2)
+		}
+		hw = append(hw, n)
+	}
+	cfg := benchConfig{holdWorkers: hw, pg: *pg, my: *my, want: want, e2e: strings.Contains(*parts, "e2e"), hold: strings.Contains(*parts, "hold")}
+	if err := run(ctx, cfg, *tasks, *holdTasks, *workers, *conc, *riverMax, *runs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench flow:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -94,17 +117,29 @@ type holdRow struct {
 	p50, p99 time.Duration
 }
 
-func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs int) error {
+// benchConfig says which databases and parts run.
+type benchConfig struct {
+	pg, my      string            // DSNs; empty skips
+	want        func(string) bool // sqlite, postgres, mysql, river
+	e2e, hold   bool
+	holdWorkers []int
+}
+
+// target is one database a flow server runs on in one run: a DSN and a
+// table prefix (MySQL gets a fresh prefix instead of a fresh database).
+type target struct{ name, dsn, prefix string }
+
+func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax, runs int) error {
 	if runs < 1 || n < 1 || holdN < 1 || workers < 1 || conc < 1 || riverMax < 1 {
 		return errors.New("-runs, -tasks, -hold-tasks, -workers, -concurrency and -river-workers must be positive")
 	}
+	pg := cfg.pg
 	dir, err := os.MkdirTemp("", "bench-flow-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 
-	type db struct{ name, dsn string }
 	var pgDBs []string
 	newPG := func(tag string) (string, error) {
 		d, err := createPG(ctx, pg, tag)
@@ -118,32 +153,56 @@ func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs
 			dropPG(pg, d)
 		}
 	}()
+	var myPrefixes []string
+	defer func() { dropMySQL(cfg.my, myPrefixes) }()
+	// targets makes fresh databases for one run of each flow system.
+	targets := func(tag string) ([]target, error) {
+		var ts []target
+		if cfg.want("sqlite") {
+			ts = append(ts, target{"sqlite", "sqlite://" + filepath.Join(dir, fmt.Sprintf("%s.db", tag)), ""})
+		}
+		if pg != "" && cfg.want("postgres") {
+			d, err := newPG(tag)
+			if err != nil {
+				return nil, err
+			}
+			ts = append(ts, target{"postgres", d, ""})
+		}
+		if cfg.my != "" && cfg.want("mysql") {
+			p := fmt.Sprintf("bf%s_%d_", tag, time.Now().UnixNano()%1e9)
+			myPrefixes = append(myPrefixes, p)
+			ts = append(ts, target{"mysql", cfg.my, p})
+		}
+		return ts, nil
+	}
 
 	// Each round runs every system once, on fresh databases, one after the
 	// other, so a busy machine slows them alike; the table shows medians.
 	results := map[string][]float64{}
-	keys := []string{"flow/sqlite"}
-	if pg != "" {
-		keys = append(keys, "flow/postgres", "river/postgres")
-	}
-	for round := 1; round <= runs; round++ {
-		dbs := []db{{"sqlite", "sqlite://" + filepath.Join(dir, fmt.Sprintf("e2e%d.db", round))}}
-		if pg != "" {
-			d, err := newPG("flow")
-			if err != nil {
-				return err
-			}
-			dbs = append(dbs, db{"postgres", d})
+	var keys []string
+	for _, k := range []string{"sqlite", "postgres", "mysql"} {
+		if cfg.want(k) && (k == "sqlite" || k == "postgres" && pg != "" || k == "mysql" && cfg.my != "") {
+			keys = append(keys, "flow/"+k)
 		}
-		for _, d := range dbs {
+	}
+	withRiver := pg != "" && cfg.want("river")
+	if withRiver {
+		keys = append(keys, "river/postgres")
+	}
+	for round := 1; cfg.e2e && round <= runs; round++ {
+		ts, err := targets(fmt.Sprintf("e2e%d", round))
+		if err != nil {
+			return err
+		}
+		for _, d := range ts {
 			fmt.Fprintf(os.Stderr, "round %d: fulcrum flow on %s, %d tasks...\n", round, d.name, n)
-			r, err := flowE2E(ctx, d.dsn, n, workers, conc)
+			r, err := flowE2E(ctx, d, n, workers, conc)
 			if err != nil {
 				return fmt.Errorf("flow on %s: %w", d.name, err)
 			}
 			results["flow/"+d.name] = append(results["flow/"+d.name], r)
 		}
-		if pg != "" {
+		if withRiver {
 			d, err := newPG("river")
 			if err != nil {
 				return err
@@ -159,6 +218,9 @@ func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs
 	var rows []e2eRow
 	var river float64
 	for _, k := range keys {
+		if !cfg.e2e {
+			break
+		}
 		system, dbName, _ := strings.Cut(k, "/")
 		name := "fulcrum flow (HTTP, SDK)"
 		if system == "river" {
@@ -172,23 +234,21 @@ func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs
 	}
 
 	var holds []holdRow
-	holdDBs := []db{{"sqlite", "sqlite://" + filepath.Join(dir, "hold.db")}}
-	if pg != "" {
-		d, err := newPG("hold")
+	if cfg.hold {
+		ts, err := targets("hold")
 		if err != nil {
 			return err
 		}
-		holdDBs = append(holdDBs, db{"postgres", d})
-	}
-	for _, d := range holdDBs {
-		for _, w := range []int{1, 8, 64} {
-			fmt.Fprintf(os.Stderr, "hold latency: %s, %d workers...\n", d.name, w)
-			r, err := holdLatency(ctx, d.dsn, holdN, w)
-			if err != nil {
-				return fmt.Errorf("hold latency on %s with %d workers: %w", d.name, w, err)
+		for _, d := range ts {
+			for _, w := range cfg.holdWorkers {
+				fmt.Fprintf(os.Stderr, "hold latency: %s, %d workers...\n", d.name, w)
+				r, err := holdLatency(ctx, d, holdN, w)
+				if err != nil {
+					return fmt.Errorf("hold latency on %s with %d workers: %w", d.name, w, err)
+				}
+				r.db = d.name
+				holds = append(holds, r)
 			}
-			r.db = d.name
-			holds = append(holds, r)
 		}
 	}
 
@@ -217,10 +277,10 @@ func run(ctx context.Context, pg string, n, holdN, workers, conc, riverMax, runs
 
 // flowE2E creates n tasks in batches while workers SDK workers work them,
 // and returns tasks per second from the first create to the last success.
-func flowE2E(ctx context.Context, dsn string, n, workers, conc int) (float64, error) {
+func flowE2E(ctx context.Context, d target, n, workers, conc int) (float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: dsn})
+	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: d.dsn, TablePrefix: d.prefix})
 	if err != nil {
 		return 0, err
 	}
@@ -325,10 +385,10 @@ func createAll(ctx context.Context, n int, create func(ctx context.Context, from
 
 // holdLatency pre-creates n tasks, then w goroutines each loop hold(1) and
 // set success until a hold comes back empty.
-func holdLatency(ctx context.Context, dsn string, n, w int) (holdRow, error) {
+func holdLatency(ctx context.Context, d target, n, w int) (holdRow, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: dsn})
+	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: d.dsn, TablePrefix: d.prefix})
 	if err != nil {
 		return holdRow{}, err
 	}
@@ -412,6 +472,22 @@ func createPG(ctx context.Context, dsn, tag string) (string, error) {
 	}
 	u.Path = "/" + name
 	return u.String(), nil
+}
+
+// dropMySQL drops the tables the runs made on MySQL (one table prefix
+// each).
+func dropMySQL(dsn string, prefixes []string) {
+	if dsn == "" || len(prefixes) == 0 {
+		return
+	}
+	db, err := sql.Open("mysql", strings.TrimPrefix(dsn, "mysql://"))
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	for _, p := range prefixes {
+		db.Exec("DROP TABLE IF EXISTS " + p + "tasks, " + p + "task_types, " + p + "meta")
+	}
 }
 
 func dropPG(dsn, fresh string) {

@@ -73,3 +73,38 @@ func TestGroupCommitIsolatesWrites(t *testing.T) {
 		t.Fatalf("stored %v; want [a c] (b undone whole, d never run)", keys)
 	}
 }
+
+// The group commit relaxes synchronous only inside its groups (the syncer
+// fsyncs the WAL for them): a write outside a group still runs under FULL.
+func TestGroupCommitKeepsFullOutsideGroups(t *testing.T) {
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "g.db"), Options{TablePrefix: "g_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.lw.walPath == "" {
+		t.Fatal("synchronous=FULL (the default) should fsync the WAL in the syncer")
+	}
+	ctx := context.Background()
+	var inGroup int
+	if err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&inGroup)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var outside int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&outside); err != nil {
+		t.Fatal(err)
+	}
+	if inGroup != 1 || outside != 2 { // 1 NORMAL, 2 FULL
+		t.Fatalf("synchronous in a group %d, outside %d; want 1 (NORMAL, the syncer fsyncs) and 2 (FULL)", inGroup, outside)
+	}
+	n, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "n.db")+"?synchronous=normal", Options{TablePrefix: "g_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if n.lw.walPath != "" {
+		t.Fatal("synchronous=normal asked for: nothing should fsync the WAL per group")
+	}
+}

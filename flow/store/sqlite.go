@@ -75,6 +75,7 @@ func liteQueries(q *queries, b qparts) {
 	q.heartbeat = "UPDATE " + t + " SET lease_expiry = ? + (SELECT max_processing_ms FROM " + b.p + "task_types ty WHERE ty.task_type = " + t + ".task_type) * 1000," +
 		" modify_time = ? WHERE owner = ? AND status = " + b.proc + " RETURNING task_id, lease, lease_expiry"
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
+	q.setFast = liteSetFast(t)
 }
 
 func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
@@ -101,7 +102,8 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 		}
 	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")"
+		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")" +
+		"&_pragma=temp_store(MEMORY)&_pragma=cache_size(-32768)"
 	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("store: sqlite %s: %w", path, err)
@@ -120,5 +122,9 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 		return nil, fmt.Errorf("store: sqlite %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(4)
-	return &SQLStore{d: liteDialect(), w: w, r: r, gate: make(chan struct{}, 1)}, nil
+	s := &SQLStore{d: liteDialect(), w: w, r: r, gate: make(chan struct{}, 1)}
+	if sync == "FULL" {
+		s.walPath = path + "-wal" // the group commit fsyncs it (see liteWriter)
+	}
+	return s, nil
 }
