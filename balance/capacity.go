@@ -344,8 +344,10 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 // retryProbe serves a retry (a pick that excludes the targets that just
 // refused it) that finds every other target at its learned limit: it
 // probes the one with the most learned capacity per latency, one permit
-// over its limit. A caller that does not wait (the gateway's retry) would
-// answer the client with the refusal; probing instead turns it into a
+// over its limit. A caller that does not wait (the gateway's retry on an
+// upstream without a queue) would answer the client with the refusal, and
+// one that waits would queue behind every other waiter; probing instead
+// turns it into a
 // success when that target has permits we have not learned yet (a stage
 // that just grew them, a provider that swapped roles), and costs nothing
 // more when it has not: the probe's rejection takes the permit back off
