@@ -55,6 +55,8 @@ func main() {
 		holdTasks = flag.Int("hold-tasks", 3000, "tasks per hold-latency run")
 		workers   = flag.Int("workers", 4, "SDK workers in the end-to-end runs")
 		conc      = flag.Int("concurrency", 256, "handlers per SDK worker")
+		holdLimit = flag.Int("hold-limit", 500, "most tasks per hold in the end-to-end runs (the type's schedule_limit and the SDK's HoldLimit)")
+		report    = flag.Int("report-batch", 256, "most outcomes per set_tasks from the SDK (its ReportBatch)")
 		runs      = flag.Int("runs", 3, "rounds of the end-to-end runs (the table shows medians)")
 		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -87,7 +89,7 @@ func main() {
 		}
 		hw = append(hw, n)
 	}
-	cfg := benchConfig{holdWorkers: hw, pg: *pg, my: *my, want: want, e2e: strings.Contains(*parts, "e2e"), hold: strings.Contains(*parts, "hold")}
+	cfg := benchConfig{holdLimit: *holdLimit, reportBatch: *report, holdWorkers: hw, pg: *pg, my: *my, want: want, e2e: strings.Contains(*parts, "e2e"), hold: strings.Contains(*parts, "hold")}
 	if err := run(ctx, cfg, *tasks, *holdTasks, *workers, *conc, *riverMax, *runs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench flow:", err)
 		pprof.StopCPUProfile()
@@ -123,6 +125,8 @@ type benchConfig struct {
 	want        func(string) bool // sqlite, postgres, mysql, river
 	e2e, hold   bool
 	holdWorkers []int
+	holdLimit   int // end to end: tasks per hold
+	reportBatch int // end to end: outcomes per set_tasks
 }
 
 // target is one database a flow server runs on in one run: a DSN and a
@@ -130,8 +134,8 @@ type benchConfig struct {
 type target struct{ name, dsn, prefix string }
 
 func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax, runs int) error {
-	if runs < 1 || n < 1 || holdN < 1 || workers < 1 || conc < 1 || riverMax < 1 {
-		return errors.New("-runs, -tasks, -hold-tasks, -workers, -concurrency and -river-workers must be positive")
+	if runs < 1 || n < 1 || holdN < 1 || workers < 1 || conc < 1 || riverMax < 1 || cfg.holdLimit < 1 || cfg.reportBatch < 1 {
+		return errors.New("-runs, -tasks, -hold-tasks, -workers, -concurrency, -river-workers, -hold-limit and -report-batch must be positive")
 	}
 	pg := cfg.pg
 	dir, err := os.MkdirTemp("", "bench-flow-")
@@ -196,7 +200,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		}
 		for _, d := range ts {
 			fmt.Fprintf(os.Stderr, "round %d: fulcrum flow on %s, %d tasks...\n", round, d.name, n)
-			r, err := flowE2E(ctx, d, n, workers, conc)
+			r, err := flowE2E(ctx, d, n, workers, conc, cfg.holdLimit, cfg.reportBatch)
 			if err != nil {
 				return fmt.Errorf("flow on %s: %w", d.name, err)
 			}
@@ -277,7 +281,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 
 // flowE2E creates n tasks in batches while workers SDK workers work them,
 // and returns tasks per second from the first create to the last success.
-func flowE2E(ctx context.Context, d target, n, workers, conc int) (float64, error) {
+func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportBatch int) (float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: d.dsn, TablePrefix: d.prefix})
@@ -290,7 +294,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc int) (float64, erro
 		return 0, err
 	}
 	defer c.Close()
-	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: 500, ScheduleIntervalMS: 100, MaxProcessingMS: 60_000,
+	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: holdLimit, ScheduleIntervalMS: 100, MaxProcessingMS: 60_000,
 		MaxRetryNum: 3, RetryIntervalMS: 100, MaxRetryIntervalMS: 1000}
 	if err := c.RegisterTask(ctx, tt); err != nil {
 		return 0, err
@@ -302,7 +306,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc int) (float64, erro
 	var wg sync.WaitGroup
 	for i := range workers {
 		w, err := worker.New(worker.Config{Client: c, WorkerID: fmt.Sprintf("bench-%d", i),
-			Concurrency: conc, MaxBacklog: 4 * conc, HoldLimit: 2 * conc})
+			Concurrency: conc, MaxBacklog: max(4*conc, 2*holdLimit), HoldLimit: holdLimit, ReportBatch: reportBatch})
 		if err != nil {
 			return 0, err
 		}

@@ -122,9 +122,22 @@ func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now 
 	pending := map[string]bool{}
 	var err error
 	if s.lw != nil {
-		// SQLite: the batch joins the writer's next group commit.
+		// SQLite: the batch joins the writer's next group commit; it is
+		// encoded here, outside the one writer.
+		batch := make([][6]any, n)
+		for i := range ids {
+			var c any // the context as a JSON string, so ->> gives back its exact text
+			if ctxs[i] != nil {
+				c = *ctxs[i]
+			}
+			batch[i] = [6]any{ids[i], leases[i], sts[i], stages[i], c, ots[i]}
+		}
+		arg, merr := json.Marshal(batch)
+		if merr != nil {
+			return nil, fmt.Errorf("set %d tasks: %w", n, merr)
+		}
 		err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			return s.liteSetFastTx(ctx, tx, done, pending, ids, leases, sts, stages, ctxs, ots, now)
+			return s.liteSetFastTx(ctx, tx, done, pending, string(arg), now)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("set %d tasks: %w", n, err)
@@ -178,20 +191,8 @@ func (s *SQLStore) setFastDone(ctx context.Context, reqs []flow.SetTaskRequest, 
 	return errs, nil
 }
 
-func (s *SQLStore) liteSetFastTx(ctx context.Context, tx *sql.Tx, done, pending map[string]bool, ids, leases []string, sts []int32, stages []string, ctxs []*string, ots []int64, now time.Time) error {
-	batch := make([][6]any, len(ids))
-	for i := range ids {
-		var c any // the context as a JSON string, so ->> gives back its exact text
-		if ctxs[i] != nil {
-			c = *ctxs[i]
-		}
-		batch[i] = [6]any{ids[i], leases[i], sts[i], stages[i], c, ots[i]}
-	}
-	arg, err := json.Marshal(batch)
-	if err != nil {
-		return err
-	}
-	rows, err := tx.StmtContext(ctx, s.setFastStmt).QueryContext(ctx, string(arg), us(now), logAt(now))
+func (s *SQLStore) liteSetFastTx(ctx context.Context, tx *sql.Tx, done, pending map[string]bool, batch string, now time.Time) error {
+	rows, err := tx.StmtContext(ctx, s.setFastStmt).QueryContext(ctx, batch, us(now), logAt(now))
 	if err != nil {
 		return err
 	}
