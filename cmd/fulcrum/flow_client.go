@@ -24,7 +24,7 @@ import (
 // that newFlowCmd adds beside serve.
 func flowClientCmds() []*cobra.Command {
 	return []*cobra.Command{flowSubmitCmd(), flowGetCmd(), flowLsCmd(), flowStatsCmd(),
-		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowDeleteCmd()}
+		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowDeleteCmd(), flowWorkerGoneCmd()}
 }
 
 // flowClientFlags are the flags every client command shares.

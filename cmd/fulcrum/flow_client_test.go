@@ -230,6 +230,15 @@ func TestFlowOperatorCommands(t *testing.T) {
 		t.Fatalf("hold of a paused type: %d tasks, %v", len(got), err)
 	}
 	must("resume", "ops")
+	if got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "ops", WorkerID: "gone-1"}); err != nil || len(got) != 1 {
+		t.Fatalf("hold before worker-gone: %d tasks, %v", len(got), err)
+	}
+	if out := must("worker-gone", "gone-1", "nobody"); !strings.Contains(out, "gone-1 rescued=1") || !strings.Contains(out, "nobody rescued=0") {
+		t.Fatalf("worker-gone printed %q", out)
+	}
+	if got, err := c.GetTask(ctx, a); err != nil || got.Status == flow.StatusProcessing {
+		t.Fatalf("task of a worker declared gone: %v, %v; want it rescued", got.Status, err)
+	}
 	must("cancel", a)
 	if out := must("retry", a, "--stage", "t", "--context", `{"n":1}`); !strings.Contains(out, a+" pending stage=t") {
 		t.Fatalf("retry printed %q", out)

@@ -178,6 +178,40 @@ func flowDeleteCmd() *cobra.Command {
 		func(ctx context.Context, c *client.Client, id string) error { return c.DeleteTask(ctx, id) })
 }
 
+// flowWorkerGoneCmd declares workers dead (POST /v1/worker_gone): what each
+// holds is rescued at once instead of when its leases run out.
+func flowWorkerGoneCmd() *cobra.Command {
+	var f flowClientFlags
+	cmd := &cobra.Command{
+		Use:   "worker-gone WORKER_ID...",
+		Short: "Declare workers dead: every task each holds is rescued now (a retry counted, or failed), without waiting for its lease",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			failed := 0
+			for _, id := range args {
+				n, err := c.WorkerGone(cmd.Context(), id)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
+					failed++
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s rescued=%d\n", id, n)
+			}
+			if failed > 0 {
+				return errors.New(fmt.Sprint(failed, " of ", len(args), " workers failed"))
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
 // flowEachTaskCmd is a command that applies op to every task id it is given
 // and prints "<id> <done>" for each that succeeded.
 func flowEachTaskCmd(name, short, done string, op func(context.Context, *client.Client, string) error) *cobra.Command {
