@@ -141,7 +141,7 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 	for attempt := 1; ; attempt++ {
 		t := up.target(pick.Addr())
 		if t == nil { // removed between pick and lookup: nothing sent
-			pick.Done(nil)
+			pick.Cancel()
 			if pick, err = up.pick(ctx, g, r, x, 0); err != nil {
 				return pickFailure(err)
 			}
@@ -276,7 +276,7 @@ func (up *upstream) wait(client context.Context, g *Gateway, info balance.PickIn
 	case err == nil && client.Err() != nil:
 		// A permit came as the client left (Wait takes a free permit
 		// before it looks at its context): give it back unused.
-		p.Done(nil)
+		p.Cancel()
 		p, err, outcome = balance.Pick{}, balance.ErrAtCapacity, "client_gone"
 	case err != nil:
 		outcome = "timeout"
