@@ -421,13 +421,26 @@ func holdLatency(ctx context.Context, d target, n, w int) (holdRow, error) {
 	var lat []time.Duration
 	errc := make(chan error, w)
 	var wg sync.WaitGroup
-	start := time.Now()
+	// Each worker first opens its connection (a type lookup), and all
+	// start together: a worker's first hold would otherwise time a TCP
+	// connect, which a running worker does not pay (64 of 1000 samples).
+	var ready sync.WaitGroup
+	ready.Add(w)
+	begin := make(chan struct{})
+	var start time.Time
 	for i := range w {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
 			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
+			_, err := c.GetTaskType(ctx, typ)
+			ready.Done()
+			if err != nil {
+				errc <- err
+				return
+			}
+			<-begin
 			for {
 				t0 := time.Now()
 				got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: typ, Limit: 1, WorkerID: fmt.Sprintf("h%d", i)})
@@ -446,6 +459,9 @@ func holdLatency(ctx context.Context, d target, n, w int) (holdRow, error) {
 			}
 		}()
 	}
+	ready.Wait()
+	start = time.Now()
+	close(begin)
 	wg.Wait()
 	elapsed := time.Since(start)
 	close(errc)
