@@ -104,6 +104,26 @@ func liteSetFast(table string) string {
 		" RETURNING task_id, task_type, status"
 }
 
+// liteSetOne is liteSetFast for a batch of one, with the request's values
+// bound directly: a worker reporting each outcome alone (and every
+// single set_task) skips the JSON and the UPDATE ... FROM machinery.
+//
+// Arguments: ?1 id, ?2 lease, ?3 status, ?4 stage, ?5 context, ?6 order
+// time, ?7 now, ?8 log time.
+func liteSetOne(table string) string {
+	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
+	stage := "(CASE WHEN ?3 = " + pending + " AND ?4 <> '' THEN ?4 ELSE task_stage END)"
+	n := strconv.Itoa(flow.ScheduleLogSize)
+	return "UPDATE " + table + " SET status = ?3, task_stage = " + stage + "," +
+		" crt_retry_num = CASE WHEN ?3 = " + pending + " AND ?4 <> '' AND ?4 <> task_stage THEN 0 ELSE crt_retry_num END," +
+		" order_time = CASE WHEN ?3 = " + pending + " THEN ?6 ELSE order_time END," +
+		" task_context = COALESCE(?5, task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?7," +
+		" schedule_log = json_insert(CASE WHEN json_array_length(schedule_log) >= " + n + " THEN json_remove(schedule_log, '$[0]') ELSE schedule_log END, '$[#]'," +
+		" json_object('at', ?8, 'worker', owner, 'stage', " + stage + ", 'event'," +
+		" CASE ?3 WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))" +
+		" WHERE task_id = ?1 AND status = " + proc + " AND lease = ?2 AND lease <> '' RETURNING task_type, status"
+}
+
 func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	n := len(reqs)
 	ids, leases, stages := make([]string, n), make([]string, n), make([]string, n)
@@ -122,6 +142,32 @@ func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now 
 	pending := map[string]bool{}
 	var err error
 	if s.lw != nil {
+		if n == 1 {
+			err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+				var c any
+				if ctxs[0] != nil {
+					c = *ctxs[0]
+				}
+				var typ string
+				var st int
+				err := tx.StmtContext(ctx, s.setOneStmt).QueryRowContext(ctx, ids[0], leases[0], sts[0], stages[0], c, ots[0], us(now), logAt(now)).Scan(&typ, &st)
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+					return nil // refused: not processing under this lease
+				case err != nil:
+					return err
+				}
+				done[ids[0]] = true
+				if flow.Status(st) == flow.StatusPending {
+					pending[typ] = true
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("set %d tasks: %w", n, err)
+			}
+			return s.setFastDone(ctx, reqs, done, pending, now)
+		}
 		// SQLite: the batch joins the writer's next group commit; it is
 		// encoded here, outside the one writer.
 		batch := make([][6]any, n)

@@ -36,11 +36,11 @@ type SQLStore struct {
 	gate chan struct{}
 	// prepared hot statements (SQLite): parsing the hold query cost about
 	// a tenth of the CPU of an end-to-end run when prepared per call.
-	holdStmt, writeRowStmt, setFastStmt *sql.Stmt
-	insMu                               sync.Mutex
-	insStmts                            map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
-	lw                                  *liteWriter       // SQLite: group commit of writes
-	walPath                             string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
+	holdStmt, writeRowStmt, setFastStmt, setOneStmt *sql.Stmt
+	insMu                                           sync.Mutex
+	insStmts                                        map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
+	lw                                              *liteWriter       // SQLite: group commit of writes
+	walPath                                         string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
 }
 
 // enter takes the writer in turn (a no-op without a gate); call the
@@ -163,6 +163,9 @@ func (s *SQLStore) prepare(ctx context.Context) error {
 	if s.setFastStmt, err = s.w.PrepareContext(ctx, s.q.setFast); err != nil {
 		return fmt.Errorf("store: prepare set (fast): %w", err)
 	}
+	if s.setOneStmt, err = s.w.PrepareContext(ctx, liteSetOne(s.p+"tasks")); err != nil {
+		return fmt.Errorf("store: prepare set (one): %w", err)
+	}
 	return nil
 }
 
@@ -172,7 +175,7 @@ func (s *SQLStore) Close() error {
 	if s.lw != nil {
 		s.lw.close()
 	}
-	for _, st := range []*sql.Stmt{s.holdStmt, s.writeRowStmt, s.setFastStmt} {
+	for _, st := range []*sql.Stmt{s.holdStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
 		if st != nil {
 			st.Close()
 		}
