@@ -36,11 +36,11 @@ type SQLStore struct {
 	gate chan struct{}
 	// prepared hot statements (SQLite): parsing the hold query cost about
 	// a tenth of the CPU of an end-to-end run when prepared per call.
-	holdStmt, writeRowStmt, setFastStmt, setOneStmt *sql.Stmt
-	insMu                                           sync.Mutex
-	insStmts                                        map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
-	lw                                              *liteWriter       // SQLite: group commit of writes
-	walPath                                         string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
+	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt *sql.Stmt
+	insMu                                                        sync.Mutex
+	insStmts                                                     map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
+	lw                                                           *liteWriter       // SQLite: group commit of writes
+	walPath                                                      string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
 }
 
 // enter takes the writer in turn (a no-op without a gate); call the
@@ -156,6 +156,9 @@ func (s *SQLStore) prepare(ctx context.Context) error {
 		if s.holdStmt, err = s.w.PrepareContext(ctx, s.q.hold); err != nil {
 			return fmt.Errorf("store: prepare hold: %w", err)
 		}
+		if s.holdOneStmt, err = s.w.PrepareContext(ctx, s.q.holdOne); err != nil {
+			return fmt.Errorf("store: prepare hold of one: %w", err)
+		}
 	}
 	if s.writeRowStmt, err = s.w.PrepareContext(ctx, s.q.writeRow); err != nil {
 		return fmt.Errorf("store: prepare set: %w", err)
@@ -175,7 +178,7 @@ func (s *SQLStore) Close() error {
 	if s.lw != nil {
 		s.lw.close()
 	}
-	for _, st := range []*sql.Stmt{s.holdStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
+	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
 		if st != nil {
 			st.Close()
 		}
@@ -259,14 +262,14 @@ func colsWith(alias, logCast string) string {
 
 // queries are built once per store.
 type queries struct {
-	cols, holdSel, holdUpd, hold, lockSel, writeRow, writeBatch string
-	setFast                                                     string
-	holdDueFirst                                                bool // hold's arguments: the due condition's before the SET's
-	renew, cancel, get, nextDue, rescueSel, prune, upsertType   string
-	getType, listTypes, stats, insert                           string
-	insertOne, insertUnique, liveByKey, setPaused, deleteTask   string
-	cronLast, cronCAS                                           string
-	heartbeat, heldBy, workerSel                                string
+	cols, holdSel, holdUpd, hold, holdOne, lockSel, writeRow, writeBatch string
+	setFast                                                              string
+	holdDueFirst                                                         bool // hold's arguments: the due condition's before the SET's
+	renew, cancel, get, nextDue, rescueSel, prune, upsertType            string
+	getType, listTypes, stats, insert                                    string
+	insertOne, insertUnique, liveByKey, setPaused, deleteTask            string
+	cronLast, cronCAS                                                    string
+	heartbeat, heldBy, workerSel                                         string
 }
 
 // qparts are the pieces every dialect's queries are built from.
@@ -751,8 +754,12 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 		if s.lw != nil {
 			// SQLite: the claim joins the writer's next group commit.
 			var out []flow.Record
+			stmt := s.holdStmt
+			if p.Limit == 1 && s.holdOneStmt != nil {
+				stmt = s.holdOneStmt
+			}
 			err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				rows, err := tx.StmtContext(ctx, s.holdStmt).QueryContext(ctx, args...)
+				rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
 				if err != nil {
 					return err
 				}
