@@ -41,16 +41,16 @@ func NewDNS(c config.DNSDiscovery, log *slog.Logger) (*DNS, error) {
 func (d *DNS) Source() string { return "dns" }
 
 // minTTLWait is the shortest wait between resolutions however short the
-// records' TTL (0 included): a name served with TTL 0 is not asked for in
-// a busy loop.
+// records' TTL (0 included): a name served with TTL 0 (Consul's default)
+// is not asked for in a busy loop.
 const minTTLWait = time.Second
 
-// Watch resolves the name now and again after refresh or the answer's
-// shortest TTL, whichever comes first (never sooner than minTTLWait).
+// Watch resolves the name now and again after nextWait.
 func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 	s := sender{update: update}
+	ttl := time.Duration(-1) // the last good answer's TTL; none yet
 	for {
-		ts, ttl, err := d.lookup(ctx)
+		ts, t, err := d.lookup(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -58,15 +58,24 @@ func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 			d.log.Warn("discovery: dns: lookup failed; keeping the last good targets", "name", d.cfg.Name, "server", d.server, "err", err)
 		default:
 			s.send(ts)
+			ttl = t
 		}
-		wait := d.cfg.Refresh.D()
-		if err == nil && ttl < wait {
-			wait = max(ttl, min(minTTLWait, wait))
-		}
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, nextWait(d.cfg.Refresh.D(), ttl)) {
 			return
 		}
 	}
+}
+
+// nextWait is the wait before the next resolution: refresh, or the last
+// good answer's shortest TTL when that is shorter (ttl < 0: no answer
+// yet), but not under minTTLWait unless refresh itself is. After a
+// failed lookup the last good TTL still applies, so one SERVFAIL does not
+// leave the targets a whole refresh old.
+func nextWait(refresh, ttl time.Duration) time.Duration {
+	if ttl < 0 || ttl >= refresh {
+		return refresh
+	}
+	return max(ttl, min(minTTLWait, refresh))
 }
 
 // Lookup resolves the name once. No records at all is an error, so a
@@ -105,7 +114,9 @@ func (d *DNS) lookup(ctx context.Context) ([]Target, time.Duration, error) {
 				continue
 			}
 			ips := addrsIn(extra, s.Target)
-			if len(ips) == 0 {
+			if len(ips) > 0 {
+				use(extra)
+			} else {
 				var rrs []dns.RR
 				if rrs, err = d.addrRecords(ctx, s.Target); err != nil {
 					return nil, 0, fmt.Errorf("SRV target %s: %w", s.Target, err)
@@ -160,11 +171,26 @@ func (d *DNS) addrRecords(ctx context.Context, name string) ([]dns.RR, error) {
 	return all, nil
 }
 
-// addrsIn picks the A/AAAA records for name out of rrs.
+// addrsIn picks the A/AAAA records for name out of rrs, following a
+// CNAME chain in them (a recursive resolver answers a name that is an
+// alias with the CNAME and the A records of its target).
 func addrsIn(rrs []dns.RR, name string) []string {
+	names := map[string]bool{dns.CanonicalName(name): true}
+	for range 8 { // a chain longer than this is a loop or a broken zone
+		grew := false
+		for _, rr := range rrs {
+			if c, ok := rr.(*dns.CNAME); ok && names[dns.CanonicalName(c.Hdr.Name)] && !names[dns.CanonicalName(c.Target)] {
+				names[dns.CanonicalName(c.Target)] = true
+				grew = true
+			}
+		}
+		if !grew {
+			break
+		}
+	}
 	var ips []string
 	for _, rr := range rrs {
-		if dns.CanonicalName(rr.Header().Name) != dns.CanonicalName(name) {
+		if !names[dns.CanonicalName(rr.Header().Name)] {
 			continue
 		}
 		switch r := rr.(type) {

@@ -146,3 +146,40 @@ func TestDNSHonoursShortTTL(t *testing.T) {
 	srv.Set(t, "api.test. 1 IN A 127.0.0.2")
 	r.await(t, "http://127.0.0.2:8080 w=1")
 }
+
+// A name that is an alias resolves to its target's addresses: the
+// resolver answers with the CNAME and the target's A records, whose owner
+// is the target, not the name asked for.
+func TestDNSFollowsCNAME(t *testing.T) {
+	srv := discoverytest.StartDNS(t)
+	srv.Set(t, "www.test. 5 IN CNAME edge.test.", "edge.test. 5 IN CNAME api.test.", "api.test. 5 IN A 127.0.0.7")
+	p, err := NewDNS(dnsBlock(srv.Addr, "www.test", "A", 8080), newLogDiscard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := p.Lookup(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := short(ts); got != "http://127.0.0.7:8080 w=1" {
+		t.Fatalf("targets %s", got)
+	}
+}
+
+func TestNextWait(t *testing.T) {
+	s, ms := time.Second, time.Millisecond
+	for _, tc := range []struct{ refresh, ttl, want time.Duration }{
+		{30 * s, -1, 30 * s},      // no good answer yet
+		{30 * s, 5 * s, 5 * s},    // a shorter TTL brings it forward
+		{30 * s, 60 * s, 30 * s},  // a longer one does not delay it
+		{30 * s, 0, s},            // TTL 0: the floor, not a busy loop
+		{30 * s, 300 * ms, s},     // under the floor
+		{50 * ms, 0, 50 * ms},     // a refresh under the floor is kept
+		{50 * ms, 5 * s, 50 * ms}, //
+		{500 * ms, 100 * ms, 500 * ms},
+	} {
+		if got := nextWait(tc.refresh, tc.ttl); got != tc.want {
+			t.Errorf("nextWait(%v, %v) = %v, want %v", tc.refresh, tc.ttl, got, tc.want)
+		}
+	}
+}

@@ -127,18 +127,32 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		_ = w.WriteMsg(m)
 		return
 	}
-	rrs, ok := d.records[strings.ToLower(q.Name)]
-	if !ok {
+	name := strings.ToLower(q.Name)
+	if _, ok := d.records[name]; !ok {
 		m.Rcode = dns.RcodeNameError
 	}
-	for _, rr := range rrs {
-		if rr.Header().Rrtype != q.Qtype {
-			continue
+	// As a recursive resolver does, an alias is answered with its CNAME
+	// and then the records of its target (a short chain at most).
+	for range 8 {
+		next := ""
+		for _, rr := range d.records[name] {
+			if c, ok := rr.(*dns.CNAME); ok && q.Qtype != dns.TypeCNAME {
+				m.Answer = append(m.Answer, rr)
+				next = strings.ToLower(c.Target)
+				continue
+			}
+			if rr.Header().Rrtype != q.Qtype {
+				continue
+			}
+			m.Answer = append(m.Answer, rr)
+			if srv, ok := rr.(*dns.SRV); ok {
+				m.Extra = append(m.Extra, d.records[strings.ToLower(srv.Target)]...)
+			}
 		}
-		m.Answer = append(m.Answer, rr)
-		if srv, ok := rr.(*dns.SRV); ok {
-			m.Extra = append(m.Extra, d.records[strings.ToLower(srv.Target)]...)
+		if next == "" {
+			break
 		}
+		name = next
 	}
 	_ = w.WriteMsg(m)
 }
