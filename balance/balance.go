@@ -436,19 +436,27 @@ func (p Pick) Cancel() {
 	if p.e == nil {
 		return
 	}
-	b := p.s.b
-	p.e.s.inflight.Add(-1)
+	p.release()
+	if b := p.s.b; b.wq.n.Load() > 0 {
+		b.wq.wakeOne()
+	}
+}
+
+// release returns the pick's permit and load: what Done and Cancel share.
+// It returns the target's in-flight count before the release.
+func (p Pick) release() int64 {
+	inflight := p.e.s.inflight.Add(-1) + 1
 	if p.s.counter != nil {
 		p.s.counter.Add(-1)
 	}
 	if p.load != 0 {
-		if cur := b.snap.Load(); cur.tracker != nil {
+		// The current picker's order follows the load, wherever the pick
+		// started.
+		if cur := p.s.b.snap.Load(); cur.tracker != nil {
 			cur.tracker.Ended(p.e, p.load)
 		}
 	}
-	if b.wq.n.Load() > 0 {
-		b.wq.wakeOne()
-	}
+	return inflight
 }
 
 // Report ends the pick with a latency the caller measured.
@@ -461,10 +469,7 @@ func (p Pick) finish(lat, now int64, err error) {
 		return
 	}
 	b, st := p.s.b, p.e.s
-	inflight := st.inflight.Add(-1) + 1
-	if p.s.counter != nil {
-		p.s.counter.Add(-1)
-	}
+	inflight := p.release()
 	st.requests.Add(1)
 	if err != nil {
 		st.failures.Add(1)
@@ -476,13 +481,6 @@ func (p Pick) finish(lat, now int64, err error) {
 			st.ewma.Store(lat)
 		} else {
 			st.ewma.Store(old + (lat-old)/8)
-		}
-	}
-	if p.load != 0 {
-		// The current picker's order follows the load, wherever the pick
-		// started.
-		if cur := b.snap.Load(); cur.tracker != nil {
-			cur.tracker.Ended(p.e, p.load)
 		}
 	}
 	raised := int64(0)

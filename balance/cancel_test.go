@@ -3,7 +3,9 @@ package balance
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // A pick given back unused returns its permit (a waiter gets it) but is
@@ -24,8 +26,17 @@ func TestCancelReturnsThePermitWithoutAnOutcome(t *testing.T) {
 		}
 		got <- w
 	}()
+	// Cancel once the waiter is queued, so the wake-up is what serves it.
+	for b.wq.n.Load() == 0 {
+		runtime.Gosched()
+	}
 	p.Cancel()
-	w := <-got // the permit went to the waiter
+	var w Pick
+	select {
+	case w = <-got: // the permit went to the waiter
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the cancelled pick's permit")
+	}
 	st := b.Endpoints()[0]
 	if st.Requests != 1 || st.AvgLatency != 0 {
 		t.Errorf("after a cancel: %d requests, latency %v; want only the failed one counted", st.Requests, st.AvgLatency)
