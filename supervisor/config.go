@@ -181,7 +181,8 @@ func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 
 // Validate checks every field and fills the defaults of the source and
 // sink. The error, when not nil, is a *ConfigError listing every problem
-// (the source and the sink each report their first).
+// (every one of a static task list's; the rest of the source and the sink
+// each report their first).
 func (c *Config) Validate() error {
 	var problems []*ConfigFieldError
 	bad := func(field, format string, args ...any) {
@@ -252,7 +253,13 @@ func (c *Config) Validate() error {
 		name     string
 		validate func() error
 	}{{"source", c.Source.Validate}, {"sink", c.Sink.Validate}} {
-		if err := v.validate(); err != nil {
+		err := v.validate()
+		var list *ConfigError
+		switch {
+		case err == nil:
+		case errors.As(err, &list): // a static task list: every problem, each on its path
+			problems = append(problems, list.Problems...)
+		default:
 			problems = append(problems, edgeProblem(v.name, err))
 		}
 	}

@@ -119,6 +119,17 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 		t.Errorf("Validate = %v, want token and send_queue", err)
 	}
 
+	// Every problem of a static task list, not only the first, each on its line.
+	_, err = ParseConfig([]byte("token: t\nsource:\n  type: static\n  tasks:\n    - task_id: a\n    - task_id: \"\"\n    - spec: {x: 1}\n    - task_id: a\n"))
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
+		t.Fatalf("task list with 3 problems: %v", err)
+	}
+	for i, w := range []string{"line 6: source.tasks[1].task_id: required", "line 7: source.tasks[2].task_id: required", `line 8: source.tasks[3].task_id: duplicate "a"`} {
+		if got := ce.Problems[i].Error(); !strings.HasPrefix(got, w) {
+			t.Errorf("problem %d = %q, want %q", i, got, w)
+		}
+	}
+
 	// The source's and sink's own paths, indexes included, find their lines.
 	_, err = ParseConfig([]byte("token: t\nsource:\n  type: static\n  tasks:\n    - task_id: a\n    - task_id: a\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 6: source.tasks[1].task_id: duplicate") {

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -62,9 +63,11 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*c = Config{Type: raw.Type, Path: raw.Path, URL: raw.URL, Timeout: raw.Timeout}
 	if raw.Tasks.Kind != 0 {
-		tasks, err := decodeTasks(&raw.Tasks, "source.tasks")
-		if err != nil {
-			return err
+		tasks, problems := decodeTasks(&raw.Tasks, "source.tasks")
+		if len(problems) > 0 {
+			// A TypeError lists them all; the YAML library and confyaml
+			// both report each one.
+			return &yaml.TypeError{Errors: problems}
 		}
 		c.Tasks = tasks
 	}
@@ -72,7 +75,9 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // Validate checks c, naming the bad field as "source.<field>", and fills
-// defaults.
+// defaults. A static list's problems are all reported, as a
+// *confyaml.Error (lines left to the caller, who has the file); any other
+// problem is the first found.
 func (c *Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("source.timeout: %v is negative", c.Timeout)
@@ -85,7 +90,9 @@ func (c *Config) Validate() error {
 		if c.Path != "" || c.URL != "" {
 			return fmt.Errorf("source: type static takes tasks, not path or url")
 		}
-		return checkTasks(c.Tasks, "source.tasks")
+		if problems := checkTasks(c.Tasks, "source.tasks", nil); len(problems) > 0 {
+			return &confyaml.Error{Problems: problems}
+		}
 	case TypeFile:
 		if c.Path == "" {
 			return fmt.Errorf("source.path: required for type file")
@@ -233,7 +240,7 @@ func Parse(data []byte) ([]protocol.Task, error) {
 	root := doc.Content[0]
 	switch root.Kind {
 	case yaml.SequenceNode:
-		return decodeTasks(root, "tasks")
+		return parseTasks(root)
 	case yaml.MappingNode:
 		var list *yaml.Node
 		for i := 0; i+1 < len(root.Content); i += 2 {
@@ -250,10 +257,31 @@ func Parse(data []byte) ([]protocol.Task, error) {
 		if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
 			return []protocol.Task{}, nil
 		}
-		return decodeTasks(list, "tasks")
+		return parseTasks(list)
 	default:
 		return nil, fmt.Errorf("line %d: a task list is an object with tasks or an array, not %s", root.Line, kindName(root))
 	}
+}
+
+// parseTasks decodes a task list and checks it, reporting every problem
+// with its line: first those of its shape, then, when it has none, those
+// of its ids.
+func parseTasks(n *yaml.Node) ([]protocol.Task, error) {
+	tasks, shape := decodeTasks(n, "tasks")
+	if len(shape) > 0 {
+		if len(shape) == 1 {
+			return nil, errors.New(shape[0])
+		}
+		count := len(shape)
+		if count > confyaml.MaxProblems {
+			shape = append(shape[:confyaml.MaxProblems], fmt.Sprintf("and %d more problems", count-confyaml.MaxProblems))
+		}
+		return nil, fmt.Errorf("%d problems:\n  %s", count, strings.Join(shape, "\n  "))
+	}
+	if problems := checkTasks(tasks, "tasks", func(i int) int { return n.Content[i].Line }); len(problems) > 0 {
+		return nil, &confyaml.Error{Problems: problems}
+	}
+	return tasks, nil
 }
 
 func kindName(n *yaml.Node) string {
@@ -270,63 +298,60 @@ func kindName(n *yaml.Node) string {
 	return "a document"
 }
 
-// decodeTasks turns a sequence node into tasks, checking each.
-func decodeTasks(n *yaml.Node, field string) ([]protocol.Task, error) {
+// decodeTasks turns a sequence node into tasks. It only decodes: what is
+// not a task's shape (an element that is not an object, an unknown field,
+// a task_id that is not a string) is a problem here, each one listed as
+// "line N: field[i]...: why"; whether the ids are valid and distinct is
+// checkTasks' question, asked afterwards so that every problem is found.
+func decodeTasks(n *yaml.Node, field string) ([]protocol.Task, []string) {
 	if n.Kind != yaml.SequenceNode {
-		return nil, fmt.Errorf("line %d: %s: want an array, got %s", n.Line, field, kindName(n))
+		return nil, []string{fmt.Sprintf("line %d: %s: want an array, got %s", n.Line, field, kindName(n))}
 	}
 	tasks := make([]protocol.Task, 0, len(n.Content))
-	firstLine := map[string]int{}
+	var problems []string
 	for i, el := range n.Content {
-		at := fmt.Sprintf("line %d: %s[%d]", el.Line, field, i)
+		at := fmt.Sprintf("%s[%d]", field, i)
 		if el.Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("%s: want an object with task_id, got %s", at, kindName(el))
+			problems = append(problems, fmt.Sprintf("line %d: %s: want an object with task_id, got %s", el.Line, at, kindName(el)))
+			continue
 		}
 		var t protocol.Task
-		var seenID bool
 		for j := 0; j+1 < len(el.Content); j += 2 {
 			k, v := el.Content[j], el.Content[j+1]
 			switch k.Value {
 			case "task_id":
 				if v.Kind != yaml.ScalarNode || (v.Tag != "!!str" && v.Tag != "!!int") {
-					return nil, fmt.Errorf("%s.task_id: want a string", at)
+					problems = append(problems, fmt.Sprintf("line %d: %s.task_id: want a string", v.Line, at))
+					continue
 				}
-				t.TaskID, seenID = v.Value, true
+				t.TaskID = v.Value
 			case "spec":
 				var spec any
 				if err := v.Decode(&spec); err != nil {
-					return nil, fmt.Errorf("%s.spec: %w", at, err)
+					problems = append(problems, fmt.Sprintf("line %d: %s.spec: %v", v.Line, at, err))
+					continue
 				}
 				raw, err := json.Marshal(spec)
 				if err != nil {
-					return nil, fmt.Errorf("%s.spec: not representable as JSON: %w", at, err)
+					problems = append(problems, fmt.Sprintf("line %d: %s.spec: not representable as JSON: %v", v.Line, at, err))
+					continue
 				}
 				if spec != nil {
 					t.Spec = raw
 				}
 			default:
-				return nil, fmt.Errorf("line %d: %s[%d]: unknown field %q (want task_id, spec)", k.Line, field, i, k.Value)
+				problems = append(problems, fmt.Sprintf("line %d: %s: unknown field %q (want task_id, spec)", k.Line, at, k.Value))
 			}
 		}
-		if !seenID {
-			return nil, fmt.Errorf("%s.task_id: required", at)
-		}
-		if err := checkID(t.TaskID); err != nil {
-			return nil, fmt.Errorf("%s.task_id: %w", at, err)
-		}
-		if l, dup := firstLine[t.TaskID]; dup {
-			return nil, fmt.Errorf("%s.task_id: duplicate %q (first on line %d)", at, t.TaskID, l)
-		}
-		firstLine[t.TaskID] = el.Line
 		tasks = append(tasks, t)
 	}
-	return tasks, nil
+	return tasks, problems
 }
 
 func checkID(id string) error {
 	switch {
 	case id == "":
-		return errors.New("empty")
+		return errors.New("required (missing or empty)")
 	case len(id) > MaxTaskID:
 		return fmt.Errorf("%d bytes, more than %d", len(id), MaxTaskID)
 	case !utf8.ValidString(id):
@@ -340,20 +365,42 @@ func checkID(id string) error {
 	return nil
 }
 
-// checkTasks validates tasks built in code (a static list not read from YAML).
-func checkTasks(tasks []protocol.Task, field string) error {
+// checkTasks checks every task's id (present, valid, not repeated) and
+// spec, listing every problem found (at most confyaml.MaxProblems, then a
+// count) as a field error under field ("source.tasks[2].task_id"). line,
+// when not nil, gives task i's line, put on its problems and named by a
+// duplicate; without it (a Config built in code, or one whose lines the
+// caller finds by path) the first holder of a duplicate id is named by
+// index.
+func checkTasks(tasks []protocol.Task, field string, line func(i int) int) []*confyaml.FieldError {
+	var problems []*confyaml.FieldError
+	bad := func(i int, sub, format string, args ...any) {
+		fe := &confyaml.FieldError{Path: fmt.Sprintf("%s[%d].%s", field, i, sub), Msg: fmt.Sprintf(format, args...)}
+		if line != nil {
+			fe.Line = line(i)
+		}
+		problems = append(problems, fe)
+	}
 	seen := map[string]int{}
 	for i, t := range tasks {
 		if err := checkID(t.TaskID); err != nil {
-			return fmt.Errorf("%s[%d].task_id: %w", field, i, err)
-		}
-		if j, dup := seen[t.TaskID]; dup {
-			return fmt.Errorf("%s[%d].task_id: duplicate %q (also %s[%d])", field, i, t.TaskID, field, j)
+			bad(i, "task_id", "%v", err)
+		} else if j, dup := seen[t.TaskID]; dup {
+			if line != nil {
+				bad(i, "task_id", "duplicate %q (first on line %d)", t.TaskID, line(j))
+			} else {
+				bad(i, "task_id", "duplicate %q (also %s[%d])", t.TaskID, field, j)
+			}
+		} else {
+			seen[t.TaskID] = i
 		}
 		if len(t.Spec) > 0 && !json.Valid(t.Spec) {
-			return fmt.Errorf("%s[%d].spec: not valid JSON", field, i)
+			bad(i, "spec", "not valid JSON")
 		}
-		seen[t.TaskID] = i
 	}
-	return nil
+	if len(problems) > confyaml.MaxProblems {
+		more := len(problems) - confyaml.MaxProblems
+		problems = append(problems[:confyaml.MaxProblems], &confyaml.FieldError{Msg: fmt.Sprintf("and %d more problems", more)})
+	}
+	return problems
 }

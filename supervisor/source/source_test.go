@@ -43,8 +43,8 @@ func TestParse(t *testing.T) {
 		{"empty list", `{"tasks":[]}`, []protocol.Task{}, ""},
 		{"null list", "tasks:\n", []protocol.Task{}, ""},
 		{"duplicate id", "tasks:\n  - task_id: a\n  - task_id: b\n  - task_id: a\n", nil, `line 4: tasks[2].task_id: duplicate "a" (first on line 2)`},
-		{"missing id", `[{"spec":1}]`, nil, "tasks[0].task_id: required"},
-		{"empty id", `[{"task_id":""}]`, nil, "tasks[0].task_id: empty"},
+		{"missing id", `[{"spec":1}]`, nil, "line 1: tasks[0].task_id: required"},
+		{"empty id", `[{"task_id":""}]`, nil, "tasks[0].task_id: required"},
 		{"id not a string", `[{"task_id":{"a":1}}]`, nil, "tasks[0].task_id: want a string"},
 		{"float id", `[{"task_id":1.5}]`, nil, "task_id: want a string"},
 		{"control char id", "[{\"task_id\":\"a\\u0001\"}]", nil, "control character"},
@@ -96,10 +96,52 @@ func TestConfigYAML(t *testing.T) {
 	if want := tasks("r1", `{"url":"ws://h/1"}`, "r2", ""); !reflect.DeepEqual(got, want) {
 		t.Fatalf("List = %s, want %s", show(got), show(want))
 	}
+	// Decoding only decodes; the ids are Validate's to check.
 	var bad Config
-	err = yaml.Unmarshal([]byte("type: static\ntasks:\n  - task_id: a\n  - task_id: a\n"), &bad)
-	if err == nil || !strings.Contains(err.Error(), "source.tasks[1].task_id: duplicate") {
+	if err := yaml.Unmarshal([]byte("type: static\ntasks:\n  - task_id: a\n  - task_id: a\n"), &bad); err != nil {
+		t.Fatalf("decoding a list with a duplicate id: %v", err)
+	}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "source.tasks[1].task_id: duplicate") {
 		t.Fatalf("duplicate in static list: %v", err)
+	}
+	// Every shape problem is reported, each with its line.
+	err = yaml.Unmarshal([]byte("type: static\ntasks:\n  - task_id: [a]\n  - 5\n  - {task_id: b, room: 1}\n"), &bad)
+	for _, w := range []string{"line 3: source.tasks[0].task_id: want a string", "line 4: source.tasks[1]: want an object", `line 5: source.tasks[2]: unknown field "room"`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("shape problems: %v, want %q", err, w)
+		}
+	}
+}
+
+// Every problem of a task list is reported at once, each with its line,
+// not only the first.
+func TestTaskProblemsTogether(t *testing.T) {
+	in := "tasks:\n  - task_id: a\n  - task_id: \"\"\n  - spec: {x: 1}\n  - task_id: a\n  - task_id: \"b\\x01\"\n  - task_id: c\n"
+	_, err := Parse([]byte(in))
+	want := []string{
+		"line 3: tasks[1].task_id: required",
+		"line 4: tasks[2].task_id: required",
+		`line 5: tasks[3].task_id: duplicate "a" (first on line 2)`,
+		"line 6: tasks[4].task_id: ",
+	}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("Parse = %v\nwant it to contain %q", err, w)
+		}
+	}
+	if err != nil && !strings.HasPrefix(err.Error(), "4 problems:") {
+		t.Errorf("Parse = %v, want 4 problems", err)
+	}
+	_, err = Parse([]byte("- task_id: [a]\n- 5\n- {task_id: b, room: 1}\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "3 problems:\n  line 1: tasks[0].task_id: want a string\n  line 2: tasks[1]: want an object") {
+		t.Errorf("shape problems: %v", err)
+	}
+	c := Config{Type: "static", Tasks: tasks("", "", "a", "{", "a", "")}
+	err = c.Validate()
+	for _, w := range []string{"source.tasks[0].task_id: required", "source.tasks[1].spec: not valid JSON", `source.tasks[2].task_id: duplicate "a" (also source.tasks[1])`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("Validate = %v\nwant it to contain %q", err, w)
+		}
 	}
 }
 
@@ -123,7 +165,7 @@ func TestValidate(t *testing.T) {
 		{"http with tasks", Config{Type: "http", URL: "http://h/", Tasks: tasks("a", "")}, "type http takes url"},
 		{"static with path", Config{Type: "static", Path: "x"}, "type static takes tasks"},
 		{"static duplicate", Config{Type: "static", Tasks: tasks("a", "", "a", "")}, "source.tasks[1].task_id: duplicate"},
-		{"static empty id", Config{Type: "static", Tasks: tasks("", "")}, "source.tasks[0].task_id: empty"},
+		{"static empty id", Config{Type: "static", Tasks: tasks("", "")}, "source.tasks[0].task_id: required"},
 		{"static bad spec", Config{Type: "static", Tasks: tasks("a", "{")}, "source.tasks[0].spec"},
 		{"negative timeout", Config{Type: "http", URL: "http://h/", Timeout: -1}, "source.timeout"},
 	}
