@@ -230,7 +230,11 @@ func TestHandlerOutcomes(t *testing.T) {
 func TestLongStageKeepsLease(t *testing.T) {
 	e := newEnv(t)
 	tt := taskType("long")
-	tt.MaxProcessingMS = 600
+	// The worker renews at a third of the lease, so a renewal may come up
+	// to two thirds of it late (1 s here) before the task could be
+	// rescued: a loaded machine delayed 600 ms leases' renewals past that.
+	const lease = 1500 * time.Millisecond
+	tt.MaxProcessingMS = lease.Milliseconds()
 	var runs atomic.Int64
 	w := newWorker(t, e, worker.Config{Concurrency: 2})
 	w.Register(tt)
@@ -244,7 +248,7 @@ func TestLongStageKeepsLease(t *testing.T) {
 			if err != nil {
 				return worker.Result{}, err
 			}
-			if cur.LeaseExpiry != nil && cur.LeaseExpiry.Sub(first) > 3*600*time.Millisecond {
+			if cur.LeaseExpiry != nil && cur.LeaseExpiry.Sub(first) > 3*lease {
 				return worker.Done(nil), nil
 			}
 			if ctx.Err() != nil {
