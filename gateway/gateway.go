@@ -74,6 +74,36 @@ type Gateway struct {
 	disc     watchers // discovery providers (sources.go)
 }
 
+// Check reports what New would refuse in cfg, without starting anything
+// or asking any source: the TLS certificate, upstream TLS files, strategy
+// settings, and discovery providers (a provider name not among
+// opts.Providers, a DNS source with no server to ask). `fulcrum gateway
+// --check` runs it.
+func Check(cfg *config.Config, opts Options) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if cfg.TLS != nil {
+		if _, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile); err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+	}
+	g := &Gateway{opts: opts, log: opts.Logger}
+	if _, err := g.providers(cfg); err != nil {
+		return err
+	}
+	rt, err := g.build(cfg, nil)
+	if err != nil {
+		return err
+	}
+	for _, u := range rt.order {
+		if u.tls != nil {
+			u.tls.CloseIdleConnections()
+		}
+	}
+	return nil
+}
+
 // New makes cfg live (balancers, pools, health checks)
 // without listening yet.
 func New(cfg *config.Config, opts Options) (*Gateway, error) {
@@ -309,9 +339,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.admin.Close()
 	}
 	g.stopWatchers()
+	// Under g.mu: a reload or an admin change still applying finishes
+	// first, and any later one sees draining and starts no checker.
+	g.mu.Lock()
 	for _, u := range g.upstreams() {
-		u.checker.Load().Stop()
+		u.checker.Swap(nil).Stop()
 	}
+	g.mu.Unlock()
 	g.bgWG.Wait()
 	g.poolMu.Lock()
 	for _, p := range g.pools {
@@ -345,6 +379,11 @@ func (g *Gateway) Reload() error {
 func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.draining.Load() {
+		// Shutdown has stopped, or is stopping, the watchers and checkers
+		// a new config would start.
+		return errors.New("reload: the gateway is shutting down")
+	}
 	old := g.rt.Load()
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return err

@@ -1,6 +1,10 @@
 package gateway
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+)
 
 // A reload keeps an upstream's active checker when the check and the
 // balancer stay, and replaces it when the check changes or the upstream
@@ -35,5 +39,32 @@ func TestReloadKeepsUnchangedChecker(t *testing.T) {
 			t.Errorf("reload to %s/%s: checker kept %v, want %v", s.strategy, s.interval, now == prev, s.same)
 		}
 		prev = now
+	}
+}
+
+// Once Shutdown has begun, a reload is refused and a target change starts
+// no checker: either would leave probe loops (and discovery watchers)
+// running after the gateway stopped them.
+func TestNoChecksAfterShutdown(t *testing.T) {
+	text := "upstreams:\n  api:\n    targets: [{url: \"http://127.0.0.1:1\"}]\n    health: {active: {path: /healthz, interval: 1h}}\n"
+	g := newTestGateway(t, text)
+	if err := g.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.ApplyConfig(testConfig(t, text)); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("reload after shutdown: %v, want a refusal", err)
+	}
+	u := g.rt.Load().ups["api"]
+	if u.checker.Load() != nil {
+		t.Fatal("a checker survived Shutdown")
+	}
+	g.mu.Lock()
+	err := g.applySet(u, &targetSet{source: sourceAdmin, targets: u.set.Load().targets})
+	g.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.checker.Load() != nil {
+		t.Error("a target change after Shutdown started a checker")
 	}
 }

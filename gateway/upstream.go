@@ -156,10 +156,12 @@ func (g *Gateway) apply(u *upstream, ts []config.Target) error {
 // startChecks points u's active health checks at its current targets. A
 // running checker with the same check keeps going (targets that stay
 // keep their probe loops, see health.Checker.Set); a changed check, or
-// none, replaces it. New targets start from the balancer's verdicts.
+// none, replaces it. New targets start from the balancer's verdicts. A
+// gateway shutting down starts none (g.mu is held, as Shutdown holds it
+// to stop them).
 func (g *Gateway) startChecks(u *upstream) {
 	var c *health.Checker
-	if a := u.cfg.Health.Active; a != nil {
+	if a := u.cfg.Health.Active; a != nil && !g.draining.Load() {
 		var ts []health.Target
 		for _, e := range u.bal.Endpoints() {
 			ts = append(ts, health.Target{Addr: e.Target.Addr, Healthy: e.Healthy})

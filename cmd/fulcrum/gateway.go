@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,11 +51,10 @@ shutdown_grace.`,
 				if err := discovery.Check(context.Background(), cfg); err != nil {
 					return fmt.Errorf("%s: %w", path, err)
 				}
-				// --check loads what start would load: TLS files too.
-				if cfg.TLS != nil {
-					if _, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile); err != nil {
-						return fmt.Errorf("%s: tls: %w", path, err)
-					}
+				// --check refuses what start would refuse: TLS files,
+				// strategy settings, discovery providers.
+				if err := gateway.Check(cfg, gateway.Options{}); err != nil {
+					return fmt.Errorf("%s: %w", path, err)
 				}
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d upstreams, %d routes)\n", path, len(cfg.Upstreams), len(cfg.Routes))
 				return err
