@@ -172,7 +172,12 @@ func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 		if errors.As(err, &ce) {
 			for _, p := range ce.Problems {
 				p.Line = doc.Line(p.Path)
+				if p.Path == "token" && p.Line == 0 {
+					// A token missing from the file is required by listen.
+					p.Line = doc.Line("listen")
+				}
 			}
+			confyaml.SortProblems(ce.Problems)
 		}
 		return Config{}, err
 	}

@@ -92,11 +92,11 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("ParseConfig = %v (%T), want a *ConfigError", err, err)
 	}
-	want := []string{
-		"line 3: tick: 0s is below 1ms", // and no "shorter than tick" for the timeouts measured in it
+	want := []string{ // in file order
 		"line 2: redundancy: 0 is not between 1 and 64",
-		"line 7: dedup.window: 0s must be positive",
+		"line 3: tick: 0s is below 1ms", // and no "shorter than tick" for the timeouts measured in it
 		"line 5: source.type: unknown \"ftp\"",
+		"line 7: dedup.window: 0s must be positive",
 		"line 8: sink.subject: required",
 	}
 	if len(ce.Problems) != len(want) {
@@ -107,8 +107,19 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 			t.Errorf("problem %d = %q, want %q", i, got, w)
 		}
 	}
-	if !strings.HasPrefix(err.Error(), "5 problems:\n  line 3: tick") {
+	if !strings.HasPrefix(err.Error(), "5 problems:\n  line 2: redundancy") {
 		t.Errorf("message: %q", err)
+	}
+
+	// A missing token is on listen's line, which requires it; problems
+	// not in the file come last.
+	_, err = ParseConfig([]byte("send_queue: 0\nlisten: 0.0.0.0:7300\nsource: {type: static}\n"))
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || ce.Problems[0].Path != "send_queue" || ce.Problems[1].Error() != `line 2: token: required because listen "0.0.0.0:7300" is not a loopback address (workers and admin calls authenticate with it)` {
+		t.Errorf("missing token: %v", err)
+	}
+	_, err = ParseConfigWith([]byte("source: {type: static}\nsend_queue: 0\n"), func(c *Config) { c.Listen = "0.0.0.0:7300" })
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || ce.Problems[0].Path != "send_queue" || ce.Problems[1].Path != "token" || ce.Problems[1].Line != 0 {
+		t.Errorf("problems not in the file come last: %v", err)
 	}
 
 	// A Config built in Go gets the same list, without lines.

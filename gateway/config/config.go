@@ -276,6 +276,7 @@ func Parse(data []byte) (*Config, error) {
 	v := validator{doc: doc}
 	v.config(&c)
 	if len(v.errs) > 0 {
+		confyaml.SortProblems(v.errs) // checked in field order; listed in file order
 		return nil, &Error{Problems: v.errs}
 	}
 	return &c, nil

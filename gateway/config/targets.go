@@ -36,6 +36,7 @@ func ParseTargets(data []byte) ([]Target, error) {
 	u := &Upstream{Targets: wrapped.Targets}
 	v.targets(u, func(keys ...any) []any { return keys })
 	if len(v.errs) > 0 {
+		confyaml.SortProblems(v.errs)
 		return nil, &Error{Problems: v.errs}
 	}
 	return u.Targets, nil

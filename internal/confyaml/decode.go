@@ -101,7 +101,7 @@ func (d *decoder) result() error {
 	if len(d.errs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(d.errs, func(a, b *FieldError) int { return a.Line - b.Line })
+	SortProblems(d.errs)
 	if len(d.errs) > MaxProblems {
 		more := len(d.errs) - MaxProblems
 		d.errs = append(d.errs[:MaxProblems], &FieldError{Msg: fmt.Sprintf("and %d more problems", more)})

@@ -445,3 +445,16 @@ func TestDecodeNode(t *testing.T) {
 		t.Error("DecodeNode into a non-pointer succeeded")
 	}
 }
+
+// Problems are listed by line, stably, those without a line last.
+func TestSortProblems(t *testing.T) {
+	ps := []*FieldError{{Path: "a", Line: 18}, {Path: "b"}, {Path: "c", Line: 3}, {Path: "d", Line: 18}, {Path: "e"}, {Path: "f", Line: 13}}
+	SortProblems(ps)
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Path)
+	}
+	if strings.Join(got, "") != "cfadbe" {
+		t.Fatalf("order %v, want c f a d b e", got)
+	}
+}

@@ -2,6 +2,7 @@ package confyaml
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -43,6 +44,24 @@ func (e *Error) Error() string {
 		b.WriteString(p.Error())
 	}
 	return b.String()
+}
+
+// SortProblems puts problems in file order, the order an Error lists them
+// in: by line, those on one line as they were found, those without a line
+// (not in the file) last. Validation finds problems in the order of its
+// checks; a caller sorts once it has given them their lines.
+func SortProblems(problems []*FieldError) {
+	slices.SortStableFunc(problems, func(a, b *FieldError) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
 }
 
 // Unwrap gives the problems to errors.As and errors.Is.
