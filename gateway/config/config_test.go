@@ -104,6 +104,7 @@ func TestBadConfigs(t *testing.T) {
 		{"empty", "", []string{"upstreams", "at least one upstream"}},
 		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: access_log.format", "xml"}},
 		{"several at once", "upstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"gopher://x\"}]\n", []string{"2 problems", "upstreams.api.strategy", "targets[0].url"}},
+		{"settings for none", "upstreams:\n  api:\n    strategy: round_robin\n    strategy_settings: 5\n    targets: [{url: \"http://a:1\"}]\n", []string{"line 4: upstreams.api.strategy_settings: this section takes no settings, got 5"}},
 		// Checked upstreams first, listed in file order: the routes come first here.
 		{"file order", "routes:\n  - {upstream: apx}\nupstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"http://a:1\"}]\nlisten: x\n",
 			[]string{"3 problems:\n  line 2: routes[0].upstream: no upstream named \"apx\"", "\n  line 5: upstreams.api.strategy", "\n  line 7: listen"}},

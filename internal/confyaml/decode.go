@@ -324,6 +324,10 @@ func isMerge(n *yaml.Node) bool {
 func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	info := fieldsOf(v.Type())
 	if n.Kind != yaml.MappingNode {
+		if len(info.names) == 0 && info.inlineMap == nil {
+			d.fail(n, path, "this section takes no settings, got %s", kindName(n))
+			return
+		}
 		d.fail(n, path, "want a mapping of fields (%s), got %s", strings.Join(info.names, ", "), kindName(n))
 		return
 	}

@@ -458,3 +458,17 @@ func TestSortProblems(t *testing.T) {
 		t.Fatalf("order %v, want c f a d b e", got)
 	}
 }
+
+// A section without fields says so, not "want a mapping of fields ()".
+func TestDecodeNoFieldsSection(t *testing.T) {
+	var v struct {
+		Settings struct{} `yaml:"settings"`
+	}
+	_, err := Decode([]byte("settings: 5\n"), &v)
+	if err == nil || err.Error() != "line 1: settings: this section takes no settings, got 5" {
+		t.Fatalf("Decode = %v", err)
+	}
+	if _, err := Decode([]byte("settings: {}\n"), &v); err != nil {
+		t.Fatalf("an empty mapping: %v", err)
+	}
+}
