@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 // Discovery finds an upstream's targets at run time, in place of a static
@@ -98,29 +100,14 @@ type Time struct{ time.Time }
 func (t *Time) UnmarshalYAML(n *yaml.Node) error {
 	// confyaml reports these errors at the field's path and line.
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("want a time like 2026-11-23T21:00:00Z, got %s", describe(n))
+		return fmt.Errorf("want a time like 2026-11-23T21:00:00Z, got %s", confyaml.Describe(n))
 	}
 	v, err := time.Parse(time.RFC3339Nano, n.Value)
 	if err != nil {
-		return fmt.Errorf("%s is not an RFC 3339 time (like 2026-11-23T21:00:00Z)", describe(n))
+		return fmt.Errorf("%s is not an RFC 3339 time (like 2026-11-23T21:00:00Z)", confyaml.Describe(n))
 	}
 	t.Time = v
 	return nil
-}
-
-// describe names a value in a message: a scalar quoted and cut to 40
-// bytes, else its kind.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	if len(n.Value) > 40 {
-		return fmt.Sprintf("%q...", n.Value[:37])
-	}
-	return fmt.Sprintf("%q", n.Value)
 }
 
 // MarshalYAML writes RFC 3339.

@@ -62,6 +62,8 @@ func TestBadDiscovery(t *testing.T) {
 		{"etcd prefix", "upstreams:\n  a:\n    discovery:\n      etcd: {endpoints: [\"http://e:2379\"]}\n", "line 4: upstreams.a.discovery.etcd.prefix: required"},
 		{"unknown field", "upstreams:\n  a:\n    discovery:\n      dns: {nmae: x}\n", "line 4: upstreams.a.discovery.dns.nmae: unknown field (did you mean name?)"},
 		{"started_at", "upstreams:\n  a:\n    targets:\n      - {url: \"http://a:1\", started_at: yesterday}\n", "line 4: upstreams.a.targets[0].started_at: \"yesterday\" is not an RFC 3339 time"},
+		// Values are shown as confyaml shows them: a number bare.
+		{"started_at number", "upstreams:\n  a:\n    targets:\n      - {url: \"http://a:1\", started_at: 20261123}\n", "line 4: upstreams.a.targets[0].started_at: 20261123 is not an RFC 3339 time"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

@@ -715,6 +715,12 @@ func fieldByIndex(v reflect.Value, f *field) reflect.Value {
 	return v
 }
 
+// Describe names a value in a message the way confyaml's own messages do:
+// a scalar as it was written (a string quoted, numbers and booleans bare,
+// long ones cut), else its kind ("a mapping", "a list"). For a type's own
+// UnmarshalYAML, so that its errors read like the rest.
+func Describe(n *yaml.Node) string { return kindName(n) }
+
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
