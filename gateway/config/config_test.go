@@ -164,7 +164,9 @@ func TestParseTargets(t *testing.T) {
 		"- url: http://a:1\n  wieght: 2\n":                                             "line 2: targets[0].wieght: unknown field (did you mean weight?)",
 		"{\"targets\": [], \"extra\": 1}":                                              "line 1: extra: unknown field",
 		"5":                                                                            `line 1: want a list of targets or {"targets": [...]}`,
-		"[{url: \"http://a:1\"}]\n---\n[{url: \"http://a:2\"}]\n":                      "line 2: a second YAML document",
+		"{}":                                                                           "line 1: targets: at least one target is required",
+		"\n\n{}":                                                                       "line 3: targets: at least one target is required",
+		"[{url: \"http://a:1\"}]\n---\n[{url: \"http://a:2\"}]\n": "line 2: a second YAML document",
 	} {
 		if _, err := config.ParseTargets([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseTargets(%q) = %v, want %q", body, err, want)

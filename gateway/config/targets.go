@@ -36,6 +36,13 @@ func ParseTargets(data []byte) ([]Target, error) {
 	u := &Upstream{Targets: wrapped.Targets}
 	v.targets(u, func(keys ...any) []any { return keys })
 	if len(v.errs) > 0 {
+		for _, e := range v.errs {
+			if e.Line == 0 {
+				// Nothing on the path is in the body ({} has no
+				// targets): the body itself is what lacks it.
+				e.Line = top.Line
+			}
+		}
 		confyaml.SortProblems(v.errs)
 		return nil, &Error{Problems: v.errs}
 	}
