@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 // Settings is one strategy's own section of configuration, not yet
@@ -85,6 +87,9 @@ func decodeNumbers(s Settings, known []string) (map[string]float64, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if !slices.Contains(known, k) {
+			if near := confyaml.Suggest(k, known); near != "" {
+				return nil, settingErr(k, "unknown setting (did you mean %s?)", near)
+			}
 			return nil, settingErr(k, "unknown setting (known: %s)", strings.Join(known, ", "))
 		}
 		if v := m[k]; math.IsNaN(v) || math.IsInf(v, 0) {

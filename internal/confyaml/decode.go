@@ -358,7 +358,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 }
 
 func unknownField(name string, known []string) string {
-	if s := suggest(name, known); s != "" {
+	if s := Suggest(name, known); s != "" {
 		return "unknown field (did you mean " + s + "?)"
 	}
 	if len(known) == 0 {

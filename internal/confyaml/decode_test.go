@@ -319,8 +319,8 @@ func TestSuggest(t *testing.T) {
 		"colour":     "",
 		"x":          "",
 	} {
-		if got := suggest(name, known); got != want {
-			t.Errorf("suggest(%q) = %q, want %q", name, got, want)
+		if got := Suggest(name, known); got != want {
+			t.Errorf("Suggest(%q) = %q, want %q", name, got, want)
 		}
 	}
 	for _, tc := range []struct {

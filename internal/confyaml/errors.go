@@ -73,10 +73,12 @@ func (e *Error) Unwrap() []error {
 	return errs
 }
 
-// suggest returns the known name closest to name by edit distance, or ""
+// Suggest returns the known name closest to name by edit distance, or ""
 // when none is close enough to be the intended one (at most a third of the
-// letters differ, and at least one may).
-func suggest(name string, known []string) string {
+// letters differ, and at least one may): the "did you mean" of an unknown
+// field, for a section decoded by other means (a map of named settings)
+// too.
+func Suggest(name string, known []string) string {
 	if len(name) > 64 { // no field name is this long; do not spend time on it
 		return ""
 	}
