@@ -123,6 +123,9 @@ func (w *liteWriter) closeStmts() {
 
 var errWriterClosed = errors.New("store closed")
 
+// isBusy reports SQLite's "database is locked" (SQLITE_BUSY).
+func isBusy(err error) bool { return liteDialect().retryable(err) }
+
 // do runs fn in the next group and returns its outcome once the group is
 // committed (or rolled back). fn gets a context that is not cancelled:
 // an interrupted SQLite statement can roll back the whole transaction,
@@ -255,10 +258,19 @@ func (w *liteWriter) apply(group []*liteOp) {
 			}
 		}()
 	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		fail(err)
-		return
+	// BEGIN IMMEDIATE waits up to busy_timeout for another process (or
+	// store) on the same file to finish its write; on a starved machine
+	// that can run out. Nothing of the group has run yet, so try again.
+	var tx *sql.Tx
+	for attempt := 0; ; attempt++ {
+		tx, err = conn.BeginTx(ctx, nil)
+		if err == nil {
+			break
+		}
+		if attempt == 2 || !isBusy(err) {
+			fail(err)
+			return
+		}
 	}
 	// A lone write needs no savepoint: if it fails, the transaction
 	// holds nothing else and is rolled back whole.
