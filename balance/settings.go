@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
+	"github.com/fulcrum-lb/fulcrum/internal/suggest"
 )
 
 // Settings is one strategy's own section of configuration, not yet
@@ -87,7 +87,7 @@ func decodeNumbers(s Settings, known []string) (map[string]float64, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if !slices.Contains(known, k) {
-			if near := confyaml.Suggest(k, known); near != "" {
+			if near := suggest.Closest(k, known); near != "" {
 				return nil, settingErr(k, "unknown setting (did you mean %s?)", near)
 			}
 			return nil, settingErr(k, "unknown setting (known: %s)", strings.Join(known, ", "))
