@@ -92,18 +92,9 @@ func pgSetFast(table string) string {
 //
 // Arguments: ?1 the rows, ?2 now, ?3 log time.
 func liteSetFast(table string) string {
-	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
-	stage := "(CASE WHEN v.st = " + pending + " AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
-	n := strconv.Itoa(flow.ScheduleLogSize)
-	return "UPDATE " + table + " AS t SET status = v.st, task_stage = " + stage + "," +
-		" crt_retry_num = CASE WHEN v.st = " + pending + " AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
-		" order_time = CASE WHEN v.st = " + pending + " THEN v.ot ELSE t.order_time END," +
-		" task_context = COALESCE(v.ctx, t.task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?2," +
-		" schedule_log = json_insert(CASE WHEN json_array_length(t.schedule_log) >= " + n + " THEN json_remove(t.schedule_log, '$[0]') ELSE t.schedule_log END, '$[#]'," +
-		" json_object('at', ?3, 'worker', t.owner, 'stage', " + stage + ", 'event'," +
-		" CASE v.st WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))" +
+	return "UPDATE " + table + " AS t SET" + liteSetClause("t.", "v.st", "v.stage", "v.ctx", "v.ot", "?2", "?3") +
 		" FROM (SELECT value ->> 0 AS id, value ->> 1 AS lease, value ->> 2 AS st, value ->> 3 AS stage, value ->> 4 AS ctx, value ->> 5 AS ot FROM jsonb_each(?1)) AS v" +
-		" WHERE t.task_id = v.id AND t.status = " + proc + " AND t.lease = v.lease AND t.lease <> ''" +
+		" WHERE t.task_id = v.id AND t.status = " + sqlStatus(flow.StatusProcessing) + " AND t.lease = v.lease AND t.lease <> ''" +
 		" RETURNING task_id, task_type, status"
 }
 
@@ -114,17 +105,26 @@ func liteSetFast(table string) string {
 // Arguments: ?1 id, ?2 lease, ?3 status, ?4 stage, ?5 context, ?6 order
 // time, ?7 now, ?8 log time.
 func liteSetOne(table string) string {
-	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
-	stage := "(CASE WHEN ?3 = " + pending + " AND ?4 <> '' THEN ?4 ELSE task_stage END)"
+	return "UPDATE " + table + " SET" + liteSetClause("", "?3", "?4", "?5", "?6", "?7", "?8") +
+		" WHERE task_id = ?1 AND status = " + sqlStatus(flow.StatusProcessing) + " AND lease = ?2 AND lease <> '' RETURNING task_type, status"
+}
+
+// liteSetClause is what both set statements write: the new status, stage,
+// context and order time, the lease cleared, and one schedule-log entry.
+// The new values come as the SQL expressions given; col prefixes the
+// row's own columns (the table's alias and a dot, or ""), which on the
+// right-hand side of an UPDATE read the row as it was.
+func liteSetClause(col, st, stage, ctx, ot, now, logAt string) string {
+	pending, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusSuccess)
+	newStage := "(CASE WHEN " + st + " = " + pending + " AND " + stage + " <> '' THEN " + stage + " ELSE " + col + "task_stage END)"
 	n := strconv.Itoa(flow.ScheduleLogSize)
-	return "UPDATE " + table + " SET status = ?3, task_stage = " + stage + "," +
-		" crt_retry_num = CASE WHEN ?3 = " + pending + " AND ?4 <> '' AND ?4 <> task_stage THEN 0 ELSE crt_retry_num END," +
-		" order_time = CASE WHEN ?3 = " + pending + " THEN ?6 ELSE order_time END," +
-		" task_context = COALESCE(?5, task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?7," +
-		" schedule_log = json_insert(CASE WHEN json_array_length(schedule_log) >= " + n + " THEN json_remove(schedule_log, '$[0]') ELSE schedule_log END, '$[#]'," +
-		" json_object('at', ?8, 'worker', owner, 'stage', " + stage + ", 'event'," +
-		" CASE ?3 WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))" +
-		" WHERE task_id = ?1 AND status = " + proc + " AND lease = ?2 AND lease <> '' RETURNING task_type, status"
+	return " status = " + st + ", task_stage = " + newStage + "," +
+		" crt_retry_num = CASE WHEN " + st + " = " + pending + " AND " + stage + " <> '' AND " + stage + " <> " + col + "task_stage THEN 0 ELSE " + col + "crt_retry_num END," +
+		" order_time = CASE WHEN " + st + " = " + pending + " THEN " + ot + " ELSE " + col + "order_time END," +
+		" task_context = COALESCE(" + ctx + ", " + col + "task_context), owner = '', lease = '', lease_expiry = 0, modify_time = " + now + "," +
+		" schedule_log = json_insert(CASE WHEN json_array_length(" + col + "schedule_log) >= " + n + " THEN json_remove(" + col + "schedule_log, '$[0]') ELSE " + col + "schedule_log END, '$[#]'," +
+		" json_object('at', " + logAt + ", 'worker', " + col + "owner, 'stage', " + newStage + ", 'event'," +
+		" CASE " + st + " WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))"
 }
 
 func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
