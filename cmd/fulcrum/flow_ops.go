@@ -192,20 +192,13 @@ func flowWorkerGoneCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			failed := 0
-			for _, id := range args {
+			return eachID(cmd, args, "workers", func(id string) error {
 				n, err := c.WorkerGone(cmd.Context(), id)
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
-					failed++
-					continue
+				if err == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s rescued=%d\n", id, n)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s rescued=%d\n", id, n)
-			}
-			if failed > 0 {
-				return errors.New(fmt.Sprint(failed, " of ", len(args), " workers failed"))
-			}
-			return nil
+				return err
+			})
 		},
 	}
 	f.add(cmd)
@@ -242,20 +235,26 @@ func flowEachTaskCmd(name, short, done string, op func(context.Context, *client.
 // eachTask runs op for every id, reporting each failure and going on; the
 // command fails when any did.
 func eachTask(cmd *cobra.Command, ids []string, op func(id string) error) error {
+	return eachID(cmd, ids, "tasks", func(id string) error {
+		if err := flow.ValidateTaskID("task id", id); err != nil {
+			return err
+		}
+		return op(id)
+	})
+}
+
+// eachID runs op for every id, reports each failure on stderr under its
+// id and goes on; the error counts the failures ("2 of 5 tasks failed").
+func eachID(cmd *cobra.Command, ids []string, noun string, op func(id string) error) error {
 	failed := 0
 	for _, id := range ids {
-		if err := flow.ValidateTaskID("task id", id); err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), err)
-			failed++
-			continue
-		}
 		if err := op(id); err != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", id, err)
 			failed++
 		}
 	}
 	if failed > 0 {
-		return errors.New(fmt.Sprint(failed, " of ", len(ids), " tasks failed"))
+		return errors.New(fmt.Sprint(failed, " of ", len(ids), " ", noun, " failed"))
 	}
 	return nil
 }
