@@ -51,6 +51,17 @@ func (f *flowClientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of each request")
 }
 
+// with runs fn with a client of the flow server the flags name, closed
+// after.
+func (f *flowClientFlags) with(fn func(c *client.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 func (f *flowClientFlags) client() (*client.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("--output: %q is not table or json", f.output)
@@ -126,25 +137,22 @@ func flowSubmitCmd() *cobra.Command {
 				}
 				tasks = []flow.NewTask{t}
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var ids []string
-			for start := 0; start < len(tasks); start += batch {
-				part := tasks[start:min(start+batch, len(tasks))]
-				got, err := c.CreateTasks(cmd.Context(), part)
-				if err != nil {
-					if len(ids) > 0 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "created %d tasks before the failure (ids printed below)\n", len(ids))
-						printIDs(cmd.OutOrStdout(), f.output, ids)
+			return f.with(func(c *client.Client) error {
+				var ids []string
+				for start := 0; start < len(tasks); start += batch {
+					part := tasks[start:min(start+batch, len(tasks))]
+					got, err := c.CreateTasks(cmd.Context(), part)
+					if err != nil {
+						if len(ids) > 0 {
+							fmt.Fprintf(cmd.ErrOrStderr(), "created %d tasks before the failure (ids printed below)\n", len(ids))
+							printIDs(cmd.OutOrStdout(), f.output, ids)
+						}
+						return fmt.Errorf("tasks %d-%d: %w", start+1, start+len(part), err)
 					}
-					return fmt.Errorf("tasks %d-%d: %w", start+1, start+len(part), err)
+					ids = append(ids, got...)
 				}
-				ids = append(ids, got...)
-			}
-			return printIDs(cmd.OutOrStdout(), f.output, ids)
+				return printIDs(cmd.OutOrStdout(), f.output, ids)
+			})
 		},
 	}
 	f.add(cmd)
@@ -214,19 +222,16 @@ func flowGetCmd() *cobra.Command {
 		Short: "Show one task with its schedule log",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			t, err := c.GetTask(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			return printTask(cmd.OutOrStdout(), t)
+			return f.with(func(c *client.Client) error {
+				t, err := c.GetTask(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if f.output == "json" {
+					return printJSON(cmd.OutOrStdout(), t)
+				}
+				return printTask(cmd.OutOrStdout(), t)
+			})
 		},
 	}
 	f.add(cmd)
@@ -320,41 +325,38 @@ func flowLsCmd() *cobra.Command {
 				}
 				filter.Status = st
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var tasks []flow.Task
-			var next string
-			for {
-				page, err := c.ListTasks(cmd.Context(), filter)
-				if err != nil {
+			return f.with(func(c *client.Client) error {
+				var tasks []flow.Task
+				var next string
+				for {
+					page, err := c.ListTasks(cmd.Context(), filter)
+					if err != nil {
+						return err
+					}
+					tasks = append(tasks, page.Tasks...)
+					next = page.NextCursor
+					if !all || next == "" {
+						break
+					}
+					filter.Cursor = next
+				}
+				if f.output == "json" {
+					return printJSON(cmd.OutOrStdout(), flow.TaskListResponse{Tasks: tasks, NextCursor: next})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TASK_ID\tTYPE\tSTAGE\tSTATUS\tRETRIES\tPRIORITY\tORDER_TIME\tMODIFY_TIME")
+				for _, t := range tasks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.TaskID, t.TaskType, t.TaskStage,
+						statusString(t.Status), t.CrtRetryNum, t.MaxRetryNum, t.Priority, fmtTime(t.OrderTime), fmtTime(t.ModifyTime))
+				}
+				if err := tw.Flush(); err != nil {
 					return err
 				}
-				tasks = append(tasks, page.Tasks...)
-				next = page.NextCursor
-				if !all || next == "" {
-					break
+				if next != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: --cursor %s\n", next)
 				}
-				filter.Cursor = next
-			}
-			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), flow.TaskListResponse{Tasks: tasks, NextCursor: next})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TASK_ID\tTYPE\tSTAGE\tSTATUS\tRETRIES\tPRIORITY\tORDER_TIME\tMODIFY_TIME")
-			for _, t := range tasks {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", t.TaskID, t.TaskType, t.TaskStage,
-					statusString(t.Status), t.CrtRetryNum, t.MaxRetryNum, t.Priority, fmtTime(t.OrderTime), fmtTime(t.ModifyTime))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: --cursor %s\n", next)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	f.add(cmd)
@@ -374,35 +376,32 @@ func flowStatsCmd() *cobra.Command {
 		Short: "Count tasks by type and status",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			st, err := c.Stats(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if f.output == "json" {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			types := append([]flow.TypeStats(nil), st.Types...)
-			sort.Slice(types, func(i, j int) bool { return types[i].TaskType < types[j].TaskType })
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
-			cols := []string{"pending", "processing", "success", "failed", "cancelled"}
-			fmt.Fprintln(tw, "TYPE\tPENDING\tPROCESSING\tSUCCESS\tFAILED\tCANCELLED\t")
-			for _, t := range types {
-				name := t.TaskType
-				if t.Paused {
-					name += " (paused)"
+			return f.with(func(c *client.Client) error {
+				st, err := c.Stats(cmd.Context())
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(tw, "%s\t", name)
-				for _, c := range cols {
-					fmt.Fprintf(tw, "%d\t", t.Counts[c])
+				if f.output == "json" {
+					return printJSON(cmd.OutOrStdout(), st)
 				}
-				fmt.Fprintln(tw)
-			}
-			return tw.Flush()
+				types := append([]flow.TypeStats(nil), st.Types...)
+				sort.Slice(types, func(i, j int) bool { return types[i].TaskType < types[j].TaskType })
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
+				cols := []string{"pending", "processing", "success", "failed", "cancelled"}
+				fmt.Fprintln(tw, "TYPE\tPENDING\tPROCESSING\tSUCCESS\tFAILED\tCANCELLED\t")
+				for _, t := range types {
+					name := t.TaskType
+					if t.Paused {
+						name += " (paused)"
+					}
+					fmt.Fprintf(tw, "%s\t", name)
+					for _, c := range cols {
+						fmt.Fprintf(tw, "%d\t", t.Counts[c])
+					}
+					fmt.Fprintln(tw)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	f.add(cmd)

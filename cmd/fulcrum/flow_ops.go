@@ -47,19 +47,16 @@ func flowRegisterCmd() *cobra.Command {
 			}
 			tt.ScheduleIntervalMS, tt.MaxProcessingMS = interval.Milliseconds(), processing.Milliseconds()
 			tt.RetryIntervalMS, tt.MaxRetryIntervalMS = retry.Milliseconds(), maxRetryIntv.Milliseconds()
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.RegisterTask(cmd.Context(), tt); err != nil {
-				return err
-			}
-			got, err := c.GetTaskType(cmd.Context(), tt.TaskType)
-			if err != nil {
-				return err
-			}
-			return printType(cmd, f.output, got)
+			return f.with(func(c *client.Client) error {
+				if err := c.RegisterTask(cmd.Context(), tt); err != nil {
+					return err
+				}
+				got, err := c.GetTaskType(cmd.Context(), tt.TaskType)
+				if err != nil {
+					return err
+				}
+				return printType(cmd, f.output, got)
+			})
 		},
 	}
 	f.add(cmd)
@@ -109,20 +106,17 @@ func flowPauseCmd(pause bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			op := c.ResumeTaskType
-			if pause {
-				op = c.PauseTaskType
-			}
-			t, err := op(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printType(cmd, f.output, t)
+			return f.with(func(c *client.Client) error {
+				op := c.ResumeTaskType
+				if pause {
+					op = c.PauseTaskType
+				}
+				t, err := op(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printType(cmd, f.output, t)
+			})
 		},
 	}
 	f.add(cmd)
@@ -147,18 +141,15 @@ func flowRetryCmd() *cobra.Command {
 				}
 				req.TaskContext = json.RawMessage(ctx)
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return eachTask(cmd, args, func(id string) error {
-				req.TaskID = id
-				t, err := c.RetryTask(cmd.Context(), req)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s stage=%s\n", t.TaskID, t.Status, t.TaskStage)
-				}
-				return err
+			return f.with(func(c *client.Client) error {
+				return eachTask(cmd, args, func(id string) error {
+					req.TaskID = id
+					t, err := c.RetryTask(cmd.Context(), req)
+					if err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s %s stage=%s\n", t.TaskID, t.Status, t.TaskStage)
+					}
+					return err
+				})
 			})
 		},
 	}
@@ -187,17 +178,14 @@ func flowWorkerGoneCmd() *cobra.Command {
 		Short: "Declare workers dead: every task each holds is rescued now (a retry counted, or failed), without waiting for its lease",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return eachID(cmd, args, "workers", func(id string) error {
-				n, err := c.WorkerGone(cmd.Context(), id)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s rescued=%d\n", id, n)
-				}
-				return err
+			return f.with(func(c *client.Client) error {
+				return eachID(cmd, args, "workers", func(id string) error {
+					n, err := c.WorkerGone(cmd.Context(), id)
+					if err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s rescued=%d\n", id, n)
+					}
+					return err
+				})
 			})
 		},
 	}
@@ -214,17 +202,14 @@ func flowEachTaskCmd(name, short, done string, op func(context.Context, *client.
 		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return eachTask(cmd, args, func(id string) error {
-				err := op(cmd.Context(), c, id)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
-				}
-				return err
+			return f.with(func(c *client.Client) error {
+				return eachTask(cmd, args, func(id string) error {
+					err := op(cmd.Context(), c, id)
+					if err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", id, done)
+					}
+					return err
+				})
 			})
 		},
 	}
