@@ -46,8 +46,9 @@ func mainModuleDir() (string, error) {
 }
 
 // gatewayContender runs `fulcrum gateway` with the strategy. configured
-// sets max_concurrency to each provider's first-stage permits.
-func gatewayContender(strategy string, configured bool) starter {
+// sets max_concurrency to each provider's first-stage permits; settings,
+// when not empty, are the fields of the upstream's strategy_settings.
+func gatewayContender(strategy string, configured bool, settings string) starter {
 	return func(ctx context.Context, env *runEnv) (string, func(), error) {
 		if env.fulcrum == "" {
 			return "", nil, fmt.Errorf("no fulcrum binary (see the build error above)")
@@ -61,7 +62,11 @@ func gatewayContender(strategy string, configured bool) starter {
 			return "", nil, err
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nupstreams:\n  contest:\n    strategy: %s\n    targets:\n", port, strategy)
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
+		if settings != "" {
+			fmt.Fprintf(&b, "    strategy_settings: {%s}\n", settings)
+		}
+		b.WriteString("    targets:\n")
 		for i, u := range env.urls {
 			mc := 0
 			if configured {
@@ -98,7 +103,7 @@ func contenders() []contender {
 		{"fulcrum round_robin", "round_robin", false},
 		{"fulcrum random", "random", false},
 	} {
-		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured)})
+		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "")})
 	}
 	cs = append(cs,
 		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", learned)},

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -27,6 +28,26 @@ type options struct {
 	fulcrum  string
 	verbose  bool
 	rounds   int
+	variants variants
+}
+
+// variants are extra gateway contenders running the capacity strategy with
+// the given strategy_settings (-capacity 'NAME=probe_interval: 1,
+// tolerance: 3'), so a knob's effect is measured in the same interleaved
+// run as the defaults.
+type variants []variant
+
+type variant struct{ name, settings string }
+
+func (v *variants) String() string { return fmt.Sprint(*v) }
+
+func (v *variants) Set(s string) error {
+	name, set, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(set) == "" {
+		return fmt.Errorf("want NAME=SETTINGS (a YAML flow mapping's fields, e.g. probe1=probe_interval: 1), got %q", s)
+	}
+	*v = append(*v, variant{strings.TrimSpace(name), strings.TrimSpace(set)})
+	return nil
 }
 
 func main() {
@@ -39,6 +60,7 @@ func main() {
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
+	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings: NAME=SETTINGS, e.g. 'probe1=probe_interval: 1' (repeatable)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -81,6 +103,9 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	defer os.RemoveAll(tmp)
 	env := &runEnv{dir: tmp, log: w, verbose: o.verbose, fulcrum: o.fulcrum}
 	cs := contenders()
+	for _, v := range o.variants {
+		cs = append(cs, contender{Name: "fulcrum capacity (" + v.name + ")", Kind: "fulcrum", start: gatewayContender("capacity", false, v.settings)})
+	}
 	if env.fulcrum == "" && needsGateway(cs, only) {
 		fmt.Fprintln(w, "building the fulcrum binary...")
 		if env.fulcrum, err = buildFulcrum(tmp); err != nil {
