@@ -78,6 +78,8 @@ func New(strategy string, opts Options) (*Balancer, error) {
 		warm:   warmup{envoy: opts.Warmup == "envoy", aggression: opts.Aggression, minFactor: opts.MinWeightPercent / 100},
 		states: map[string]*state{},
 	}
+	b.wq.lifoAfter = int64(opts.LIFOAfter)
+	b.wq.now = b.now
 	b.mu.Lock()
 	b.rebuild()
 	b.mu.Unlock()
@@ -323,26 +325,33 @@ func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
 }
 
 // Wait is PickWith that waits, instead of failing with ErrAtCapacity, until
-// a permit is free or ctx ends. Waiters are served first come, first served.
-// When ctx ends the error wraps both ErrAtCapacity and ctx.Err().
+// a permit is free or ctx ends. Waiters are served first come, first served,
+// or newest first once the oldest has waited Options.LIFOAfter. When ctx
+// ends the error wraps both ErrAtCapacity and ctx.Err().
 func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
-	woken, hops := false, 0
+	var w *waiter // queued: it keeps its place across wake-ups that find no permit
 	for {
 		p, err := b.PickWith(info)
 		if err != ErrAtCapacity {
 			return p, err
 		}
-		if woken {
-			// The wake-up was for a permit this pick cannot use (it is on
-			// a target the pick excludes): pass it on, so the permit does
-			// not idle while a waiter that could use it sleeps. The hop
-			// count bounds the passing to one round of the queue.
-			if int32(hops) < b.wq.n.Load() {
-				b.wq.wake(hops + 1)
+		if w == nil {
+			w = b.wq.enqueue()
+		} else {
+			// Woken, but no permit this pick can use. Without Exclude
+			// that means another pick took it first, and nobody else
+			// could use it either. With Exclude the permit may be on a
+			// target this pick excludes: pass the wake-up on, so it does
+			// not idle while a waiter that could use it sleeps (the hop
+			// count bounds the passing to one round of the queue).
+			// Passing it on for every lost race, as before, sent each
+			// wake-up round the whole queue and moved every waiter to
+			// its end: a queue of 300 was served in no order at all.
+			if len(info.Exclude) > 0 && int32(w.hops) < b.wq.n.Load() {
+				b.wq.wake(w.hops + 1)
 			}
-			woken = false
+			b.wq.requeue(w)
 		}
-		w := b.wq.enqueue()
 		// A permit may have come back between the pick and enqueue.
 		if p, err = b.PickWith(info); err != ErrAtCapacity {
 			b.wq.leave(w)
@@ -350,7 +359,6 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		}
 		select {
 		case <-w.ch:
-			woken, hops = true, w.hops
 		case <-ctx.Done():
 			b.wq.leave(w)
 			return Pick{}, fmt.Errorf("%w: %w", ErrAtCapacity, ctx.Err())
@@ -571,22 +579,31 @@ func (b *Balancer) Ejected(addr string) bool {
 	return st != nil && st.ejectedUntil.Load() > b.now()
 }
 
-// waitQueue is a FIFO of goroutines waiting for a permit. Each returned
-// permit wakes one waiter, so a burst of waiters costs no thundering herd.
+// waitQueue is the goroutines waiting for a permit, oldest first. Each
+// returned permit wakes one waiter, so a burst of waiters costs no
+// thundering herd. It wakes the oldest, or the newest once the oldest has
+// waited lifoAfter (adaptive LIFO, see Options.LIFOAfter).
 type waitQueue struct {
-	mu sync.Mutex
-	q  []*waiter
-	n  atomic.Int32
+	mu        sync.Mutex
+	q         []*waiter
+	n         atomic.Int32
+	lifoAfter int64        // ns; 0: always the oldest
+	now       func() int64 // the balancer's clock; read only with lifoAfter set
 }
 
 type waiter struct {
 	ch       chan struct{}
 	signaled bool
-	hops     int // times this wake-up was passed on before reaching it
+	hops     int   // times this wake-up was passed on before reaching it
+	at       int64 // when it queued (only with lifoAfter set)
+	newest   bool  // it was woken from the newest end
 }
 
 func (w *waitQueue) enqueue() *waiter {
 	wt := &waiter{ch: make(chan struct{}, 1)}
+	if w.lifoAfter > 0 {
+		wt.at = w.now()
+	}
 	w.mu.Lock()
 	w.q = append(w.q, wt)
 	w.n.Store(int32(len(w.q)))
@@ -614,6 +631,23 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 }
 
+// requeue puts back a woken waiter that found no permit, where it was
+// woken from (the oldest end or the newest), keeping when it queued: a
+// lost race for a permit does not cost it its turn.
+func (w *waitQueue) requeue(wt *waiter) {
+	w.mu.Lock()
+	wt.signaled, wt.hops = false, 0
+	if wt.newest {
+		w.q = append(w.q, wt)
+	} else {
+		w.q = append(w.q, nil)
+		copy(w.q[1:], w.q)
+		w.q[0] = wt
+	}
+	w.n.Store(int32(len(w.q)))
+	w.mu.Unlock()
+}
+
 func (w *waitQueue) wakeOne() { w.wake(0) }
 
 // wake signals the first waiter, telling it how often the wake-up was
@@ -621,9 +655,19 @@ func (w *waitQueue) wakeOne() { w.wake(0) }
 func (w *waitQueue) wake(hops int) {
 	w.mu.Lock()
 	if len(w.q) > 0 {
-		wt := w.q[0]
-		w.q[0] = nil
-		w.q = w.q[1:]
+		var wt *waiter
+		if last := len(w.q) - 1; last > 0 && w.lifoAfter > 0 && w.now()-w.q[0].at >= w.lifoAfter {
+			// A standing queue: the newest waiter goes first.
+			wt = w.q[last]
+			w.q[last] = nil
+			w.q = w.q[:last]
+			wt.newest = true
+		} else {
+			wt = w.q[0]
+			w.q[0] = nil
+			w.q = w.q[1:]
+			wt.newest = false
+		}
 		w.n.Store(int32(len(w.q)))
 		wt.signaled = true
 		wt.hops = hops

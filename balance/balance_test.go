@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -504,4 +505,92 @@ func TestWaitPassesOnAPermitTheWokenWaiterCannotUse(t *testing.T) {
 		t.Fatalf("first waiter got %q, %v; want b", r.p.Addr(), r.err)
 	}
 	r.p.Done(nil)
+}
+
+// TestWaitAdaptiveLIFO: with LIFOAfter set, a returned permit wakes the
+// oldest waiter while the queue is young and the newest once the oldest
+// has waited LIFOAfter; without it the queue stays first come, first
+// served.
+func TestWaitAdaptiveLIFO(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lifo    time.Duration
+		advance time.Duration // clock moved after both waiters queued
+		want    int           // which waiter is woken
+	}{
+		{"fifo by default", 0, time.Hour, 0},
+		{"young queue stays fifo", 100 * time.Millisecond, 99 * time.Millisecond, 0},
+		{"standing queue goes lifo", 100 * time.Millisecond, 100 * time.Millisecond, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var now int64 = 1
+			wq := &waitQueue{lifoAfter: int64(tc.lifo), now: func() int64 { return now }}
+			ws := []*waiter{wq.enqueue(), wq.enqueue()}
+			now += int64(tc.advance)
+			wq.wakeOne()
+			for i, w := range ws {
+				if w.signaled != (i == tc.want) {
+					t.Fatalf("waiter %d signaled=%v, want waiter %d woken", i, w.signaled, tc.want)
+				}
+			}
+			// The woken one finds no permit and goes back where it was:
+			// the next wake-up picks it again.
+			<-ws[tc.want].ch
+			wq.requeue(ws[tc.want])
+			wq.wakeOne()
+			if !ws[tc.want].signaled {
+				t.Fatalf("waiter %d lost its place after a wake-up without a permit", tc.want)
+			}
+		})
+	}
+}
+
+// TestWaitLostRaceKeepsPlace: a waiter woken for a permit that another
+// pick took first goes back where it was, still counted from when it
+// queued, and wakes nobody else. Before, it passed the wake-up on and
+// queued again at the end as a new waiter, and so did each one it woke:
+// a queue of 300 was served in no order, and adaptive LIFO never saw a
+// waiter older than the last lost race.
+func TestWaitLostRaceKeepsPlace(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := mustNew(t, "round_robin", Options{LIFOAfter: time.Hour, Clock: clk.Now}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	held := mustPick(t, b, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 3
+	for i := range n {
+		go func() {
+			if p, err := b.Wait(ctx, PickInfo{}); err == nil {
+				p.Done(nil)
+			}
+		}()
+		for b.wq.n.Load() < int32(i+1) {
+			runtime.Gosched()
+		}
+		clk.ns.Add(int64(time.Millisecond))
+	}
+	queued := func() []*waiter {
+		b.wq.mu.Lock()
+		defer b.wq.mu.Unlock()
+		return slices.Clone(b.wq.q)
+	}
+	before := queued()
+	// Wake the oldest as a returned permit would, but keep the permit
+	// taken: its pick fails, as when another pick got there first.
+	b.wq.wakeOne()
+	for {
+		after := queued()
+		if len(after) == n && !after[0].signaled {
+			for i := range after {
+				if after[i] != before[i] || after[i].signaled {
+					t.Fatalf("queue after a lost race: waiter %d changed or woken (was %p at %d, now %p at %d)",
+						i, before[i], before[i].at, after[i], after[i].at)
+				}
+			}
+			break
+		}
+		runtime.Gosched()
+	}
+	held.Done(nil)
 }

@@ -30,6 +30,19 @@ type Options struct {
 	// Passive configures ejection on consecutive failures (off by default).
 	Passive Passive
 
+	// LIFOAfter turns Wait's queue to adaptive LIFO: while the longest
+	// waiter has waited less than this, a returned permit goes to the
+	// oldest waiter (first come, first served); past it, the queue is
+	// standing, not a burst, and the permit goes to the newest one. The
+	// newest is the one whose client is still likely to be there, and
+	// it waits a permit's turn instead of the whole queue's, so under
+	// sustained overload most requests are served at once and the
+	// oldest wait out their deadline and fail, instead of every request
+	// waiting the queue's length (Facebook's adaptive LIFO, "Fail at
+	// Scale", 2015). 0 (the default) keeps the queue first come, first
+	// served.
+	LIFOAfter time.Duration
+
 	// TrackLatency makes Done measure latency for every strategy (the
 	// latency-driven ones always do). Report takes a latency regardless.
 	TrackLatency bool
@@ -69,6 +82,9 @@ func (o *Options) normalize() error {
 	}
 	if o.Aggression < 0 {
 		return fmt.Errorf("balance: aggression: %v is negative", o.Aggression)
+	}
+	if o.LIFOAfter < 0 {
+		return fmt.Errorf("balance: lifo_after: %v is negative", o.LIFOAfter)
 	}
 	if o.MinWeightPercent == 0 {
 		o.MinWeightPercent = 10

@@ -50,7 +50,7 @@ func (u *upstream) target(addr string) *target {
 
 // balanceOptions maps the upstream config onto balance options.
 func balanceOptions(u *config.Upstream) balance.Options {
-	o := balance.Options{Warmup: u.Warmup, Settings: u.Settings()}
+	o := balance.Options{Warmup: u.Warmup, Settings: u.Settings(), LIFOAfter: u.Queue.LIFOAfter.D()}
 	if p := u.Health.Passive; p != nil {
 		o.Passive = balance.Passive{
 			MaxFailures:       p.MaxFailures,
@@ -74,7 +74,7 @@ func balanceTargets(ts []config.Target) []balance.Target {
 // sameBalancer reports whether an upstream's balancer can carry over to a
 // new config (its state kept): same strategy, settings and balance options.
 func sameBalancer(a, b *config.Upstream) bool {
-	if a.Strategy != b.Strategy || a.Warmup != b.Warmup || !a.SameSettings(b) {
+	if a.Strategy != b.Strategy || a.Warmup != b.Warmup || !a.SameSettings(b) || a.Queue.LIFOAfter != b.Queue.LIFOAfter {
 		return false
 	}
 	pa, pb := a.Health.Passive, b.Health.Passive

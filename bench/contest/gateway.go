@@ -46,9 +46,10 @@ func mainModuleDir() (string, error) {
 }
 
 // gatewayContender runs `fulcrum gateway` with the strategy. configured
-// sets max_concurrency to each provider's first-stage permits; settings,
-// when not empty, are the fields of the upstream's strategy_settings.
-func gatewayContender(strategy string, configured bool, settings string) starter {
+// sets max_concurrency to each provider's first-stage permits; settings
+// and queue, when not empty, are more fields of the upstream's
+// strategy_settings and queue.
+func gatewayContender(strategy string, configured bool, settings, queue string) starter {
 	return func(ctx context.Context, env *runEnv) (string, func(), error) {
 		if env.fulcrum == "" {
 			return "", nil, fmt.Errorf("no fulcrum binary (see the build error above)")
@@ -78,7 +79,11 @@ func gatewayContender(strategy string, configured bool, settings string) starter
 				fmt.Fprintf(&b, "      - {url: %q, weight: 1}\n", u)
 			}
 		}
-		b.WriteString("    queue: {max_wait: 5s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n")
+		more := ""
+		if queue != "" {
+			more = ", " + queue
+		}
+		fmt.Fprintf(&b, "    queue: {max_wait: 5s%s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n", more)
 		b.WriteString("routes:\n  - {match: {path_prefix: /}, upstream: contest}\n")
 		path := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -103,7 +108,7 @@ func contenders() []contender {
 		{"fulcrum round_robin", "round_robin", false},
 		{"fulcrum random", "random", false},
 	} {
-		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "")})
+		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "", "")})
 	}
 	cs = append(cs,
 		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", learned)},

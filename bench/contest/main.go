@@ -32,21 +32,23 @@ type options struct {
 }
 
 // variants are extra gateway contenders running the capacity strategy with
-// the given strategy_settings (-capacity 'NAME=probe_interval: 1,
-// tolerance: 3'), so a knob's effect is measured in the same interleaved
-// run as the defaults.
+// the given strategy_settings and, after a '|', extra queue fields
+// (-capacity 'NAME=probe_interval: 1, tolerance: 3' or
+// -capacity 'NAME=|lifo_after: 100ms'), so a knob's effect is measured in
+// the same interleaved run as the defaults.
 type variants []variant
 
-type variant struct{ name, settings string }
+type variant struct{ name, settings, queue string }
 
 func (v *variants) String() string { return fmt.Sprint(*v) }
 
 func (v *variants) Set(s string) error {
 	name, set, ok := strings.Cut(s, "=")
 	if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(set) == "" {
-		return fmt.Errorf("want NAME=SETTINGS (a YAML flow mapping's fields, e.g. probe1=probe_interval: 1), got %q", s)
+		return fmt.Errorf("want NAME=SETTINGS[|QUEUE] (YAML flow mapping fields, e.g. probe1=probe_interval: 1 or lifo=|lifo_after: 100ms), got %q", s)
 	}
-	*v = append(*v, variant{strings.TrimSpace(name), strings.TrimSpace(set)})
+	set, queue, _ := strings.Cut(set, "|")
+	*v = append(*v, variant{strings.TrimSpace(name), strings.TrimSpace(set), strings.TrimSpace(queue)})
 	return nil
 }
 
@@ -60,7 +62,7 @@ func main() {
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
-	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings: NAME=SETTINGS, e.g. 'probe1=probe_interval: 1' (repeatable)")
+	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings and, after a '|', queue fields: NAME=SETTINGS[|QUEUE], e.g. 'probe1=probe_interval: 1' or 'lifo=|lifo_after: 100ms' (repeatable)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -104,7 +106,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	env := &runEnv{dir: tmp, log: w, verbose: o.verbose, fulcrum: o.fulcrum}
 	cs := contenders()
 	for _, v := range o.variants {
-		cs = append(cs, contender{Name: "fulcrum capacity (" + v.name + ")", Kind: "fulcrum", start: gatewayContender("capacity", false, v.settings)})
+		cs = append(cs, contender{Name: "fulcrum capacity (" + v.name + ")", Kind: "fulcrum", start: gatewayContender("capacity", false, v.settings, v.queue)})
 	}
 	if env.fulcrum == "" && needsGateway(cs, only) {
 		fmt.Fprintln(w, "building the fulcrum binary...")

@@ -203,6 +203,10 @@ type Queue struct {
 	// MaxWait is how long a request may wait for a free target when all
 	// are at max_concurrency (default 0: refuse at once with 503).
 	MaxWait Duration `yaml:"max_wait"`
+	// LIFOAfter makes the queue adaptive LIFO: once the longest waiter
+	// has waited this long, a freed permit goes to the newest waiter
+	// (default 0: first come, first served; see balance.Options.LIFOAfter).
+	LIFOAfter Duration `yaml:"lifo_after"`
 }
 
 // Route maps matching requests to an upstream.
@@ -517,6 +521,9 @@ func (v *validator) upstream(name string, u *Upstream) {
 	}
 	if r.MinPerSecond < 0 {
 		v.fail(at("retry", "min_per_second"), "%d is negative", r.MinPerSecond)
+	}
+	if q := u.Queue; q.LIFOAfter > 0 && q.MaxWait == 0 {
+		v.fail(at("queue", "lifo_after"), "has no effect without queue.max_wait (nothing waits)")
 	}
 }
 
