@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,21 +337,27 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		if err != ErrAtCapacity {
 			return p, err
 		}
-		if w == nil {
+		switch {
+		case w == nil:
 			w = b.wq.enqueue()
-		} else {
-			// Woken, but no permit this pick can use. Without Exclude
-			// that means another pick took it first, and nobody else
-			// could use it either. With Exclude the permit may be on a
-			// target this pick excludes: pass the wake-up on, so it does
-			// not idle while a waiter that could use it sleeps (the hop
-			// count bounds the passing to one round of the queue).
-			// Passing it on for every lost race, as before, sent each
-			// wake-up round the whole queue and moved every waiter to
-			// its end: a queue of 300 was served in no order at all.
-			if len(info.Exclude) > 0 && int32(w.hops) < b.wq.n.Load() {
+		case len(info.Exclude) > 0:
+			// Woken, but the permit may be on a target this pick
+			// excludes: pass the wake-up on, so it does not idle while a
+			// waiter that could use it sleeps, and queue again at the
+			// end, so the passing goes round the queue (the hop count
+			// bounds it to one round) instead of back to this waiter.
+			if int32(w.hops) < b.wq.n.Load() {
 				b.wq.wake(w.hops + 1)
 			}
+			w = b.wq.enqueue()
+		default:
+			// Woken, but another pick took the permit first (PickWith
+			// takes any free permit it may use), so nobody else could
+			// use it either: back to its place, queued as long as
+			// before. Passing the wake-up on here, as every waiter
+			// once did, sent each lost race round the whole queue and
+			// moved every waiter to its end: 300 waiters were served in
+			// no order, and none looked older than its last lost race.
 			b.wq.requeue(w)
 		}
 		// A permit may have come back between the pick and enqueue.
@@ -585,7 +593,8 @@ func (b *Balancer) Ejected(addr string) bool {
 // waited lifoAfter (adaptive LIFO, see Options.LIFOAfter).
 type waitQueue struct {
 	mu        sync.Mutex
-	q         []*waiter
+	q         []*waiter // in queueing order (seq)
+	seq       uint64
 	n         atomic.Int32
 	lifoAfter int64        // ns; 0: always the oldest
 	now       func() int64 // the balancer's clock; read only with lifoAfter set
@@ -594,9 +603,9 @@ type waitQueue struct {
 type waiter struct {
 	ch       chan struct{}
 	signaled bool
-	hops     int   // times this wake-up was passed on before reaching it
-	at       int64 // when it queued (only with lifoAfter set)
-	newest   bool  // it was woken from the newest end
+	hops     int    // times this wake-up was passed on before reaching it
+	seq      uint64 // queueing order
+	at       int64  // when it queued (only with lifoAfter set)
 }
 
 func (w *waitQueue) enqueue() *waiter {
@@ -605,10 +614,25 @@ func (w *waitQueue) enqueue() *waiter {
 		wt.at = w.now()
 	}
 	w.mu.Lock()
+	w.seq++
+	wt.seq = w.seq
 	w.q = append(w.q, wt)
 	w.n.Store(int32(len(w.q)))
 	w.mu.Unlock()
 	return wt
+}
+
+// requeue puts back a woken waiter that found no permit where its
+// queueing order puts it, keeping when it queued: a lost race for a
+// permit does not cost it its turn, and waiters woken together (a
+// rebuild wakes all) keep their order whichever runs first.
+func (w *waitQueue) requeue(wt *waiter) {
+	w.mu.Lock()
+	wt.signaled, wt.hops = false, 0
+	i := sort.Search(len(w.q), func(i int) bool { return w.q[i].seq > wt.seq })
+	w.q = slices.Insert(w.q, i, wt)
+	w.n.Store(int32(len(w.q)))
+	w.mu.Unlock()
 }
 
 // leave removes wt; if it was already signalled, the wake-up passes on to
@@ -631,23 +655,6 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 }
 
-// requeue puts back a woken waiter that found no permit, where it was
-// woken from (the oldest end or the newest), keeping when it queued: a
-// lost race for a permit does not cost it its turn.
-func (w *waitQueue) requeue(wt *waiter) {
-	w.mu.Lock()
-	wt.signaled, wt.hops = false, 0
-	if wt.newest {
-		w.q = append(w.q, wt)
-	} else {
-		w.q = append(w.q, nil)
-		copy(w.q[1:], w.q)
-		w.q[0] = wt
-	}
-	w.n.Store(int32(len(w.q)))
-	w.mu.Unlock()
-}
-
 func (w *waitQueue) wakeOne() { w.wake(0) }
 
 // wake signals the first waiter, telling it how often the wake-up was
@@ -661,12 +668,10 @@ func (w *waitQueue) wake(hops int) {
 			wt = w.q[last]
 			w.q[last] = nil
 			w.q = w.q[:last]
-			wt.newest = true
 		} else {
 			wt = w.q[0]
 			w.q[0] = nil
 			w.q = w.q[1:]
-			wt.newest = false
 		}
 		w.n.Store(int32(len(w.q)))
 		wt.signaled = true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -565,9 +564,7 @@ func TestWaitLostRaceKeepsPlace(t *testing.T) {
 				p.Done(nil)
 			}
 		}()
-		for b.wq.n.Load() < int32(i+1) {
-			runtime.Gosched()
-		}
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
 		clk.ns.Add(int64(time.Millisecond))
 	}
 	queued := func() []*waiter {
@@ -579,18 +576,54 @@ func TestWaitLostRaceKeepsPlace(t *testing.T) {
 	// Wake the oldest as a returned permit would, but keep the permit
 	// taken: its pick fails, as when another pick got there first.
 	b.wq.wakeOne()
-	for {
-		after := queued()
-		if len(after) == n && !after[0].signaled {
-			for i := range after {
-				if after[i] != before[i] || after[i].signaled {
-					t.Fatalf("queue after a lost race: waiter %d changed or woken (was %p at %d, now %p at %d)",
-						i, before[i], before[i].at, after[i], after[i].at)
-				}
-			}
-			break
+	var after []*waiter
+	testenv.Eventually(t, "the woken waiter to queue again", func() bool {
+		after = queued()
+		return len(after) == n
+	})
+	for i := range after {
+		if after[i] != before[i] || after[i].signaled {
+			t.Fatalf("queue after a lost race: waiter %d changed or woken (was %p queued at %d, now %p queued at %d)",
+				i, before[i], before[i].at, after[i], after[i].at)
 		}
-		runtime.Gosched()
 	}
 	held.Done(nil)
+}
+
+// TestWaitPassesOnPastSeveralExcludingWaiters: a permit freed on a target
+// that the first two waiters exclude reaches the third, which can use it.
+// Passing the wake-up on and then queueing at the head again would bounce
+// it between the first two.
+func TestWaitPassesOnPastSeveralExcludingWaiters(t *testing.T) {
+	b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
+	pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
+	if pa.Addr() == "b" {
+		pa, pb = pb, pa
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 3)
+	for i, ex := range [][]*Endpoint{{pa.Endpoint()}, {pa.Endpoint()}, nil} {
+		go func() {
+			p, err := b.Wait(ctx, PickInfo{Exclude: ex})
+			if err != nil {
+				return
+			}
+			got <- fmt.Sprintf("waiter %d got %s", i, p.Addr())
+			p.Done(nil)
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	pa.Done(nil) // a's permit: only the third waiter may take it
+	select {
+	case g := <-got:
+		if g != "waiter 2 got a" {
+			t.Fatalf("%s, want waiter 2 got a", g)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a's freed permit idled: the wake-up did not reach the waiter that could use it")
+	}
+	pb.Done(nil) // b's permit: one of the excluding waiters; then the other
+	<-got
+	<-got
 }
