@@ -515,7 +515,12 @@ func (p Pick) finish(lat, now int64, err error) {
 	if b.opts.Passive.MaxFailures > 0 {
 		b.passive(st, err, now)
 	}
-	for i := int64(0); i <= raised && b.wq.n.Load() > 0; i++ {
+	b.wakeWaiters(raised + 1)
+}
+
+// wakeWaiters wakes up to n waiters, one per permit that became free.
+func (b *Balancer) wakeWaiters(n int64) {
+	for i := int64(0); i < n && b.wq.n.Load() > 0; i++ {
 		b.wq.wakeOne()
 	}
 }

@@ -270,7 +270,8 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	var best *Endpoint
 	var bestRate float64
 	var bestFree int64
-	var now int64 // read only when a target is parked or idle
+	var now int64   // read only when a target is parked or idle
+	var freed int64 // permits that unparking or reviving made free here
 	for i := range n {
 		j := i + off
 		if j >= n {
@@ -285,6 +286,7 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now >= until {
 				c := p.st[j]
 				c.mu.Lock()
+				freed += c.held
 				c.unpark(e, now)
 				c.mu.Unlock()
 			}
@@ -296,7 +298,9 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now >= at {
 				c := p.st[j]
 				c.mu.Lock()
+				before := e.Limit()
 				c.revived(e, now, p.cfg)
+				freed += max(e.Limit()-before, 0)
 				c.mu.Unlock()
 			}
 		}
@@ -334,6 +338,13 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
 			best, bestRate, bestFree = e, rate, free
 		}
+	}
+	if freed > 0 && info.snap != nil {
+		// Permits that came back here, not through a pick's end: wake
+		// waiters for them as a release would (a revived target's limit
+		// jumps by tens of permits, which would otherwise wait for
+		// releases elsewhere to wake one waiter each).
+		info.snap.b.wakeWaiters(freed)
 	}
 	if best == nil && len(info.Exclude) > 0 {
 		return p.retryProbe(info)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // capClock is a settable clock for the learner simulations.
@@ -756,5 +758,65 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 10s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCapacityRevivalWakesWaiters: a parked target that comes back during
+// a pick (its park time over, then no refusal of the probe) gets its
+// permits back at once; the waiters queued meanwhile are woken for them,
+// not left asleep until releases elsewhere wake them one at a time.
+func TestCapacityRevivalWakesWaiters(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 8, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
+	// Eight refusals walk the limit 8 -> 1 and park the target.
+	var picks []Pick
+	for range 8 {
+		p, err := b.PickWith(PickInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		picks = append(picks, p)
+	}
+	for _, p := range picks {
+		p.Report(100*time.Microsecond, ErrRejected)
+	}
+	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("pick on a target that refused everything = %v, want it parked (ErrAtCapacity)", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const waiters = 3
+	got := make(chan Pick, waiters)
+	for i := range waiters {
+		go func() {
+			if p, err := b.Wait(ctx, PickInfo{}); err == nil {
+				got <- p
+			}
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	// The park time passes: the next pick is the probe. Then no refusal
+	// comes back for it: the pick after that revives the target.
+	var held []Pick
+	for range 2 {
+		clk.ns.Add(int64(5 * time.Millisecond))
+		if p, err := b.PickWith(PickInfo{}); err == nil {
+			held = append(held, p)
+		}
+	}
+	if l := limitOf(b, "a"); l < 4 {
+		t.Fatalf("limit after revival = %d, want the level before the outage (8)", l)
+	}
+	for range waiters {
+		select {
+		case p := <-got:
+			held = append(held, p)
+		case <-time.After(30 * time.Second):
+			t.Fatal("waiters slept through the revived target's permits")
+		}
+	}
+	for _, p := range held {
+		p.Done(nil)
 	}
 }
