@@ -522,8 +522,11 @@ func (v *validator) upstream(name string, u *Upstream) {
 	if r.MinPerSecond < 0 {
 		v.fail(at("retry", "min_per_second"), "%d is negative", r.MinPerSecond)
 	}
-	if q := u.Queue; q.LIFOAfter > 0 && q.MaxWait == 0 {
+	switch q := u.Queue; {
+	case q.LIFOAfter > 0 && q.MaxWait == 0:
 		v.fail(at("queue", "lifo_after"), "has no effect without queue.max_wait (nothing waits)")
+	case q.LIFOAfter > 0 && q.LIFOAfter >= q.MaxWait:
+		v.fail(at("queue", "lifo_after"), "%v is not below queue.max_wait (%v): no waiter would ever be served newest first", q.LIFOAfter.D(), q.MaxWait.D())
 	}
 }
 

@@ -79,6 +79,8 @@ func TestBadConfigs(t *testing.T) {
 		{"unknown field", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1\", wieght: 5}\n", []string{"line 4: upstreams.api.targets[0].wieght: unknown field (did you mean weight?)"}},
 		{"unknown top field", "listne: x\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: listne: unknown field (did you mean listen?)"}},
 		{"bad duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {max_wait: 5 seconds}\n", []string{"line 4: upstreams.api.queue.max_wait", `"5 seconds" is not a duration`}},
+		{"lifo without a queue", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {lifo_after: 100ms}\n", []string{"line 4: upstreams.api.queue.lifo_after", "without queue.max_wait"}},
+		{"lifo past the wait", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: {max_wait: 1s, lifo_after: 1s}\n", []string{"line 4: upstreams.api.queue.lifo_after", "1s is not below queue.max_wait (1s)"}},
 		{"negative duration", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", warmup: -1s}]\n", []string{"line 3: upstreams.api.targets[0].warmup", "negative"}},
 		{"bad url scheme", "upstreams:\n  api:\n    targets:\n      - {url: \"ftp://a:1\"}\n", []string{"line 4: upstreams.api.targets[0].url", "scheme must be http"}},
 		{"url with path", "upstreams:\n  api:\n    targets:\n      - {url: \"http://a:1/x\"}\n", []string{"targets[0].url", "only scheme, host and port"}},
