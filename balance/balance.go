@@ -80,7 +80,7 @@ func New(strategy string, opts Options) (*Balancer, error) {
 		warm:   warmup{envoy: opts.Warmup == "envoy", aggression: opts.Aggression, minFactor: opts.MinWeightPercent / 100},
 		states: map[string]*state{},
 	}
-	b.wq.lifoAfter = int64(opts.LIFOAfter)
+	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
 	b.wq.now = b.now
 	b.mu.Lock()
 	b.rebuild()
@@ -374,6 +374,11 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 	}
 }
 
+// SetLIFOAfter changes Options.LIFOAfter on a running balancer (a reload
+// that changes only the queue keeps the targets' learned state); d < 0
+// counts as 0.
+func (b *Balancer) SetLIFOAfter(d time.Duration) { b.wq.lifoAfter.Store(int64(max(d, 0))) }
+
 // Endpoints returns a view of every target, in configuration order.
 func (b *Balancer) Endpoints() []EndpointStats {
 	s := b.snap.Load()
@@ -601,8 +606,8 @@ type waitQueue struct {
 	q         []*waiter // in queueing order (seq)
 	seq       uint64
 	n         atomic.Int32
-	lifoAfter int64        // ns; 0: always the oldest
-	now       func() int64 // the balancer's clock; read only with lifoAfter set
+	lifoAfter atomic.Int64 // ns; 0: always the oldest
+	now       func() int64 // the balancer's clock
 }
 
 type waiter struct {
@@ -610,14 +615,14 @@ type waiter struct {
 	signaled bool
 	hops     int    // times this wake-up was passed on before reaching it
 	seq      uint64 // queueing order
-	at       int64  // when it queued (only with lifoAfter set)
+	at       int64  // when it queued
 }
 
 func (w *waitQueue) enqueue() *waiter {
 	wt := &waiter{ch: make(chan struct{}, 1)}
-	if w.lifoAfter > 0 {
-		wt.at = w.now()
-	}
+	// The clock is read always, so a queue made LIFO later (SetLIFOAfter)
+	// knows how long its waiters have waited.
+	wt.at = w.now()
 	w.mu.Lock()
 	w.seq++
 	wt.seq = w.seq
@@ -668,7 +673,7 @@ func (w *waitQueue) wake(hops int) {
 	w.mu.Lock()
 	if len(w.q) > 0 {
 		var wt *waiter
-		if last := len(w.q) - 1; last > 0 && w.lifoAfter > 0 && w.now()-w.q[0].at >= w.lifoAfter {
+		if last, after := len(w.q)-1, w.lifoAfter.Load(); last > 0 && after > 0 && w.now()-w.q[0].at >= after {
 			// A standing queue: the newest waiter goes first.
 			wt = w.q[last]
 			w.q[last] = nil

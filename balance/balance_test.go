@@ -523,7 +523,8 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var now int64 = 1
-			wq := &waitQueue{lifoAfter: int64(tc.lifo), now: func() int64 { return now }}
+			wq := &waitQueue{now: func() int64 { return now }}
+			wq.lifoAfter.Store(int64(tc.lifo))
 			ws := []*waiter{wq.enqueue(), wq.enqueue()}
 			now += int64(tc.advance)
 			wq.wakeOne()
@@ -626,4 +627,20 @@ func TestWaitPassesOnPastSeveralExcludingWaiters(t *testing.T) {
 	pb.Done(nil) // b's permit: one of the excluding waiters; then the other
 	<-got
 	<-got
+}
+
+// TestSetLIFOAfterOnARunningBalancer: a reload that turns adaptive LIFO on
+// keeps the balancer, so the queue must switch on the waiters it has,
+// counting from when they queued.
+func TestSetLIFOAfterOnARunningBalancer(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := mustNew(t, "round_robin", Options{Clock: clk.Now}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	ws := []*waiter{b.wq.enqueue(), b.wq.enqueue()}
+	clk.ns.Add(int64(time.Second))
+	b.SetLIFOAfter(100 * time.Millisecond)
+	b.wq.wakeOne()
+	if ws[0].signaled || !ws[1].signaled {
+		t.Fatalf("woken: oldest %v, newest %v; want the newest once LIFO is set on a queue a second old", ws[0].signaled, ws[1].signaled)
+	}
 }

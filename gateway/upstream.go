@@ -72,9 +72,10 @@ func balanceTargets(ts []config.Target) []balance.Target {
 }
 
 // sameBalancer reports whether an upstream's balancer can carry over to a
-// new config (its state kept): same strategy, settings and balance options.
+// new config (its state kept): same strategy, settings and balance options
+// (queue.lifo_after aside: ApplyConfig sets it on the kept balancer).
 func sameBalancer(a, b *config.Upstream) bool {
-	if a.Strategy != b.Strategy || a.Warmup != b.Warmup || !a.SameSettings(b) || a.Queue.LIFOAfter != b.Queue.LIFOAfter {
+	if a.Strategy != b.Strategy || a.Warmup != b.Warmup || !a.SameSettings(b) {
 		return false
 	}
 	pa, pb := a.Health.Passive, b.Health.Passive
