@@ -22,27 +22,17 @@ func parseHold(data []byte, out *flow.HoldTasksResponse) bool {
 		return false
 	}
 	var tasks []flow.Task
-	if p.lit("null") {
-		tasks = nil
-	} else {
-		if !p.lit("[") {
-			return false
-		}
+	if !p.lit("null") {
 		tasks = make([]flow.Task, 0, 16)
-		if !p.lit("]") {
-			for {
-				var t flow.Task
-				if !p.task(&t) {
-					return false
-				}
-				tasks = append(tasks, t)
-				if p.lit("]") {
-					break
-				}
-				if !p.lit(",") {
-					return false
-				}
+		if !p.array(func() bool {
+			var t flow.Task
+			if !p.task(&t) {
+				return false
 			}
+			tasks = append(tasks, t)
+			return true
+		}) {
+			return false
 		}
 	}
 	if !p.lit("}") {
@@ -178,7 +168,30 @@ end:
 	return append(json.RawMessage(nil), v...), true
 }
 
-func (p *holdParser) task(t *flow.Task) bool {
+// array reads a JSON array, elem reading each element.
+func (p *holdParser) array(elem func() bool) bool {
+	if !p.lit("[") {
+		return false
+	}
+	if p.lit("]") {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if p.lit("]") {
+			return true
+		}
+		if !p.lit(",") {
+			return false
+		}
+	}
+}
+
+// object reads a JSON object, field reading each member's value after
+// its key; field reports false for a key it does not know or a bad value.
+func (p *holdParser) object(field func(key string) bool) bool {
 	if !p.lit("{") {
 		return false
 	}
@@ -187,9 +200,16 @@ func (p *holdParser) task(t *flow.Task) bool {
 			return false
 		}
 		key, ok := p.str()
-		if !ok || !p.lit(":") {
+		if !ok || !p.lit(":") || !field(key) {
 			return false
 		}
+	}
+	return true
+}
+
+func (p *holdParser) task(t *flow.Task) bool {
+	return p.object(func(key string) bool {
+		var ok bool
 		switch key {
 		case "task_id":
 			t.TaskID, ok = p.str()
@@ -227,37 +247,17 @@ func (p *holdParser) task(t *flow.Task) bool {
 			t.ModifyTime, ok = p.time()
 		case "unique_key":
 			t.UniqueKey, ok = p.str()
-		default:
-			return false
 		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+		return ok // false for an unknown key too
+	})
 }
 
 func (p *holdParser) log() ([]flow.LogEntry, bool) {
-	if !p.lit("[") {
-		return nil, false
-	}
 	l := make([]flow.LogEntry, 0, 4)
-	if p.lit("]") {
-		return l, true
-	}
-	for {
+	ok := p.array(func() bool {
 		var e flow.LogEntry
-		if !p.lit("{") {
-			return nil, false
-		}
-		for first := true; !p.lit("}"); first = false {
-			if !first && !p.lit(",") {
-				return nil, false
-			}
-			key, ok := p.str()
-			if !ok || !p.lit(":") {
-				return nil, false
-			}
+		if !p.object(func(key string) bool {
+			var ok bool
 			switch key {
 			case "at":
 				e.At, ok = p.time()
@@ -269,19 +269,16 @@ func (p *holdParser) log() ([]flow.LogEntry, bool) {
 				e.Event, ok = p.str()
 			case "error":
 				e.Error, ok = p.str()
-			default:
-				return nil, false
 			}
-			if !ok {
-				return nil, false
-			}
+			return ok
+		}) {
+			return false
 		}
 		l = append(l, e)
-		if p.lit("]") {
-			return l, true
-		}
-		if !p.lit(",") {
-			return nil, false
-		}
+		return true
+	})
+	if !ok {
+		return nil, false
 	}
+	return l, true
 }
