@@ -52,6 +52,18 @@ var liteMigrations = [][]string{{
 	// statuses; stats counts from the table.
 	`DROP INDEX IF EXISTS {p}tasks_list`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_type ON {p}tasks (task_type, task_id)`,
+}, {
+	// stats counts each status from the partial index that holds it, a
+	// narrow covering scan with no row read: task_type joins the lease
+	// index, and the index of ended tasks leads with (status, task_type)
+	// so that its GROUP BY needs no sort. Counting from the table read
+	// every row, about 2.5 µs each (50 ms for 20,000 tasks) on the reader
+	// a console or a dashboard polls. The index changes no more often
+	// than before: once when a task ends.
+	`DROP INDEX IF EXISTS {p}tasks_lease`,
+	`CREATE INDEX IF NOT EXISTS {p}tasks_lease ON {p}tasks (lease_expiry, task_type) WHERE status = 2`,
+	`DROP INDEX IF EXISTS {p}tasks_ended`,
+	`CREATE INDEX IF NOT EXISTS {p}tasks_ended ON {p}tasks (status, task_type, modify_time) WHERE status IN (3, 4, 5)`,
 }}
 
 func liteLog(event string) string {
@@ -83,7 +95,18 @@ func liteQueries(q *queries, b qparts) {
 	q.holdOne = "UPDATE " + t + " SET " + b.set + " WHERE task_id = (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING " + b.cols
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?"
-	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE status IN (" + b.ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?)"
+	// The ended index leads with (status, task_type): prune walks it per
+	// registered type (every task has one), a range on modify_time each,
+	// so a batch reads only what it deletes. Oldest first within a type;
+	// any order is fine across them, as all of them go.
+	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT e.task_id FROM " + b.p + "task_types ty CROSS JOIN " + t + " AS e INDEXED BY " + t + "_ended" +
+		" WHERE e.task_type = ty.task_type AND e.status IN (" + b.ended + ") AND e.modify_time < ? LIMIT ?)"
+	// Each status from its partial index (see the migration): INDEXED BY,
+	// as the planner prefers the type index for a status with few rows
+	// and then reads every task of the type.
+	q.stats = "SELECT task_type, " + b.pending + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_claim WHERE status = " + b.pending + " GROUP BY task_type" +
+		" UNION ALL SELECT task_type, " + b.proc + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_lease WHERE status = " + b.proc + " GROUP BY task_type" +
+		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_ended WHERE status IN (" + b.ended + ") GROUP BY status, task_type"
 	q.upsertType = upsertExcluded(b)
 	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
 	q.heartbeat = "UPDATE " + t + " SET lease_expiry = ? + (SELECT max_processing_ms FROM " + b.p + "task_types ty WHERE ty.task_type = " + t + ".task_type) * 1000," +
