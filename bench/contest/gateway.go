@@ -79,11 +79,16 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 				fmt.Fprintf(&b, "      - {url: %q, weight: 1}\n", u)
 			}
 		}
-		more := ""
-		if queue != "" {
-			more = ", " + queue
+		// The queue waits up to 5 s unless the contender's queue fields
+		// set max_wait themselves.
+		q := "max_wait: 5s"
+		switch {
+		case strings.Contains(queue, "max_wait"):
+			q = queue
+		case queue != "":
+			q += ", " + queue
 		}
-		fmt.Fprintf(&b, "    queue: {max_wait: 5s%s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n", more)
+		fmt.Fprintf(&b, "    queue: {%s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n", q)
 		b.WriteString("routes:\n  - {match: {path_prefix: /}, upstream: contest}\n")
 		path := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -56,12 +56,26 @@ func (o *outbox) take(n int) []*outcome {
 			k := min(n, len(o.items))
 			batch := append([]*outcome(nil), o.items[:k]...)
 			o.items = o.items[k:]
+			more := len(o.items) > 0
 			o.mu.Unlock()
+			if more {
+				// One notification may stand for many pushes: hand what
+				// is left to another reporter.
+				select {
+				case o.notify <- struct{}{}:
+				default:
+				}
+			}
 			return batch
 		}
 		closed := o.closed
 		o.mu.Unlock()
 		if closed {
+			// Wake the next reporter: it is done too.
+			select {
+			case o.notify <- struct{}{}:
+			default:
+			}
 			return nil
 		}
 		<-o.notify
@@ -94,7 +108,15 @@ func (o *outbox) close() {
 	}
 }
 
-// reportLoop sends outcomes until the outbox is closed and empty.
+// reporters is how many set_tasks one worker has in flight at most. One
+// at a time, a batch that finished while the last was on the wire waited
+// its whole round trip (a group commit and its fsync on SQLite); at the
+// end of a burst the last outcomes queued behind two or three such round
+// trips. Two overlap them, and on SQLite land in the same group commit.
+const reporters = 2
+
+// reportLoop sends outcomes until the outbox is closed and empty; the
+// worker runs reporters of them.
 func (w *Worker) reportLoop(ctx context.Context) {
 	for {
 		batch := w.out.take(w.cfg.ReportBatch)

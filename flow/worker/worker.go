@@ -260,9 +260,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
-	var reporters sync.WaitGroup
-	reporters.Add(1)
-	go func() { defer reporters.Done(); w.reportLoop(netCtx) }()
+	var reporting sync.WaitGroup
+	for range reporters {
+		reporting.Add(1)
+		go func() { defer reporting.Done(); w.reportLoop(netCtx) }()
+	}
 	// The heartbeat keeps leases alive until every held task is reported.
 	beatCtx, beatCancel := context.WithCancel(netCtx)
 	defer beatCancel()
@@ -334,7 +336,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	beatCancel()
 	beats.Wait()
 	w.out.close()
-	reporters.Wait()
+	reporting.Wait()
 	w.log.Info("flow worker stopped")
 	return nil
 }
