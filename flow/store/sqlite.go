@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -96,7 +97,8 @@ func liteQueries(q *queries, b qparts) {
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?"
 	// The ended index leads with (status, task_type): prune walks it per
-	// registered type (every task has one), a range on modify_time each,
+	// registered type (every task has one: see Store.CreateTasks), a range
+	// on modify_time each,
 	// so a batch reads only what it deletes. Oldest first within a type;
 	// any order is fine across them, as all of them go.
 	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT e.task_id FROM " + b.p + "task_types ty CROSS JOIN " + t + " AS e INDEXED BY " + t + "_ended" +
@@ -138,8 +140,10 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 			}
 		}
 	}
+	// busy_timeout first, so that the pragmas after it wait on a lock
+	// rather than fail (the WAL switch can fail at once even so: pingLite).
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")" +
+		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")" +
 		"&_pragma=temp_store(MEMORY)&_pragma=cache_size(-32768)"
 	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
@@ -149,7 +153,7 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxIdleTime(0)
 	w.SetConnMaxLifetime(0)
-	if err := w.PingContext(ctx); err != nil {
+	if err := pingLite(ctx, w); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
 	}
@@ -164,4 +168,24 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 		s.walPath = path + "-wal" // the group commit fsyncs it (see liteWriter)
 	}
 	return s, nil
+}
+
+// pingLite opens the writer's connection. While other connections open
+// the same file (a second server, the store tests' parallel subtests on
+// one file), the open (its pragmas, the switch to WAL among them) can fail at once with
+// SQLITE_BUSY in spite of busy_timeout (about 1 run in 20 of TestSQLite
+// did); the open is retried for as long as busy_timeout would wait.
+func pingLite(ctx context.Context, w *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := w.PingContext(ctx)
+		if err == nil || !liteDialect().retryable(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

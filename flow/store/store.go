@@ -23,7 +23,10 @@ type Store interface {
 	// CreateTasks stores new pending records, all or none. A record with a
 	// UniqueKey whose type already has a live (pending or processing) task
 	// with that key is not stored: its TaskID becomes that task's and
-	// Existing is set. Atomic across stores sharing the database.
+	// Existing is set. Atomic across stores sharing the database. Every
+	// record's type must be registered (RegisterType): the server and
+	// TxCreator check it, and PruneEnded finds ended tasks by their type's
+	// row on SQLite.
 	CreateTasks(ctx context.Context, recs []flow.Record) error
 	// Hold claims up to p.Limit due tasks of p.TaskType, oldest order_time
 	// first, marking them processing under p.Lease until p.LeaseExpiry. No
@@ -72,7 +75,8 @@ type Store interface {
 	// RescueExpired returns up to limit processing tasks whose lease expired
 	// before now to pending (or failed), counting a retry.
 	RescueExpired(ctx context.Context, now time.Time, limit int) (int, error)
-	// PruneEnded deletes up to limit ended tasks last modified before before.
+	// PruneEnded deletes up to limit ended tasks last modified before
+	// before, of registered types (see CreateTasks).
 	PruneEnded(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// Dialect names the database: "sqlite", "postgres" or "mysql".
