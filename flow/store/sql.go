@@ -41,6 +41,7 @@ type SQLStore struct {
 	insStmts                                                     map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
 	lw                                                           *liteWriter       // SQLite: group commit of writes
 	walPath                                                      string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
+	claims                                                       sync.Map          // task type -> chan struct{} (capacity 1): this store's holds of a type, one at a time (see Hold)
 }
 
 // enter takes the writer in turn (a no-op without a gate); call the
@@ -709,6 +710,10 @@ func (s *SQLStore) due(recs []flow.Record) {
 }
 
 // Hold implements Store.
+// serialClaim is the hold limit from which a store's claims of one type
+// take turns (see Hold).
+const serialClaim = 32
+
 func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 	if p.Limit <= 0 {
 		return nil, nil
@@ -719,6 +724,25 @@ func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			return nil, fmt.Errorf("hold %s: lock: %w", p.TaskType, err)
 		}
 		defer unlock()
+	} else if s.lw == nil && p.Limit >= serialClaim {
+		// PostgreSQL and MySQL: this store's large holds of a type claim
+		// one at a time. Concurrent claims of one type all scan the head
+		// of its claim index and step over each other's rows (SKIP
+		// LOCKED): four workers holding 500 each read up to 2,000 rows and
+		// tried a lock on each to take 500 (end to end on PostgreSQL,
+		// interleaved: 0.90x River before, 0.96x after; MariaDB +10-20 %).
+		// Small claims go on at once: their time is their commit, which
+		// concurrent claims share, and one at a time cost 64 one-task
+		// holders a third of their rate. Other servers sharing the
+		// database still meet under SKIP LOCKED. (SQLite has one writer,
+		// which already runs claims one after another, in group commits.)
+		turn, _ := s.claims.LoadOrStore(p.TaskType, make(chan struct{}, 1))
+		select {
+		case turn.(chan struct{}) <- struct{}{}:
+			defer func() { <-turn.(chan struct{}) }()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("hold %s: %w", p.TaskType, ctx.Err())
+		}
 	}
 	var recs []flow.Record
 	var err error
