@@ -709,11 +709,11 @@ func (s *SQLStore) due(recs []flow.Record) {
 	}
 }
 
-// Hold implements Store.
 // serialClaim is the hold limit from which a store's claims of one type
 // take turns (see Hold).
 const serialClaim = 32
 
+// Hold implements Store.
 func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 	if p.Limit <= 0 {
 		return nil, nil

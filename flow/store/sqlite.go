@@ -97,10 +97,10 @@ func liteQueries(q *queries, b qparts) {
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?"
 	// The ended index leads with (status, task_type): prune walks it per
-	// registered type (every task has one: see Store.CreateTasks), a range
-	// on modify_time each,
-	// so a batch reads only what it deletes. Oldest first within a type;
-	// any order is fine across them, as all of them go.
+	// registered type (every task has one: see Store.CreateTasks), a
+	// range on modify_time each, so a batch reads only what it deletes.
+	// Oldest first within a type; any order is fine across them, as all
+	// of them go.
 	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT e.task_id FROM " + b.p + "task_types ty CROSS JOIN " + t + " AS e INDEXED BY " + t + "_ended" +
 		" WHERE e.task_type = ty.task_type AND e.status IN (" + b.ended + ") AND e.modify_time < ? LIMIT ?)"
 	// Each status from its partial index (see the migration): INDEXED BY,
@@ -172,9 +172,10 @@ func openSQLite(ctx context.Context, spec string) (*SQLStore, error) {
 
 // pingLite opens the writer's connection. While other connections open
 // the same file (a second server, the store tests' parallel subtests on
-// one file), the open (its pragmas, the switch to WAL among them) can fail at once with
-// SQLITE_BUSY in spite of busy_timeout (about 1 run in 20 of TestSQLite
-// did); the open is retried for as long as busy_timeout would wait.
+// one file), the open (its pragmas, the switch to WAL among them) can
+// fail at once with SQLITE_BUSY in spite of busy_timeout (about 1 run in
+// 20 of TestSQLite did); it is retried for as long as busy_timeout would
+// wait.
 func pingLite(ctx context.Context, w *sql.DB) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {

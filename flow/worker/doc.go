@@ -14,8 +14,8 @@
 // it renews the lease of every held task at a third of the lease so long
 // stages and queued tasks are not taken away; it batches outcomes that finish
 // together into one set_tasks call, with two such calls in flight at most.
-// On Stop (or when Run's context ends) it
-// stops pulling, lets running handlers finish, hands back the tasks it held
-// but had not started (pending, same stage, no delay) and reports everything
-// before Run returns.
+// On Stop (or when Run's context ends) it stops pulling, lets running
+// handlers finish, hands back the tasks it held but had not started
+// (pending, same stage, no delay) and reports everything before Run
+// returns.
 package worker
