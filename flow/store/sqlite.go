@@ -75,10 +75,13 @@ func liteLog(event string) string {
 // liteDialect is SQLite's SQL.
 func liteDialect() *dialect {
 	return &dialect{name: "sqlite", migrations: liteMigrations, logExpr: liteLog, queries: liteQueries,
-		retryable: func(err error) bool {
-			s := err.Error()
-			return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
-		}}
+		retryable: liteBusy}
+}
+
+// liteBusy reports whether err is SQLite's "database is locked".
+func liteBusy(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
 }
 
 // liteQueries: one writer, so no row locks (and no SKIP LOCKED); the claim
@@ -180,7 +183,7 @@ func pingLite(ctx context.Context, w *sql.DB) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := w.PingContext(ctx)
-		if err == nil || !liteDialect().retryable(err) || time.Now().After(deadline) {
+		if err == nil || !liteBusy(err) || time.Now().After(deadline) {
 			return err
 		}
 		select {
