@@ -117,14 +117,12 @@ func liteSetOne(table string) string {
 func liteSetClause(col, st, stage, ctx, ot, now, logAt string) string {
 	pending, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusSuccess)
 	newStage := "(CASE WHEN " + st + " = " + pending + " AND " + stage + " <> '' THEN " + stage + " ELSE " + col + "task_stage END)"
-	n := strconv.Itoa(flow.ScheduleLogSize)
 	return " status = " + st + ", task_stage = " + newStage + "," +
 		" crt_retry_num = CASE WHEN " + st + " = " + pending + " AND " + stage + " <> '' AND " + stage + " <> " + col + "task_stage THEN 0 ELSE " + col + "crt_retry_num END," +
 		" order_time = CASE WHEN " + st + " = " + pending + " THEN " + ot + " ELSE " + col + "order_time END," +
 		" task_context = COALESCE(" + ctx + ", " + col + "task_context), owner = '', lease = '', lease_expiry = 0, modify_time = " + now + "," +
-		" schedule_log = json_insert(CASE WHEN json_array_length(" + col + "schedule_log) >= " + n + " THEN json_remove(" + col + "schedule_log, '$[0]') ELSE " + col + "schedule_log END, '$[#]'," +
-		" json_object('at', " + logAt + ", 'worker', " + col + "owner, 'stage', " + newStage + ", 'event'," +
-		" CASE " + st + " WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))"
+		" schedule_log = " + liteAppendLog(col+"schedule_log", "json_object('at', "+logAt+", 'worker', "+col+"owner, 'stage', "+newStage+", 'event',"+
+		" CASE "+st+" WHEN "+pending+" THEN '"+flow.EventPending+"' WHEN "+success+" THEN '"+flow.EventSuccess+"' ELSE '"+flow.EventFailed+"' END)")
 }
 
 func (s *SQLStore) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {

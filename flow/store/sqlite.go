@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/flow"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
@@ -68,8 +70,24 @@ var liteMigrations = [][]string{{
 }}
 
 func liteLog(event string) string {
-	return "json_insert(CASE WHEN json_array_length(schedule_log) >= 10 THEN json_remove(schedule_log, '$[0]') ELSE schedule_log END, '$[#]', " +
-		"json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
+	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
+}
+
+// liteAppendLog is log (a schedule-log column) with entry (a json_object)
+// appended, the oldest entry dropped when the log is full. The log is
+// stored as minified JSON text (MarshalLog's and SQLite's JSON functions'
+// output), whose entries each begin with {"at": (the first key of both
+// writers), so counting that string counts entries, and appending is
+// cutting the closing bracket and adding ",entry]". Parsing the array
+// with json_array_length and json_insert and rendering it again cost
+// about a tenth of the writer's time at hold and at set. Only a full log
+// is parsed, to drop its first entry. entry appears once in the result,
+// so positional parameters inside it bind once.
+func liteAppendLog(log, entry string) string {
+	full := strconv.Itoa(6 * flow.ScheduleLogSize) // len(`{"at":`) x entries
+	return "(CASE WHEN " + log + " = '[]' THEN '['" +
+		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
+		" ELSE rtrim(json_remove(" + log + ", '$[0]'), ']') || ',' END) || " + entry + " || ']'"
 }
 
 // liteDialect is SQLite's SQL.
