@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -82,6 +83,36 @@ func TestApplySetProperties(t *testing.T) {
 		}
 		if len(r.ScheduleLog) == 0 || len(r.ScheduleLog) > ScheduleLogSize {
 			t.Fatalf("log length %d", len(r.ScheduleLog))
+		}
+	})
+}
+
+// FuzzMarshalLog checks MarshalLog against json.Marshal, which the stored
+// logs were written with before it had its own encoder: readers and the
+// SQLite store's text append rely on the same bytes.
+func FuzzMarshalLog(f *testing.F) {
+	f.Add(int64(1795500653), int64(680339114), 0, "host-1/42", "download", "held", "")
+	f.Add(int64(0), int64(0), 3600, "", "", "created", "")
+	f.Add(int64(-62135596800), int64(5), -5400, `w "{"at":\`, "s<1>&", "failed", "boom\n\u2028 ü \xff")
+	f.Add(int64(253402300800), int64(0), 0, "w", "s", "retry", "upstream 503")
+	f.Add(int64(1), int64(1), 37, "w", "s", "pending", "")
+	f.Add(int64(1), int64(0), 0, "w", "a<b", "held", "")     // escaped alone
+	f.Add(int64(1), int64(0), 0, `w"1`, "s", "held", "")     // escaped alone
+	f.Add(int64(1), int64(0), 0, "w", "s", "failed", "x\ty") // escaped alone
+	f.Fuzz(func(t *testing.T, sec, nsec int64, offSec int, worker, stage, event, errText string) {
+		at := time.Unix(sec, nsec).In(time.FixedZone("z", offSec%(26*3600)))
+		l := []LogEntry{{At: at, Worker: worker, Stage: stage, Event: event, Error: errText}, {At: at.UTC(), Event: event}}
+		for n := range 3 {
+			want, err := json.Marshal(l[:n])
+			if n == 0 {
+				want = []byte("[]")
+			}
+			if err != nil {
+				continue // a time MarshalJSON refuses; the stores never log one
+			}
+			if got := MarshalLog(l[:n]); string(got) != string(want) {
+				t.Fatalf("MarshalLog(%+v)\n got %s\nwant %s", l[:n], got, want)
+			}
 		}
 	})
 }
