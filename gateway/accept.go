@@ -78,6 +78,7 @@ type clientConn struct {
 
 	deadline time.Time // the read deadline set on c
 	now      time.Time // when the last request ended; zero: not read
+	linger   bool      // answered and closing with the request unread: see lingerClose
 }
 
 func (g *Gateway) newClientConn(c net.Conn) *clientConn {
@@ -88,6 +89,7 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 	}
 	cc.c = c
 	cc.deadline = time.Time{}
+	cc.linger = false
 	cc.br.Reset(c)
 	cc.bw.Reset(c)
 	cc.ip = cc.ip[:0]
@@ -107,6 +109,9 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 }
 
 func (g *Gateway) release(cc *clientConn, handedOff bool) {
+	if cc.linger && !handedOff && !g.draining.Load() {
+		cc.lingerClose()
+	}
 	g.connMu.Lock()
 	delete(g.conns, cc)
 	g.connMu.Unlock()
@@ -122,6 +127,42 @@ func (g *Gateway) release(cc *clientConn, handedOff bool) {
 		cc.body = nil
 	}
 	g.ccPool.Put(cc)
+}
+
+// Lingering close, after nginx's lingering_close: how long a refused
+// connection is read from, and how much of it, before it is closed.
+const (
+	lingerTime = 5 * time.Second // in all
+	lingerIdle = time.Second     // without a byte from the client
+	lingerMax  = 16 << 20        // bytes read and thrown away
+)
+
+// lingerClose ends a connection that was answered while the client was
+// still sending (a refused head, a body over max_body_size). Closing it
+// with input unread makes the kernel reset it: the client's send fails
+// before it reads the answer, and a reset can destroy an answer not yet
+// read. So the gateway half-closes (the client reads the answer to its
+// end) and reads what the client still sends, throwing it away, until
+// the client closes, falls silent for lingerIdle, or lingerTime or
+// lingerMax runs out; a hostile client holds the connection no longer.
+func (cc *clientConn) lingerClose() {
+	cw, ok := cc.c.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	end := time.Now().Add(lingerTime)
+	for read := 0; read < lingerMax; {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		_ = cc.c.SetReadDeadline(now.Add(min(lingerIdle, end.Sub(now))))
+		n, err := cc.br.Discard(64 << 10)
+		read += n
+		if err != nil {
+			return
+		}
+	}
 }
 
 // bufferedConn is a connection whose first bytes sit in a bufio.Reader:

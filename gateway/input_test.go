@@ -132,3 +132,87 @@ func TestStrictInputAccepted(t *testing.T) {
 		t.Errorf("the value with a tab was not forwarded as is:\n%s", head)
 	}
 }
+
+// A refused request whose body is still arriving gets its answer: the
+// gateway half-closes and reads on (lingering close, as nginx does)
+// instead of closing with the body unread, which makes the kernel reset
+// the connection: the client's send then fails, and a reset can destroy
+// the answer before the client reads it.
+func TestRefusalSurvivesUnreadBody(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	body := strings.Repeat("x", 1<<20)
+	cases := []struct {
+		name, head string
+		code       string
+	}{
+		{"body over max_body_size", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n", "413"},
+		{"malformed head", "POST /echo HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\nContent-Length: 1048576\r\n\r\n", "400"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", g.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			// Head and body in one write, so that the body is waiting
+			// unread when the gateway answers. A client that sends all
+			// before it reads (most simple ones) sees a reset instead of
+			// the answer if that write fails.
+			if _, err := io.WriteString(c, tc.head+body); err != nil {
+				t.Fatalf("sending the body: %v", err)
+			}
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("reading the %s: %v", tc.code, err)
+			}
+			got, err := io.ReadAll(res.Body)
+			if err != nil || !strings.HasPrefix(res.Status, tc.code) {
+				t.Fatalf("got %q, body %q, err %v; want %s", res.Status, got, err, tc.code)
+			}
+		})
+	}
+	if n := b.hits.Load(); n != 0 {
+		t.Errorf("%d refused requests reached the target", n)
+	}
+}
+
+// Lingering is bounded: a client that goes on sending after its refusal
+// is cut off once the gateway has thrown away 16 MiB (it would otherwise
+// read on for the whole linger time, gigabytes on loopback).
+func TestLingeringIsBounded(t *testing.T) {
+	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:1\"}\n")
+	refused := func(t *testing.T) net.Conn {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 413 {
+			t.Fatalf("answer: %v %v", res, err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		return c
+	}
+	t.Run("sender", func(t *testing.T) {
+		c := refused(t)
+		chunk := make([]byte, 64<<10)
+		sent := 0
+		for ; sent < 256<<20; sent += len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				break
+			}
+		}
+		if sent >= 256<<20 {
+			t.Fatalf("the gateway read %d MiB of a refused body", sent>>20)
+		}
+	})
+}

@@ -74,6 +74,7 @@ func (cc *clientConn) refuse(code int, body string) {
 	cc.buildRID()
 	cc.logLine(&accessLine{start: time.Now()}, code)
 	cc.local(code, body, true, nil)
+	cc.linger = true
 }
 
 var crlf2 = []byte("\r\n\r\n")

@@ -50,6 +50,7 @@ func (cc *clientConn) serveOne() bool {
 		cc.buildRID()
 		cc.logLine(&line, 413)
 		cc.local(413, "request body too large\n", true, nil)
+		cc.linger = true
 		return false
 	}
 	rq := request{up: up, start: start, tried: cc.tried[:0]}
