@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
+	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
@@ -197,7 +198,7 @@ func (c *Config) Validate() error {
 	switch {
 	case err != nil:
 		bad("listen", "%q is not host:port", c.Listen)
-	case c.Token == "" && !isLoopback(host):
+	case c.Token == "" && !loopback.Is(host):
 		bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it)", c.Listen)
 	}
 	tickOK := c.Tick >= time.Millisecond
@@ -287,16 +288,6 @@ func edgeProblem(section string, err error) *ConfigFieldError {
 		return &ConfigFieldError{Path: m[1], Msg: msg[len(m[0]):]}
 	}
 	return &ConfigFieldError{Path: section, Msg: msg}
-}
-
-// isLoopback reports whether a listen host is a loopback address or
-// localhost (the rule of the gateway's admin listener).
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Timings returns the lifecycle durations.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -163,7 +164,7 @@ func FuzzParseConfig(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("parsed config fails Validate: %v", err)
 		}
-		if host, _, _ := net.SplitHostPort(c.Listen); c.Tick <= 0 || c.Redundancy < 1 || (c.Token == "" && !isLoopback(host)) {
+		if host, _, _ := net.SplitHostPort(c.Listen); c.Tick <= 0 || c.Redundancy < 1 || (c.Token == "" && !loopback.Is(host)) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})

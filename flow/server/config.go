@@ -9,6 +9,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/store"
+	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 )
 
 // Lock modes for Config.LockMode.
@@ -165,18 +166,8 @@ func (c Config) validate() error {
 	if err != nil {
 		return fmt.Errorf("flow server: listen %q: %w", c.Listen, err)
 	}
-	if c.Token == "" && !isLoopback(host) {
+	if c.Token == "" && !loopback.Is(host) {
 		return fmt.Errorf("flow server: listen %q is not a loopback address: a token is required (--token or FULCRUM_FLOW_TOKEN)", c.Listen)
 	}
 	return nil
-}
-
-// isLoopback reports whether a listen host reaches only this machine. An
-// empty host listens on every interface.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
+	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 )
 
 // Config is the whole gateway configuration.
@@ -328,7 +329,7 @@ func (v *validator) config(c *Config) {
 		host, _, err := net.SplitHostPort(c.Admin.Listen)
 		if err != nil {
 			v.fail(p("admin", "listen"), "%q is not host:port (or off)", c.Admin.Listen)
-		} else if !IsLoopback(host) && c.Admin.Token == "" {
+		} else if !loopback.Is(host) && c.Admin.Token == "" {
 			v.fail(p("admin", "token"), "required because admin.listen %q is not a loopback address", c.Admin.Listen)
 		}
 	}
@@ -605,14 +606,4 @@ func TargetAddr(raw string) (string, error) {
 		return "", fmt.Errorf("%q: bad port", raw)
 	}
 	return net.JoinHostPort(u.Hostname(), port), nil
-}
-
-// IsLoopback reports whether a listen host is a loopback address or
-// localhost.
-func IsLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
