@@ -10,6 +10,11 @@
 // PostgreSQL. Hold latency: W workers (1, 8, 64) each looping hold one task,
 // set success, over a pre-filled table; p50 and p99 of the hold call.
 //
+// Beside tasks/s, each end-to-end row has the CPU a task cost (medians, from
+// getrusage and /proc): in this process (the flow server, the SDK workers
+// and the client, or River's client; SQLite too) and in the database
+// server's processes. It moves less than tasks/s on a shared machine.
+//
 // Each run gets fresh databases (created and dropped on the PostgreSQL
 // server) and a fresh SQLite file, so runs do not see each other's rows.
 package main
@@ -101,7 +106,12 @@ type e2eRow struct {
 	system, db string
 	perSec     float64   // median
 	all        []float64 // every round
+	self, db2  float64   // median CPU per task, µs: this process, the database server
 }
+
+// e2eResult is one end-to-end round: tasks/s and CPU per task (µs) in this
+// process and in the database server.
+type e2eResult struct{ perSec, self, db float64 }
 
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
@@ -132,6 +142,17 @@ type benchConfig struct {
 // target is one database a flow server runs on in one run: a DSN and a
 // table prefix (MySQL gets a fresh prefix instead of a fresh database).
 type target struct{ name, dsn, prefix string }
+
+// comm is the database server's process name ("" for SQLite, in process).
+func (t target) comm() string {
+	switch t.name {
+	case "postgres":
+		return "postgres"
+	case "mysql":
+		return "mariadbd"
+	}
+	return ""
+}
 
 func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax, runs int) error {
 	if runs < 1 || n < 1 || holdN < 1 || workers < 1 || conc < 1 || riverMax < 1 || cfg.holdLimit < 1 || cfg.reportBatch < 1 {
@@ -182,7 +203,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 
 	// Each round runs every system once, on fresh databases, one after the
 	// other, so a busy machine slows them alike; the table shows medians.
-	results := map[string][]float64{}
+	results := map[string][]e2eResult{}
 	var keys []string
 	for _, k := range []string{"sqlite", "postgres", "mysql"} {
 		if cfg.want(k) && (k == "sqlite" || k == "postgres" && pg != "" || k == "mysql" && cfg.my != "") {
@@ -230,11 +251,15 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		if system == "river" {
 			name = "River (in process)"
 		}
-		med := median(results[k])
+		var rates, selfs, dbs []float64
+		for _, r := range results[k] {
+			rates, selfs, dbs = append(rates, r.perSec), append(selfs, r.self), append(dbs, r.db)
+		}
+		med := median(rates)
 		if system == "river" {
 			river = med
 		}
-		rows = append(rows, e2eRow{name, dbName, med, results[k]})
+		rows = append(rows, e2eRow{name, dbName, med, rates, median(selfs), median(dbs)})
 	}
 
 	var holds []holdRow
@@ -258,7 +283,8 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 
 	out := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(out, "end to end, %d one-stage tasks (create, hold, stage, set success), median of %d rounds\n", n, runs)
-	fmt.Fprintln(out, "system\tdb\ttasks/s\tvs River (postgres)\tevery round")
+	fmt.Fprintln(out, "CPU per task (µs, from /proc): in this process (HTTP, JSON, SDK, drivers; River; SQLite) and in the database server")
+	fmt.Fprintln(out, "system\tdb\ttasks/s\tvs River (postgres)\tCPU here\tCPU db\tCPU total\tevery round")
 	for _, r := range rows {
 		ratio := "-"
 		if river > 0 {
@@ -268,7 +294,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		for _, x := range r.all {
 			each = append(each, fmt.Sprintf("%.0f", x))
 		}
-		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%s\n", r.system, r.db, r.perSec, ratio, strings.Join(each, " "))
+		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%s\n", r.system, r.db, r.perSec, ratio, r.self, r.db2, r.self+r.db2, strings.Join(each, " "))
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "hold latency, %d tasks, each worker: hold 1, set success, repeat\n", holdN)
@@ -281,23 +307,24 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 
 // flowE2E creates n tasks in batches while workers SDK workers work them,
 // and returns tasks per second from the first create to the last success.
-func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportBatch int) (float64, error) {
+func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportBatch int) (e2eResult, error) {
+	var res e2eResult
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:0", DB: d.dsn, TablePrefix: d.prefix})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer srv.Close()
 	c, err := client.New([]string{"http://" + srv.Addr()}, client.Options{})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer c.Close()
 	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: holdLimit, ScheduleIntervalMS: 100, MaxProcessingMS: 60_000,
 		MaxRetryNum: 3, RetryIntervalMS: 100, MaxRetryIntervalMS: 1000}
 	if err := c.RegisterTask(ctx, tt); err != nil {
-		return 0, err
+		return res, err
 	}
 	var done, ran atomic.Int64
 	all := make(chan struct{})
@@ -308,7 +335,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 		w, err := worker.New(worker.Config{Client: c, WorkerID: fmt.Sprintf("bench-%d", i),
 			Concurrency: conc, MaxBacklog: max(4*conc, 2*holdLimit), HoldLimit: holdLimit, ReportBatch: reportBatch})
 		if err != nil {
-			return 0, err
+			return res, err
 		}
 		w.Handle("bench", "work", func(context.Context, *worker.Task) (worker.Result, error) {
 			if ran.Add(1) == int64(n) {
@@ -320,7 +347,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(ctx) }()
 	}
-	start := time.Now()
+	start, from := time.Now(), markCPU(d.comm())
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		nts := make([]flow.NewTask, 0, to-from)
 		for i := from; i < to; i++ {
@@ -329,7 +356,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 		_, err := c.CreateTasks(ctx, nts)
 		return err
 	}); err != nil {
-		return 0, err
+		return res, err
 	}
 	// Count successes as the server sees them, once every stage has run
 	// (asking for stats all along would load the server being measured).
@@ -356,14 +383,16 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	select {
 	case <-all:
 	case <-time.After(10 * time.Minute):
-		return 0, errors.New("tasks did not finish in 10 minutes")
+		return res, errors.New("tasks did not finish in 10 minutes")
 	}
-	elapsed := time.Since(start)
+	elapsed, to := time.Since(start), markCPU(d.comm())
 	for _, w := range ws {
 		w.Stop()
 	}
 	wg.Wait()
-	return float64(n) / elapsed.Seconds(), nil
+	res.perSec = float64(n) / elapsed.Seconds()
+	res.self, res.db = to.perTask(from, n)
+	return res, nil
 }
 
 // createAll calls create over [0, n) in batches of 500, four at a time.

@@ -31,18 +31,19 @@ func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return ni
 // insert) while a River client with maxWorkers (River's benchmark uses
 // 2000) works them, and returns jobs
 // per second from the first insert to the last completion event.
-func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (float64, error) {
+func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, error) {
+	var res e2eResult
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	defer pool.Close()
 	mig, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return 0, err
+		return res, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
@@ -56,15 +57,15 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (float64, erro
 		Workers:           workers,
 	})
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	events, unsub := rc.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 1000})
 	defer unsub()
 	if err := rc.Start(ctx); err != nil {
-		return 0, err
+		return res, err
 	}
 	defer rc.Stop(context.WithoutCancel(ctx))
-	start := time.Now()
+	start, from := time.Now(), markCPU("postgres")
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		params := make([]river.InsertManyParams, 0, to-from)
 		for i := from; i < to; i++ {
@@ -73,19 +74,22 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (float64, erro
 		_, err := rc.InsertManyFast(ctx, params)
 		return err
 	}); err != nil {
-		return 0, err
+		return res, err
 	}
 	timeout := time.After(10 * time.Minute)
 	for got := 0; got < n; {
 		select {
 		case ev := <-events:
 			if ev == nil {
-				return 0, errors.New("river closed the event channel")
+				return res, errors.New("river closed the event channel")
 			}
 			got++
 		case <-timeout:
-			return 0, errors.New("jobs did not finish in 10 minutes")
+			return res, errors.New("jobs did not finish in 10 minutes")
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	elapsed, to := time.Since(start), markCPU("postgres")
+	res.perSec = float64(n) / elapsed.Seconds()
+	res.self, res.db = to.perTask(from, n)
+	return res, nil
 }
