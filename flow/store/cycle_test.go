@@ -12,6 +12,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/store"
 	"github.com/fulcrum-lb/fulcrum/flow/store/storetest"
+	"github.com/fulcrum-lb/fulcrum/internal/cputime"
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
@@ -54,8 +55,8 @@ func benchCycle(b *testing.B, f storetest.Factory, server string, producers, wor
 	// poll) instead of workers polling the database.
 	wake := make(chan struct{}, 1024)
 	b.ResetTimer()
-	dbCPU, dbOK := procCPU(server) // before selfCPU: reading /proc costs
-	start, goCPU := time.Now(), selfCPU()
+	dbCPU, dbOK := cputime.Of(server) // before selfCPU: reading /proc costs
+	start, goCPU := time.Now(), cputime.Self()
 	var next atomic.Int64 // tasks handed to producers
 	for p := 0; p < producers; p++ {
 		wg.Add(1)
@@ -122,11 +123,11 @@ func benchCycle(b *testing.B, f storetest.Factory, server string, producers, wor
 		}()
 	}
 	wg.Wait()
-	elapsed, goUsed := time.Since(start), selfCPU()-goCPU
+	elapsed, goUsed := time.Since(start), cputime.Self()-goCPU
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
 	b.ReportMetric(float64(empty.Load())*100/float64(b.N), "empty-holds/100tasks")
 	b.ReportMetric(float64(goUsed.Microseconds())/float64(b.N), "go-cpu-us/task")
-	if d, ok := procCPU(server); ok && dbOK {
+	if d, ok := cputime.Of(server); ok && dbOK {
 		b.ReportMetric(float64((d-dbCPU).Microseconds())/float64(b.N), "db-cpu-us/task")
 	}
 	if finished.Load() != int64(b.N) {
