@@ -81,11 +81,12 @@ func liteLog(event string) string {
 // cutting the closing bracket and adding ",entry]". Parsing the array
 // with json_array_length and json_insert and rendering it again cost
 // about a tenth of the writer's time at hold and at set. Only a full log
-// is parsed, to drop its first entry. entry appears once in the result,
-// so positional parameters inside it bind once.
+// is parsed, to drop its first entry. An empty column counts as an empty
+// log. entry appears once in the result, so positional parameters inside
+// it bind once.
 func liteAppendLog(log, entry string) string {
 	full := strconv.Itoa(6 * flow.ScheduleLogSize) // len(`{"at":`) x entries
-	return "(CASE WHEN " + log + " = '[]' THEN '['" +
+	return "(CASE WHEN " + log + " IN ('[]', '') THEN '['" +
 		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
 		" ELSE rtrim(json_remove(" + log + ", '$[0]'), ']') || ',' END) || " + entry + " || ']'"
 }
