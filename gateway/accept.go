@@ -109,8 +109,8 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 }
 
 func (g *Gateway) release(cc *clientConn, handedOff bool) {
-	if cc.linger && !handedOff && !g.draining.Load() {
-		cc.lingerClose()
+	if cc.linger && !handedOff {
+		cc.lingerClose(g)
 	}
 	g.connMu.Lock()
 	delete(g.conns, cc)
@@ -145,19 +145,28 @@ const (
 // end) and reads what the client still sends, throwing it away, until
 // the client closes, falls silent for lingerIdle, or lingerTime or
 // lingerMax runs out; a hostile client holds the connection no longer.
-func (cc *clientConn) lingerClose() {
+// A lingering connection counts as idle: Shutdown ends it at once.
+func (cc *clientConn) lingerClose(g *Gateway) {
 	cw, ok := cc.c.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		return
 	}
+	cc.idle.Store(true)
 	end := time.Now().Add(lingerTime)
+	buf := make([]byte, 32<<10)
 	for read := 0; read < lingerMax; {
 		now := time.Now()
 		if !now.Before(end) {
 			return
 		}
 		_ = cc.c.SetReadDeadline(now.Add(min(lingerIdle, end.Sub(now))))
-		n, err := cc.br.Discard(64 << 10)
+		// After the deadline is set: a Shutdown that began before it sees
+		// draining here, one that begins after it moves the deadline to
+		// the past.
+		if g.draining.Load() {
+			return
+		}
+		n, err := cc.br.Read(buf)
 		read += n
 		if err != nil {
 			return

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -141,13 +142,15 @@ func TestStrictInputAccepted(t *testing.T) {
 func TestRefusalSurvivesUnreadBody(t *testing.T) {
 	b := newBackend(t, "b1")
 	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
-	body := strings.Repeat("x", 1<<20)
+	// 8 MiB: more than loopback's socket buffers hold, so that most of
+	// it is sent after the answer (with 1 MiB the old code passed too).
+	body := strings.Repeat("x", 8<<20)
 	cases := []struct {
 		name, head string
 		code       string
 	}{
-		{"body over max_body_size", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n", "413"},
-		{"malformed head", "POST /echo HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\nContent-Length: 1048576\r\n\r\n", "400"},
+		{"body over max_body_size", "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8388608\r\n\r\n", "413"},
+		{"malformed head", "POST /echo HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\nContent-Length: 8388608\r\n\r\n", "400"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,9 +182,7 @@ func TestRefusalSurvivesUnreadBody(t *testing.T) {
 	}
 }
 
-// Lingering is bounded: a client that goes on sending after its refusal
-// is cut off once the gateway has thrown away 16 MiB (it would otherwise
-// read on for the whole linger time, gigabytes on loopback).
+// Lingering is bounded, and it waits for a slow client, not a fast one.
 func TestLingeringIsBounded(t *testing.T) {
 	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:1\"}\n")
 	refused := func(t *testing.T) net.Conn {
@@ -194,15 +195,17 @@ func TestLingeringIsBounded(t *testing.T) {
 		if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		br := bufio.NewReader(c)
-		res, err := http.ReadResponse(br, nil)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil || res.StatusCode != 413 {
 			t.Fatalf("answer: %v %v", res, err)
 		}
 		_, _ = io.Copy(io.Discard, res.Body)
 		return c
 	}
-	t.Run("sender", func(t *testing.T) {
+	// A client that goes on sending is cut off once the gateway has
+	// thrown away 16 MiB (it would otherwise read on for the whole
+	// linger time, gigabytes on loopback).
+	t.Run("fast sender", func(t *testing.T) {
 		c := refused(t)
 		chunk := make([]byte, 64<<10)
 		sent := 0
@@ -215,4 +218,65 @@ func TestLingeringIsBounded(t *testing.T) {
 			t.Fatalf("the gateway read %d MiB of a refused body", sent>>20)
 		}
 	})
+	// One that sends a little at a time, never silent for the idle limit,
+	// is read from: its sends succeed (a per-64 KiB deadline cut it off).
+	t.Run("slow sender", func(t *testing.T) {
+		c := refused(t)
+		chunk := make([]byte, 4<<10) // 40 KiB/s: no read of 64 KiB fills within the idle limit
+		for i := range 20 {
+			if _, err := c.Write(chunk); err != nil {
+				t.Fatalf("send %d, %d ms after the answer: %v", i, i*100, err)
+			}
+			time.Sleep(100 * time.Millisecond) // the client's pace, not a wait for the gateway
+		}
+	})
+}
+
+// Shutdown does not wait for a lingering connection: a client that trickles
+// its refused body for longer than the linger time does not hold the drain
+// past its deadline.
+func TestShutdownEndsLingering(t *testing.T) {
+	g := start(t, base+"max_body_size: 1KiB\nupstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:1\"}\n")
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 413 {
+		t.Fatalf("answer: %v %v", res, err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	stop := make(chan struct{})
+	trickled := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				trickled <- nil
+				return
+			case <-time.After(50 * time.Millisecond): // the client's pace
+			}
+			if _, err := c.Write(make([]byte, 1024)); err != nil {
+				trickled <- err
+				return
+			}
+		}
+	}()
+	// Lingering has begun once the gateway half-closed: EOF after the 413.
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the answer: %v, want EOF", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // under the 5 s linger time
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown waited for the lingering connection: %v", err)
+	}
+	close(stop)
+	<-trickled
 }
