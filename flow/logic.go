@@ -198,8 +198,8 @@ func appendLogEntry(b []byte, e *LogEntry) ([]byte, bool) {
 	if y := e.At.Year(); y < 0 || y > 9999 {
 		return b, false
 	}
-	if _, off := e.At.Zone(); off%60 != 0 {
-		return b, false
+	if _, off := e.At.Zone(); off%60 != 0 || off <= -24*3600 || off >= 24*3600 {
+		return b, false // offsets RFC 3339 cannot write: MarshalJSON refuses them
 	}
 	b = append(b, `{"at":"`...)
 	b = e.At.AppendFormat(b, time.RFC3339Nano)

@@ -96,6 +96,7 @@ func FuzzMarshalLog(f *testing.F) {
 	f.Add(int64(-62135596800), int64(5), -5400, `w "{"at":\`, "s<1>&", "failed", "boom\n\u2028 ü \xff")
 	f.Add(int64(253402300800), int64(0), 0, "w", "s", "retry", "upstream 503")
 	f.Add(int64(1), int64(1), 37, "w", "s", "pending", "")
+	f.Add(int64(1), int64(0), 24*3600, "w", "s", "held", "") // an offset RFC 3339 cannot write
 	f.Add(int64(1), int64(0), 0, "w", "a<b", "held", "")     // escaped alone
 	f.Add(int64(1), int64(0), 0, `w"1`, "s", "held", "")     // escaped alone
 	f.Add(int64(1), int64(0), 0, "w", "s", "failed", "x\ty") // escaped alone
@@ -103,12 +104,9 @@ func FuzzMarshalLog(f *testing.F) {
 		at := time.Unix(sec, nsec).In(time.FixedZone("z", offSec%(26*3600)))
 		l := []LogEntry{{At: at, Worker: worker, Stage: stage, Event: event, Error: errText}, {At: at.UTC(), Event: event}}
 		for n := range 3 {
-			want, err := json.Marshal(l[:n])
+			want, _ := json.Marshal(l[:n]) // nil for a time MarshalJSON refuses, as MarshalLog gives
 			if n == 0 {
 				want = []byte("[]")
-			}
-			if err != nil {
-				continue // a time MarshalJSON refuses; the stores never log one
 			}
 			if got := MarshalLog(l[:n]); string(got) != string(want) {
 				t.Fatalf("MarshalLog(%+v)\n got %s\nwant %s", l[:n], got, want)

@@ -294,7 +294,14 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		for _, x := range r.all {
 			each = append(each, fmt.Sprintf("%.0f", x))
 		}
-		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%s\n", r.system, r.db, r.perSec, ratio, r.self, r.db2, r.self+r.db2, strings.Join(each, " "))
+		dbCPU, total := "-", "-" // not measured: no server process found
+		switch {
+		case r.db2 >= 0:
+			dbCPU, total = fmt.Sprintf("%.1f", r.db2), fmt.Sprintf("%.1f", r.self+r.db2)
+		case r.db == "sqlite":
+			total = fmt.Sprintf("%.1f", r.self) // in this process
+		}
+		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\n", r.system, r.db, r.perSec, ratio, r.self, dbCPU, total, strings.Join(each, " "))
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "hold latency, %d tasks, each worker: hold 1, set success, repeat\n", holdN)

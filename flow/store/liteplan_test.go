@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
 // stats and prune on SQLite read narrow partial indexes only: stats a
@@ -64,5 +67,38 @@ func TestLiteStatsAndPruneReadIndexesOnly(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("prune does not seek old ended tasks per status and type: %q", prune)
+	}
+}
+
+// A task whose stored schedule log cannot be read is still handed out by
+// a hold (without its log), and the other tasks of the batch with it: the
+// claim has committed by the time the logs are read, so failing the hold
+// would strand the whole batch under a lease no worker holds.
+func TestHoldHandsOutATaskWithAnUnreadableLog(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "l.db"), Options{TablePrefix: "l_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tt := flow.TaskType{TaskType: "t", ScheduleLimit: 10, MaxProcessingMS: 60000, MaxRetryNum: 1, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
+	now := time.Now().UTC()
+	if err := s.RegisterType(ctx, tt, now); err != nil {
+		t.Fatal(err)
+	}
+	ids := flow.NewTaskIDs(now, 2)
+	recs := []flow.Record{flow.NewRecord(ids[0], flow.NewTask{TaskType: "t", TaskStage: "a"}, tt, now), flow.NewRecord(ids[1], flow.NewTask{TaskType: "t", TaskStage: "a"}, tt, now)}
+	if err := s.CreateTasks(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, "UPDATE l_tasks SET schedule_log = 'not json' WHERE task_id = ?", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Hold(ctx, HoldParams{TaskType: "t", WorkerID: "w", Limit: 10, Lease: flow.NewLease(), Now: now, LeaseExpiry: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("hold: %v", err)
+	}
+	if len(held) != 2 || held[0].TaskID != ids[0] || held[0].ScheduleLog != nil || len(held[1].ScheduleLog) != 2 {
+		t.Fatalf("held %+v", held)
 	}
 }

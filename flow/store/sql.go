@@ -391,6 +391,38 @@ func parseRecordLog(r *flow.Record, log string) error {
 	return nil
 }
 
+// scanHeld reads the rows a claim returned, logs unparsed (see
+// parseHeldLogs).
+func scanHeld(rows *sql.Rows, limit int) ([]flow.Record, []string, error) {
+	defer rows.Close()
+	out, logs := make([]flow.Record, 0, min(limit, 64)), make([]string, 0, min(limit, 64))
+	for rows.Next() {
+		r, log, err := scanRecordRaw(rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, logs = append(out, r), append(logs, log)
+	}
+	return out, logs, rows.Err()
+}
+
+// parseHeldLogs sets the held records' schedule logs. The claim has
+// committed by now, so a log that cannot be read fails only itself: its
+// task is handed out without it (and the error logged), where failing the
+// hold would leave every task of the batch processing under a lease no
+// worker has until the lease runs out.
+func (s *SQLStore) parseHeldLogs(out []flow.Record, logs []string) []flow.Record {
+	if len(out) == 0 {
+		return nil
+	}
+	for i := range out {
+		if err := parseRecordLog(&out[i], logs[i]); err != nil {
+			s.log.Warn("flow store: a held task's schedule log is unreadable; handed out without it", "task_id", out[i].TaskID, "err", err)
+		}
+	}
+	return out
+}
+
 func scanRecords(rows *sql.Rows) ([]flow.Record, error) {
 	defer rows.Close()
 	var out []flow.Record
@@ -806,36 +838,27 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 				stmt = s.holdOneStmt
 			}
 			err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				out, logs = make([]flow.Record, 0, min(p.Limit, 64)), make([]string, 0, min(p.Limit, 64))
 				rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
 				if err != nil {
 					return err
 				}
-				defer rows.Close()
-				for rows.Next() {
-					r, log, err := scanRecordRaw(rows)
-					if err != nil {
-						return err
-					}
-					out, logs = append(out, r), append(logs, log)
-				}
-				return rows.Err()
+				out, logs, err = scanHeld(rows, p.Limit)
+				return err
 			})
-			if err != nil || len(out) == 0 {
+			if err != nil {
 				return nil, err
 			}
-			for i := range out {
-				if err := parseRecordLog(&out[i], logs[i]); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
+			return s.parseHeldLogs(out, logs), nil
 		}
 		rows, err := s.w.QueryContext(ctx, s.q.hold, args...)
 		if err != nil {
 			return nil, err
 		}
-		return scanRecords(rows)
+		out, logs, err := scanHeld(rows, p.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return s.parseHeldLogs(out, logs), nil
 	}
 	// MySQL: select under SKIP LOCKED, then update, in one transaction.
 	var out []flow.Record

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package cputime reads CPU time used so far, by this process and by other
 // local processes, for benchmarks that report CPU per operation: on a
 // shared machine throughput swings with the neighbours' load, CPU time
@@ -25,7 +27,8 @@ func Self() time.Duration {
 // Of sums the user and system CPU time of the local processes named comm
 // (postgres, mariadbd) from /proc; ok is false when none could be read.
 // A PostgreSQL server's backends are processes of their own, so a
-// benchmark reads this while its connections are still open.
+// benchmark reads this while its connections are still open. Without
+// /proc (macOS) ok is false.
 func Of(comm string) (d time.Duration, ok bool) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var ticks int64

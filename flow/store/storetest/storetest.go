@@ -573,55 +573,62 @@ func Run(t *testing.T, f Factory) {
 		}
 	})
 
-	t.Run("ScheduleLogKeepsLastEntries", func(t *testing.T) {
-		t.Parallel()
-		e := newEnv(t, f, store.Options{})
-		// Two tasks, so that each set is a batch (the stores have a path
-		// for one outcome and one for several). The worker ids hold JSON
-		// that a log kept as text must escape: a quote, a backslash and
-		// the text an entry begins with.
-		tasks := e.create(flow.NewTask{TaskStage: "s0"}, flow.NewTask{TaskStage: "s0"})
-		worker := func(i int) string { return fmt.Sprintf(`w%d "{"at":\\`, i) }
-		now := t0
-		for i := 0; i < 8; i++ { // 1 created + 8 x (held, pending) = 17 entries
-			h := e.hold(now, 2, worker(i))
-			if len(h) != 2 {
-				t.Fatalf("round %d: held %d", i, len(h))
+	// One task (the stores' statements for a single hold and outcome) and
+	// two (those for batches).
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("ScheduleLogKeepsLastEntries/tasks=%d", n), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, f, store.Options{})
+			// The worker ids hold JSON that a log kept as text must
+			// escape: a quote, a backslash and the text an entry begins
+			// with.
+			nts := make([]flow.NewTask, n)
+			for k := range nts {
+				nts[k] = flow.NewTask{TaskStage: "s0"}
 			}
-			reqs := make([]flow.SetTaskRequest, len(h))
-			for j, r := range h {
-				reqs[j] = flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusPending, TaskStage: fmt.Sprintf("s%d", i+1)}
-			}
-			errs, err := e.s.SetTasks(context.Background(), reqs, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, err := range errs {
+			tasks := e.create(nts...)
+			worker := func(i int) string { return fmt.Sprintf(`w%d "{"at":\\`, i) }
+			now := t0
+			for i := 0; i < 8; i++ { // 1 created + 8 x (held, pending) = 17 entries
+				h := e.hold(now, n, worker(i))
+				if len(h) != n {
+					t.Fatalf("round %d: held %d", i, len(h))
+				}
+				reqs := make([]flow.SetTaskRequest, len(h))
+				for j, r := range h {
+					reqs[j] = flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusPending, TaskStage: fmt.Sprintf("s%d", i+1)}
+				}
+				errs, err := e.s.SetTasks(context.Background(), reqs, now)
 				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			now = now.Add(time.Second)
-		}
-		for _, id := range tasks {
-			r := e.get(id)
-			if len(r.ScheduleLog) != flow.ScheduleLogSize {
-				t.Fatalf("log has %d entries, want %d: %+v", len(r.ScheduleLog), flow.ScheduleLogSize, r.ScheduleLog)
-			}
-			// The last five rounds, oldest first: held by worker i at
-			// stage s<i>, then pending at stage s<i+1>.
-			for k, l := range r.ScheduleLog {
-				i := 3 + k/2
-				want := flow.LogEntry{At: t0.Add(time.Duration(i) * time.Second), Worker: worker(i), Stage: fmt.Sprintf("s%d", i), Event: flow.EventHeld}
-				if k%2 == 1 {
-					want.Stage, want.Event = fmt.Sprintf("s%d", i+1), flow.EventPending
+				for _, err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
 				}
-				if !l.At.Equal(want.At) || l.Worker != want.Worker || l.Stage != want.Stage || l.Event != want.Event {
-					t.Fatalf("entry %d = %+v, want %+v (log %+v)", k, l, want, r.ScheduleLog)
+				now = now.Add(time.Second)
+			}
+			for _, id := range tasks {
+				r := e.get(id)
+				if len(r.ScheduleLog) != flow.ScheduleLogSize {
+					t.Fatalf("log has %d entries, want %d: %+v", len(r.ScheduleLog), flow.ScheduleLogSize, r.ScheduleLog)
+				}
+				// The last five rounds, oldest first: held by worker i at
+				// stage s<i>, then pending at stage s<i+1>.
+				for k, l := range r.ScheduleLog {
+					i := 3 + k/2
+					want := flow.LogEntry{At: t0.Add(time.Duration(i) * time.Second), Worker: worker(i), Stage: fmt.Sprintf("s%d", i), Event: flow.EventHeld}
+					if k%2 == 1 {
+						want.Stage, want.Event = fmt.Sprintf("s%d", i+1), flow.EventPending
+					}
+					if !l.At.Equal(want.At) || l.Worker != want.Worker || l.Stage != want.Stage || l.Event != want.Event {
+						t.Fatalf("entry %d = %+v, want %+v (log %+v)", k, l, want, r.ScheduleLog)
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 	t.Run("OnDue", func(t *testing.T) {
 		t.Parallel()
 		var mu sync.Mutex
