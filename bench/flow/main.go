@@ -106,7 +106,8 @@ type e2eRow struct {
 	system, db string
 	perSec     float64   // median
 	all        []float64 // every round
-	self, db2  float64   // median CPU per task, µs: this process, the database server
+	cpuHere    float64   // median CPU per task, µs, in this process
+	cpuDB      float64   // and in the database server; -1: not measured
 }
 
 // e2eResult is one end-to-end round: tasks/s and CPU per task (µs) in this
@@ -296,12 +297,12 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		}
 		dbCPU, total := "-", "-" // not measured: no server process found
 		switch {
-		case r.db2 >= 0:
-			dbCPU, total = fmt.Sprintf("%.1f", r.db2), fmt.Sprintf("%.1f", r.self+r.db2)
+		case r.cpuDB >= 0:
+			dbCPU, total = fmt.Sprintf("%.1f", r.cpuDB), fmt.Sprintf("%.1f", r.cpuHere+r.cpuDB)
 		case r.db == "sqlite":
-			total = fmt.Sprintf("%.1f", r.self) // in this process
+			total = fmt.Sprintf("%.1f", r.cpuHere) // in this process
 		}
-		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\n", r.system, r.db, r.perSec, ratio, r.self, dbCPU, total, strings.Join(each, " "))
+		fmt.Fprintf(out, "%s\t%s\t%.0f\t%s\t%.1f\t%s\t%s\t%s\n", r.system, r.db, r.perSec, ratio, r.cpuHere, dbCPU, total, strings.Join(each, " "))
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "hold latency, %d tasks, each worker: hold 1, set success, repeat\n", holdN)
@@ -354,7 +355,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 		wg.Add(1)
 		go func() { defer wg.Done(); w.Run(ctx) }()
 	}
-	start, from := time.Now(), markCPU(d.comm())
+	start, cpu0 := time.Now(), markCPU(d.comm())
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		nts := make([]flow.NewTask, 0, to-from)
 		for i := from; i < to; i++ {
@@ -398,7 +399,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	}
 	wg.Wait()
 	res.perSec = float64(n) / elapsed.Seconds()
-	res.self, res.db = to.perTask(from, n)
+	res.self, res.db = to.perTask(cpu0, n)
 	return res, nil
 }
 

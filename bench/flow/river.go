@@ -65,7 +65,7 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 		return res, err
 	}
 	defer rc.Stop(context.WithoutCancel(ctx))
-	start, from := time.Now(), markCPU("postgres")
+	start, cpu0 := time.Now(), markCPU("postgres")
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		params := make([]river.InsertManyParams, 0, to-from)
 		for i := from; i < to; i++ {
@@ -90,6 +90,6 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 	}
 	elapsed, to := time.Since(start), markCPU("postgres")
 	res.perSec = float64(n) / elapsed.Seconds()
-	res.self, res.db = to.perTask(from, n)
+	res.self, res.db = to.perTask(cpu0, n)
 	return res, nil
 }
