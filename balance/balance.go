@@ -512,7 +512,7 @@ func (p Pick) finish(lat, now int64, err error) {
 			now = b.now()
 		}
 		before := st.limit.Load()
-		p.s.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now})
+		p.s.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now, Waiting: int(b.wq.n.Load())})
 		if after := st.limit.Load(); before > 0 && after > before {
 			raised = after - before // a learner grew the limit: more waiters may go
 		}

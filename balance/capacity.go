@@ -37,17 +37,22 @@ import (
 //     got a permit (the target refuses everything new while the old load
 //     drains: its capacity fell far), is the limit halved, again each
 //     time the run doubles, so a provider that goes down draws a score
-//     of refusals instead of one per permit it had. While the target
-//     stays full and silent the limit is held probe_interval mean
-//     latencies, then probed one permit up; a probe that draws no rejection found a permit, and the next,
-//     twice as big, follows a quarter latency later (probe). The limit
+//     of refusals instead of one per permit it had; the probes that
+//     repair such an undershoot keep the quick pace until a success ends
+//     the run. While the target stays full and silent the limit is held
+//     probe_interval mean latencies (queued_probe_interval while callers
+//     wait in the queue: then a found permit serves a waiter at once),
+//     then probed one permit up; a probe that draws no rejection found a
+//     permit, and the next, twice as big, follows a quarter latency
+//     later (probe). The limit
 //     follows the permits as the oracle does, at the cost of one rejection
 //     per failed probe, a few per second. A target that still refuses at
 //     min_limit is parked: the learner holds its permits for a quarter of
 //     a mean latency, and the first pick after that probes it (park), so
 //     a dead target costs four rejections per latency, not one per
-//     rejection round trip; when a probe draws no refusal within an
-//     eighth of a latency the limit jumps back to the highest it reached
+//     rejection round trip; when a probe draws no refusal within four
+//     refusal round trips (at most an eighth of a latency) the limit
+//     jumps back to the highest it reached
 //     before the target went down (revived). A retry
 //     that finds every other target at its learned limit probes one of
 //     them a permit over it (retryProbe): a caller that does not wait
@@ -72,9 +77,10 @@ import (
 // pick at a time then measures it again.
 //
 // Its settings (Options.Settings, named numbers) tune the learner: initial_limit (default 20), min_limit
-// (1), max_limit (4096), tolerance (2: the latency ratio read as queueing)
-// and probe_interval (4: mean success latencies a full, rejecting target
-// holds its limit before probing one permit more).
+// (1), max_limit (4096), tolerance (2: the latency ratio read as queueing),
+// probe_interval (4: mean success latencies a full, rejecting target
+// holds its limit before probing one permit more) and
+// queued_probe_interval (1: the same while callers wait in the queue).
 type capacityStrategy struct{ cfg capacityConfig }
 
 // capacityConfig holds the learner's knobs. The strategy's settings may set
@@ -84,12 +90,13 @@ type capacityConfig struct {
 	min, max  float64 // bounds of a learned limit
 	tolerance float64 // window latency above tolerance x baseline is queueing
 	probe     float64 // mean latencies at a steady limit before a probe
+	queued    float64 // the same while callers wait in the queue
 }
 
-var capacityParams = []string{"initial_limit", "min_limit", "max_limit", "tolerance", "probe_interval"}
+var capacityParams = []string{"initial_limit", "min_limit", "max_limit", "tolerance", "probe_interval", "queued_probe_interval"}
 
 func newCapacity(set Settings) (Strategy, error) {
-	c := capacityConfig{initial: 20, min: 1, max: 4096, tolerance: 2, probe: 4}
+	c := capacityConfig{initial: 20, min: 1, max: 4096, tolerance: 2, probe: 4, queued: 1}
 	params, err := decodeNumbers(set, capacityParams)
 	if err != nil {
 		return nil, err
@@ -110,6 +117,8 @@ func newCapacity(set Settings) (Strategy, error) {
 			c.tolerance = v
 		case "probe_interval":
 			c.probe = v
+		case "queued_probe_interval":
+			c.queued = v
 		}
 	}
 	switch {
@@ -123,6 +132,8 @@ func newCapacity(set Settings) (Strategy, error) {
 		return nil, settingErr("tolerance", "%v must be above 1", c.tolerance)
 	case c.probe <= 0 || c.probe > 1000:
 		return nil, settingErr("probe_interval", "%v is outside (0, 1000]", c.probe)
+	case c.queued <= 0 || c.queued > 1000:
+		return nil, settingErr("queued_probe_interval", "%v is outside (0, 1000]", c.queued)
 	}
 	return capacityStrategy{cfg: c}, nil
 }
@@ -209,6 +220,7 @@ type capState struct {
 	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64 // clock of the last success (when lat was last measured)
+	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
 
 	mu         sync.Mutex
 	limit      float64 // learned limit; 0 = not initialised
@@ -225,6 +237,7 @@ type capState struct {
 	run        int     // rejections since the start of runFrom's pick, with no success of a later pick
 	runFrom    int64   // start of the first refused pick of the run
 	nextCut    int     // run length at which the limit is halved
+	cutAt      int64   // clock of the last halving
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
@@ -488,7 +501,13 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		c.limit = math.Ceil(c.limit)
 	}
 	c.lastReject = o.Now
-	c.step, c.probeAt = 1, 0
+	if r := int64(o.Latency); r > 0 {
+		if c.refuseLat == 0 {
+			c.refuseLat = r
+		} else {
+			c.refuseLat += (r - c.refuseLat) / 8
+		}
+	}
 	// A target that refuses is probed by its own clock only: retry
 	// probes of a full target in a row would each draw a refusal.
 	c.quietTill.Store(o.Now + int64(cfg.probe*float64(max(c.lat.Load(), int64(time.Millisecond)))))
@@ -497,6 +516,15 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		c.runFrom = o.Now - int64(o.Latency)
 		c.nextCut = 4 + int(c.raised)
 	}
+	c.probeAt = 0
+	if c.cutAt < c.runFrom {
+		c.step = 1
+	}
+	// else this run halved the limit already: the probes that repair an
+	// undershoot keep the quick pace. Each refusal of the picks still in
+	// transit at the halving used to reset it to the slow one, and a
+	// provider whose permits fell from 100 to 60 sat at a limit of 39
+	// for 250 ms.
 	c.run++
 	l := max(cfg.min, c.limit-1)
 	if c.run >= c.nextCut {
@@ -510,6 +538,7 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		l = max(cfg.min, math.Floor(c.limit/2))
 		c.nextCut = 2 * c.run
 		c.step = 2
+		c.cutAt = o.Now
 	}
 	if l == c.limit {
 		c.park(e, o.Now)
@@ -557,7 +586,21 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 	// A refusal answers in well under an eighth of a latency; the probe's
 	// success takes a whole one. No refusal by then means the target
 	// takes work again.
-	c.reviveAt.Store(now + max(c.lat.Load()/8, int64(time.Millisecond)))
+	c.reviveAt.Store(now + c.reviveAfter())
+}
+
+// reviveAfter is how long a probe of a parked target goes unrefused
+// before the target counts as back: four of its refusals' round trips
+// (they measure how fast a refusal answers, on this machine, now), and
+// at most an eighth of a latency, the bound before refusals were timed.
+// A return found 6 ms sooner is 6 ms less of the queue standing while
+// the provider has its permits again.
+func (c *capState) reviveAfter() int64 {
+	h := max(c.lat.Load()/8, int64(time.Millisecond))
+	if c.refuseLat > 0 {
+		h = min(h, max(4*c.refuseLat, int64(200*time.Microsecond)))
+	}
+	return h
 }
 
 // revived handles a target that came back: the first success since an
@@ -611,8 +654,17 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 	}
 	lat := max(c.lat.Load(), int64(time.Millisecond))
 	wait := int64(cfg.probe * float64(lat))
-	if c.step > 1 {
+	switch {
+	case c.step > 1:
 		wait = lat / 4
+	case o.Waiting > 0:
+		// Callers queue for a permit: one found serves a waiter at once,
+		// and a failed probe costs a fast refusal that the waiter's
+		// retry takes back to the queue. A target whose permits came
+		// back (a provider that recovers from 15 permits to 80 while
+		// its mean still says 150 ms) was found up to 600 ms late at
+		// the idle pace, with the queue standing meanwhile.
+		wait = min(wait, int64(cfg.queued*float64(lat)))
 	}
 	if c.probeAt == 0 {
 		c.probeAt = o.Now + wait

@@ -52,6 +52,10 @@ type simTarget struct {
 	rtt     time.Duration
 	knee    int
 	busy    int
+	// refuseIn is how long a refusal takes to come back (default
+	// 100µs); the gateway's retries and a busy machine make it
+	// milliseconds.
+	refuseIn time.Duration
 }
 
 type simEvent struct {
@@ -116,7 +120,11 @@ func (s *simulation) run(t testing.TB, n int) (rejected int) {
 				tg.busy++
 				ev.at, ev.held = now+int64(s.rng.ExpFloat64()*float64(tg.rtt))+1, true
 			default:
-				ev.at, ev.rejected = now+int64(100*time.Microsecond), true
+				d := tg.refuseIn
+				if d == 0 {
+					d = 100 * time.Microsecond
+				}
+				ev.at, ev.rejected = now+int64(d), true
 			}
 			heap.Push(&s.events, ev)
 			s.idle--
@@ -818,5 +826,126 @@ func TestCapacityRevivalWakesWaiters(t *testing.T) {
 	}
 	for _, p := range held {
 		p.Done(nil)
+	}
+}
+
+// TestCapacityPartialDropIsNotOverCorrectedForLong: a target whose permits
+// fall from 100 to 60 under load refuses every pick while the old load
+// drains, which halves the limit below the new permits. The undershoot is
+// probed back at the quick pace: within three mean latencies of the drop
+// the limit is back near 60 (one, in this run). Refusals take 2 ms to
+// come back here, so some picks are still in transit when the limit
+// halves; each of their refusals used to reset the slow pace, which
+// held the limit at 45 for over four latencies.
+func TestCapacityPartialDropIsNotOverCorrectedForLong(t *testing.T) {
+	const rtt = 50 * time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	tg := &simTarget{permits: 100, rtt: rtt, refuseIn: 2 * time.Millisecond}
+	sim := newSimulation(b, clk, map[string]*simTarget{"a": tg}, 130, 7)
+	sim.run(t, 40000)
+	if l := limitOf(b, "a"); l < 90 || l > 110 {
+		t.Fatalf("learned %d for 100 permits before the drop", l)
+	}
+	tg.permits = 60
+	drop := clk.ns.Load()
+	lowest, backAt := int64(1<<62), int64(0)
+	for clk.ns.Load()-drop < int64(20*rtt) {
+		sim.run(t, 1)
+		l := limitOf(b, "a")
+		lowest = min(lowest, l)
+		switch {
+		case l < 54:
+			backAt = 0
+		case backAt == 0:
+			backAt = clk.ns.Load()
+		}
+	}
+	if l := limitOf(b, "a"); l < 54 || l > 66 {
+		t.Fatalf("learned %d for 60 permits 20 latencies after the drop", l)
+	}
+	if backAt == 0 || backAt-drop > int64(3*rtt) {
+		t.Fatalf("limit back at 54 or more (and staying) %v after the drop (lowest %d), want within %v",
+			time.Duration(backAt-drop), lowest, 3*rtt)
+	}
+}
+
+// TestCapacityProbesSoonerWhileCallersWait: a full target that refuses
+// past its limit is probed one permit up after probe_interval latencies
+// when nobody waits, and after queued_probe_interval latencies while
+// callers queue (a permit found then serves one at once).
+func TestCapacityProbesSoonerWhileCallersWait(t *testing.T) {
+	const lat = 50 * time.Millisecond
+	for _, tc := range []struct {
+		waiting int
+		after   time.Duration // first success at the limit after which the probe comes
+	}{
+		{0, 4 * lat},
+		{3, lat},
+	} {
+		clk := &capClock{}
+		clk.ns.Store(int64(time.Second))
+		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+		s := b.snap.Load()
+		e, obs := s.eps[0], s.observer
+		obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+		if l := limitOf(b, "a"); l != 19 {
+			t.Fatalf("limit %d after a refusal at 20 in flight, want 19", l)
+		}
+		success := func() {
+			obs.Observe(e, Outcome{Latency: lat, InFlight: 19, Now: b.now(), Waiting: tc.waiting})
+		}
+		success() // full at the limit: the probe clock starts
+		clk.ns.Add(int64(tc.after - 5*time.Millisecond))
+		success()
+		if l := limitOf(b, "a"); l != 19 {
+			t.Fatalf("%d waiting: limit %d %v after the first full success, want 19 until %v", tc.waiting, l, tc.after-5*time.Millisecond, tc.after)
+		}
+		clk.ns.Add(int64(10 * time.Millisecond))
+		success()
+		if l := limitOf(b, "a"); l != 20 {
+			t.Fatalf("%d waiting: limit %d %v after the first full success, want the probe (20)", tc.waiting, l, tc.after+5*time.Millisecond)
+		}
+	}
+}
+
+// TestCapacityRevivalIsTimedByRefusals: a parked target's probe that goes
+// unrefused for four refusal round trips (measured: 1 ms here) means the
+// target is back, well before the eighth of an 80 ms latency that bounds
+// it.
+func TestCapacityRevivalIsTimedByRefusals(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(int64(time.Second))
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 4, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
+	s := b.snap.Load()
+	e, obs := s.eps[0], s.observer
+	for range 4 {
+		obs.Observe(e, Outcome{Latency: 80 * time.Millisecond, InFlight: 1, Now: b.now()})
+	}
+	for range 4 { // 4 -> 3 -> 2 -> 1, then parked
+		obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 4, Now: b.now()})
+	}
+	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("pick on a parked target = %v, want ErrAtCapacity", err)
+	}
+	clk.ns.Add(int64(21 * time.Millisecond)) // past the park (a quarter latency)
+	probe, err := b.PickWith(PickInfo{})
+	if err != nil {
+		t.Fatalf("no probe after the park: %v", err)
+	}
+	defer probe.Cancel()
+	clk.ns.Add(int64(3 * time.Millisecond))
+	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("pick 3 ms into the probe = %v, want ErrAtCapacity (not back yet)", err)
+	}
+	clk.ns.Add(int64(2 * time.Millisecond))
+	p, err := b.PickWith(PickInfo{})
+	if err != nil {
+		t.Fatalf("pick 5 ms into an unrefused probe: %v, want the target back", err)
+	}
+	p.Cancel()
+	if l := limitOf(b, "a"); l < 4 {
+		t.Fatalf("limit %d after the revival, want the level before the outage (4)", l)
 	}
 }

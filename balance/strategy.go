@@ -95,6 +95,7 @@ type Outcome struct {
 	Err      error
 	InFlight int64 // in-flight on the endpoint just before this pick ended (this pick included)
 	Now      int64 // the balancer's clock (ns) when the pick ended
+	Waiting  int   // callers queued in Wait when the pick ended: demand no free permit could take
 }
 
 // PickInfo is what a Picker knows about one pick.

@@ -110,13 +110,15 @@ func (cc *clientConn) serveOne() bool {
 	}
 	end := time.Now()
 	cc.now = end
-	up.finish(g, &res, end, targetErr)
+	// The connection goes back before the pick ends: ending it wakes a
+	// waiter, which would otherwise find the pool empty and dial.
 	cc.busy.Store(nil)
 	if upKeep && rerr == nil {
 		res.t.pool.put(uc, end)
 	} else {
 		uc.c.Close()
 	}
+	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(start).Seconds())
 	line.target = res.t.addr
 	cc.logLine(&line, res.status)

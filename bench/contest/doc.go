@@ -9,7 +9,16 @@
 // the fulcrum gateway binary, nginx, HAProxy, Caddy) in turn, against the
 // same providers, and scores the successes of the measured phase as a share
 // of the scenario's theoretical maximum and of the oracle's (the library
-// forwarder told each stage's permits). Library contenders also record a
+// forwarder told each stage's permits). Every contender draws the same
+// service times from each provider (its stream restarts per contender),
+// so a run's luck in the draws does not move its score. Two diagnostics
+// say where a score went: "idle permits", the share of permit-time left
+// free while the connections exceed the permits (the time between one
+// request's end and the next one's arrival, a limit learned too low),
+// and "busy conns", the share of connection-time spent holding a permit
+// while the permits exceed the connections (the rest is the balancer's
+// and the client's time, and waits in a queue that should not stand).
+// Library contenders also record a
 // per-target timeline (limit against the provider's real permits), drawn
 // for the learned row as <scenario>-timeline.svg.
 //

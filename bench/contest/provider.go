@@ -23,8 +23,25 @@ type provider struct {
 	served   atomic.Int64
 	rejected atomic.Int64
 
-	mu  sync.Mutex
-	rng *rand.Rand
+	mu   sync.Mutex
+	rng  *rand.Rand
+	seed [2]uint64 // rng's seed, restored for each contender
+
+	// Permit accounting while the scenario's connections exceed its
+	// permits (every free permit is then one a perfect balancer fills):
+	// idle and total permit-nanoseconds in the measured phase.
+	overloaded func(time.Duration) bool
+	warmup     time.Duration // the measured phase: [warmup, end)
+	end        time.Duration
+	acct       sync.Mutex
+	holding    int64 // permits taken, as the accounting saw it
+	last       int64 // unix ns of the last change
+	idleNs     float64
+	permitNs   float64
+	// While the permits exceed the connections: permit-nanoseconds held
+	// and the nanoseconds measured.
+	heldNs  float64
+	spareNs float64
 }
 
 // providers are the scenario's providers, started once and reset before
@@ -42,10 +59,14 @@ func startProviders(sc *Scenario) (*providers, error) {
 			return nil, fmt.Errorf("provider %s: %w", spec.Name, err)
 		}
 		p := &provider{
-			spec: spec,
-			url:  "http://" + ln.Addr().String(),
-			rng:  rand.New(rand.NewPCG(sc.Seed, uint64(i)+1)),
+			spec:       spec,
+			url:        "http://" + ln.Addr().String(),
+			seed:       [2]uint64{sc.Seed, uint64(i) + 1},
+			overloaded: sc.OverloadedAt,
+			warmup:     sc.Load.Warmup.D(),
+			end:        sc.Load.Warmup.D() + sc.Load.Duration.D(),
 		}
+		p.rng = rand.New(rand.NewPCG(p.seed[0], p.seed[1]))
 		p.start.Store(time.Now().UnixNano())
 		p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = p.srv.Serve(ln) }()
@@ -63,13 +84,86 @@ func (ps *providers) URLs() []string {
 	return out
 }
 
-// Reset starts the stage clock at start and zeroes the counters.
+// Reset starts the stage clock at start, zeroes the counters and restarts
+// the service-time draws.
 func (ps *providers) Reset(start time.Time) {
 	for _, p := range ps.list {
+		// Every contender draws the same service times, in the order
+		// its requests take the provider's permits: with a fresh stream
+		// per contender a run's mean service time alone moved its
+		// successes by half a percent.
+		p.mu.Lock()
+		p.rng = rand.New(rand.NewPCG(p.seed[0], p.seed[1]))
+		p.mu.Unlock()
 		p.start.Store(start.UnixNano())
 		p.served.Store(0)
 		p.rejected.Store(0)
+		p.acct.Lock()
+		p.last, p.idleNs, p.permitNs, p.heldNs, p.spareNs = start.UnixNano(), 0, 0, 0, 0
+		p.acct.Unlock()
 	}
+}
+
+// IdleShare is the share of the providers' permits that stood free while
+// the load exceeded the permits, in the measured phase up to at: the
+// permit-time a balancer lost between one request's end and the next
+// one's arrival.
+func (ps *providers) IdleShare(at time.Time) float64 {
+	var idle, total float64
+	now := at.UnixNano()
+	for _, p := range ps.list {
+		p.account(now, 0)
+		p.acct.Lock()
+		idle += p.idleNs
+		total += p.permitNs
+		p.acct.Unlock()
+	}
+	if total == 0 {
+		return 0
+	}
+	return idle / total
+}
+
+// BusyShare is the share of connection-time spent holding a provider's
+// permit while the permits exceeded the connections, in the measured
+// phase up to at: the rest is the balancer's own time per request (and the
+// client's), which a permit-rich stage shows alone.
+func (ps *providers) BusyShare(at time.Time, conns int) float64 {
+	var held, span float64
+	now := at.UnixNano()
+	for _, p := range ps.list {
+		p.account(now, 0)
+		p.acct.Lock()
+		held += p.heldNs
+		span = max(span, p.spareNs)
+		p.acct.Unlock()
+	}
+	if span == 0 {
+		return 0
+	}
+	return held / (span * float64(conns))
+}
+
+// account records a change of delta permits taken at now (unix ns).
+func (p *provider) account(now, delta int64) {
+	p.acct.Lock()
+	if p.last != 0 && now > p.last {
+		at := time.Duration(p.last - p.start.Load())
+		el := float64(now - p.last)
+		switch {
+		case at < p.warmup || at >= p.end:
+		case p.overloaded(at):
+			permits := int64(p.spec.stageAt(at).Permits)
+			p.idleNs += float64(max(permits-p.holding, 0)) * el
+			p.permitNs += float64(permits) * el
+		default:
+			p.heldNs += float64(p.holding) * el
+			p.spareNs += el
+		}
+	}
+	p.holding += delta
+	p.last = max(now, p.last)
+	p.acct.Unlock()
 }
 
 // Idle waits until no request holds a permit (the previous contender's
@@ -114,6 +208,7 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	p.account(time.Now().UnixNano(), 1)
 	p.mu.Lock()
 	d := time.Duration(p.rng.ExpFloat64() * float64(st.AvgRTT))
 	p.mu.Unlock()
@@ -123,9 +218,11 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		t.Stop()
 		p.busy.Add(-1)
+		p.account(time.Now().UnixNano(), -1)
 		return
 	}
 	p.busy.Add(-1)
+	p.account(time.Now().UnixNano(), -1)
 	p.served.Add(1)
 	w.Header().Set("Content-Length", "2")
 	_, _ = w.Write([]byte("ok"))

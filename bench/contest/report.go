@@ -16,14 +16,15 @@ func printTable(w io.Writer, rep *Report) {
 		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], rep.Scenario.Load.Connections,
 		rep.TheoreticalMax, rep.Scenario.Load.Duration.D(), rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tsuccesses\tof max\tof oracle\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\t")
+	fmt.Fprintln(tw, "contender\tsuccesses\tof max\tof oracle\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\tidle permits\tbusy conns\t")
 	for _, r := range rep.Records {
 		if r.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\tskipped\t\n", r.Contender)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\tskipped\t-\t-\t\n", r.Contender)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%s\t%d\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer))
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%s\t%d\t%.1f\t%.1f\t%.1f\t%s\t%s\t%s\t\n",
+			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer),
+			pct2(r.IdlePermits), pct2(r.BusyConns))
 	}
 	tw.Flush()
 }
@@ -34,6 +35,15 @@ func pct(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// pct2 writes a diagnostic share with two decimals, or "-" when the
+// scenario has no such phase (0).
+func pct2(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f%%", 100*v)
 }
 
 // ratio writes a ratio, or "-" when unknown (0).
@@ -47,14 +57,15 @@ func ratio(v float64) string {
 // markdownTable is the table as docs/benchmarks.md shows it.
 func markdownTable(rep *Report) string {
 	var b strings.Builder
-	b.WriteString("| contender | successes | of max | of oracle | errors | p50 ms | p99 ms | p999 ms | vs best peer |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| contender | successes | of max | of oracle | errors | p50 ms | p99 ms | p999 ms | vs best peer | idle permits | busy conns |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rep.Records {
 		if r.Skipped != "" {
-			fmt.Fprintf(&b, "| %s | skipped | | | | | | | |\n", r.Contender)
+			fmt.Fprintf(&b, "| %s | skipped | | | | | | | | | |\n", r.Contender)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %s | %d | %.1f | %.1f | %.1f | %s |\n",
-			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer))
+		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %s | %d | %.1f | %.1f | %.1f | %s | %s | %s |\n",
+			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer),
+			pct2(r.IdlePermits), pct2(r.BusyConns))
 	}
 	return b.String()
 }

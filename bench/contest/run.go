@@ -43,23 +43,29 @@ type runEnv struct {
 
 // Record is one contender's result, one JSON record each.
 type Record struct {
-	Contender        string    `json:"contender"`
-	Kind             string    `json:"kind"`
-	Successes        int64     `json:"successes"`
-	Share            float64   `json:"share_of_max"`
-	ShareOfOracle    float64   `json:"share_of_oracle,omitempty"` // successes / the oracle row's (when it ran)
-	Errors           int64     `json:"errors"`
-	P50ms            float64   `json:"p50_ms"`
-	P99ms            float64   `json:"p99_ms"`
-	P999ms           float64   `json:"p999_ms"`
-	RatioToBestPeer  float64   `json:"ratio_to_best_peer,omitempty"`
-	ProviderServed   int64     `json:"provider_served"`
-	ProviderRejected int64     `json:"provider_rejected"`
-	PerSecond        []float64 `json:"per_second"`
-	Timeline         *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
-	Skipped          string    `json:"skipped,omitempty"`
-	LoadAvg          string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
-	Rounds           int       `json:"rounds,omitempty"`        // runs this record is the best of
+	Contender        string  `json:"contender"`
+	Kind             string  `json:"kind"`
+	Successes        int64   `json:"successes"`
+	Share            float64 `json:"share_of_max"`
+	ShareOfOracle    float64 `json:"share_of_oracle,omitempty"` // successes / the oracle row's (when it ran)
+	Errors           int64   `json:"errors"`
+	P50ms            float64 `json:"p50_ms"`
+	P99ms            float64 `json:"p99_ms"`
+	P999ms           float64 `json:"p999_ms"`
+	RatioToBestPeer  float64 `json:"ratio_to_best_peer,omitempty"`
+	ProviderServed   int64   `json:"provider_served"`
+	ProviderRejected int64   `json:"provider_rejected"`
+	// IdlePermits is the share of permit-time left free while the
+	// connections exceeded the permits (measured phase).
+	IdlePermits float64 `json:"idle_permits_overloaded"`
+	// BusyConns is the share of connection-time spent holding a permit
+	// while the permits exceeded the connections (measured phase).
+	BusyConns float64   `json:"busy_connections_underloaded"`
+	PerSecond []float64 `json:"per_second"`
+	Timeline  *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
+	Skipped   string    `json:"skipped,omitempty"`
+	LoadAvg   string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
+	Rounds    int       `json:"rounds,omitempty"`        // runs this record is the best of
 }
 
 // Report is a whole run.
@@ -167,6 +173,9 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	env.start = start
 	close(env.started)
 	res := runLoad(ctx, url, rep.Scenario.Load, start)
+	now := time.Now()
+	rec.IdlePermits = ps.IdleShare(now)
+	rec.BusyConns = ps.BusyShare(now, rep.Scenario.Load.Connections)
 	stop()
 	for _, p := range ps.list {
 		rec.ProviderServed += p.served.Load()
@@ -178,8 +187,8 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	rec.PerSecond = res.PerSecond
 	rec.Timeline = env.timeline
 	rec.LoadAvg = loadAvg()
-	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  (providers rejected %d; load %s)\n",
-		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, rec.ProviderRejected, rec.LoadAvg)
+	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  (providers rejected %d; load %s)\n",
+		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.ProviderRejected, rec.LoadAvg)
 	return rec, nil
 }
 

@@ -252,6 +252,16 @@ func (sc *Scenario) RateAt(t time.Duration) float64 {
 	return rate
 }
 
+// OverloadedAt says whether at offset t the connections exceed the
+// providers' permits together.
+func (sc *Scenario) OverloadedAt(t time.Duration) bool {
+	permits := 0
+	for i := range sc.Providers {
+		permits += sc.Providers[i].stageAt(t).Permits
+	}
+	return sc.Load.Connections > permits
+}
+
 // changePoints lists every offset at which some provider changes stage.
 func (sc *Scenario) changePoints() []time.Duration {
 	var ts []time.Duration

@@ -154,3 +154,42 @@ func FuzzParseScenario(f *testing.F) {
 		_ = sc.Scaled(0.5).Validate()
 	})
 }
+
+// TestPermitAccounting: the idle-permit and busy-connection shares count
+// only the measured phase, and each only in its kind of stage.
+func TestPermitAccounting(t *testing.T) {
+	sc, err := ParseScenario([]byte(`
+name: acct
+load: {connections: 20, warmup: 1s, duration: 4s}
+providers:
+  - name: p
+    stages:
+      - {at: 0s, permits: 10, avg_rtt: 50ms}
+      - {at: 3s, permits: 40, avg_rtt: 50ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sc.OverloadedAt(2*time.Second) || sc.OverloadedAt(3*time.Second) {
+		t.Fatal("20 connections: overloaded against 10 permits, not against 40")
+	}
+	p := &provider{spec: sc.Providers[0], overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
+	ps := &providers{list: []*provider{p}}
+	start := time.Unix(100, 0)
+	ps.Reset(start)
+	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }
+	// A change is accounted by when the period before it began.
+	p.account(at(500*time.Millisecond), 4) // warm-up: not counted
+	p.account(at(time.Second), 0)          // warm-up: not counted
+	p.account(at(2*time.Second), 4)        // 1 s with 4 of 10 held: 6 idle
+	p.account(at(3*time.Second), 0)        // 1 s with 8 of 10 held: 2 idle
+	p.account(at(4*time.Second), -8)       // 1 s with 8 of 20 connections busy
+	p.account(at(5*time.Second), 0)        // 1 s with none busy
+	// The second from 5 s is past the measured phase.
+	if got, want := ps.IdleShare(start.Add(6*time.Second)), 8.0/20; math.Abs(got-want) > 1e-9 {
+		t.Errorf("idle permits %.3f, want %.3f", got, want)
+	}
+	if got, want := ps.BusyShare(start.Add(6*time.Second), 20), 8.0/(2*20); math.Abs(got-want) > 1e-9 {
+		t.Errorf("busy connections %.3f, want %.3f", got, want)
+	}
+}
