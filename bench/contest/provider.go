@@ -104,44 +104,32 @@ func (ps *providers) Reset(start time.Time) {
 	}
 }
 
-// IdleShare is the share of the providers' permits that stood free while
-// the load exceeded the permits, in the measured phase up to at: the
-// permit-time a balancer lost between one request's end and the next
-// one's arrival.
-func (ps *providers) IdleShare(at time.Time) float64 {
-	var idle, total float64
-	now := at.UnixNano()
+// Shares reads the two diagnostics of the measured phase up to at:
+// idle, the share of the providers' permit-time that stood free while the
+// load exceeded the permits (the time a balancer lost between one
+// request's end and the next one's arrival), and busy, the share of
+// connection-time spent holding a permit while the permits exceeded the
+// connections (the rest is the balancer's and the client's own time per
+// request, and waits in a queue that should not stand). A share is 0 when
+// the scenario has no such phase.
+func (ps *providers) Shares(at time.Time, conns int) (idle, busy float64) {
+	var idleNs, permitNs, heldNs, span float64
 	for _, p := range ps.list {
-		p.account(now, 0)
+		p.account(at.UnixNano(), 0)
 		p.acct.Lock()
-		idle += p.idleNs
-		total += p.permitNs
-		p.acct.Unlock()
-	}
-	if total == 0 {
-		return 0
-	}
-	return idle / total
-}
-
-// BusyShare is the share of connection-time spent holding a provider's
-// permit while the permits exceeded the connections, in the measured
-// phase up to at: the rest is the balancer's own time per request (and the
-// client's), which a permit-rich stage shows alone.
-func (ps *providers) BusyShare(at time.Time, conns int) float64 {
-	var held, span float64
-	now := at.UnixNano()
-	for _, p := range ps.list {
-		p.account(now, 0)
-		p.acct.Lock()
-		held += p.heldNs
+		idleNs += p.idleNs
+		permitNs += p.permitNs
+		heldNs += p.heldNs
 		span = max(span, p.spareNs)
 		p.acct.Unlock()
 	}
-	if span == 0 {
-		return 0
+	if permitNs > 0 {
+		idle = idleNs / permitNs
 	}
-	return held / (span * float64(conns))
+	if span > 0 {
+		busy = heldNs / (span * float64(conns))
+	}
+	return idle, busy
 }
 
 // account records a change of delta permits taken at now (unix ns).

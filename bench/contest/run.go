@@ -173,9 +173,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	env.start = start
 	close(env.started)
 	res := runLoad(ctx, url, rep.Scenario.Load, start)
-	now := time.Now()
-	rec.IdlePermits = ps.IdleShare(now)
-	rec.BusyConns = ps.BusyShare(now, rep.Scenario.Load.Connections)
+	rec.IdlePermits, rec.BusyConns = ps.Shares(time.Now(), rep.Scenario.Load.Connections)
 	stop()
 	for _, p := range ps.list {
 		rec.ProviderServed += p.served.Load()

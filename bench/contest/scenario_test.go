@@ -186,10 +186,11 @@ providers:
 	p.account(at(4*time.Second), -8)       // 1 s with 8 of 20 connections busy
 	p.account(at(5*time.Second), 0)        // 1 s with none busy
 	// The second from 5 s is past the measured phase.
-	if got, want := ps.IdleShare(start.Add(6*time.Second)), 8.0/20; math.Abs(got-want) > 1e-9 {
+	idle, busy := ps.Shares(start.Add(6*time.Second), 20)
+	if got, want := idle, 8.0/20; math.Abs(got-want) > 1e-9 {
 		t.Errorf("idle permits %.3f, want %.3f", got, want)
 	}
-	if got, want := ps.BusyShare(start.Add(6*time.Second), 20), 8.0/(2*20); math.Abs(got-want) > 1e-9 {
+	if got, want := busy, 8.0/(2*20); math.Abs(got-want) > 1e-9 {
 		t.Errorf("busy connections %.3f, want %.3f", got, want)
 	}
 }
