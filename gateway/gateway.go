@@ -404,7 +404,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	}
 	for _, u := range rt.order {
 		if ou := old.ups[u.name]; ou != nil && ou.bal == u.bal {
-			u.bal.SetLIFOAfter(u.cfg.Queue.LIFOAfter.D())
+			u.bal.SetLIFOAfter(u.cfg.Queue.LIFO())
 			u.targets.Store(ou.targets.Load()) // keep pools and metric handles
 			// and the active checks: startChecks keeps them if the check
 			// is unchanged (its verdicts go to the same balancer).

@@ -50,7 +50,7 @@ func (u *upstream) target(addr string) *target {
 
 // balanceOptions maps the upstream config onto balance options.
 func balanceOptions(u *config.Upstream) balance.Options {
-	o := balance.Options{Warmup: u.Warmup, Settings: u.Settings(), LIFOAfter: u.Queue.LIFOAfter.D()}
+	o := balance.Options{Warmup: u.Warmup, Settings: u.Settings(), LIFOAfter: u.Queue.LIFO()}
 	if p := u.Health.Passive; p != nil {
 		o.Passive = balance.Passive{
 			MaxFailures:       p.MaxFailures,

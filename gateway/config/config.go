@@ -205,9 +205,29 @@ type Queue struct {
 	// are at max_concurrency (default 0: refuse at once with 503).
 	MaxWait Duration `yaml:"max_wait"`
 	// LIFOAfter makes the queue adaptive LIFO: once the longest waiter
-	// has waited this long, a freed permit goes to the newest waiter
-	// (default 0: first come, first served; see balance.Options.LIFOAfter).
-	LIFOAfter Duration `yaml:"lifo_after"`
+	// has waited this long, a freed permit goes to the newest waiter (see
+	// balance.Options.LIFOAfter). Unset, it is DefaultLIFOAfter where
+	// max_wait is longer than that, else 0; 0 is first come, first
+	// served. Read it through LIFO.
+	LIFOAfter *Duration `yaml:"lifo_after"`
+}
+
+// DefaultLIFOAfter is queue.lifo_after when unset: a queue whose oldest
+// waiter has waited 100 ms is standing, not a burst. Measured on
+// bench/contest's overload scenario (400 clients, 100 permits):
+// successes' p99 478 ms first come, first served, 251 ms with it, for
+// the same successes; on the other eight scenarios within the noise.
+const DefaultLIFOAfter = 100 * time.Millisecond
+
+// LIFO is queue.lifo_after, or its default when unset.
+func (q Queue) LIFO() time.Duration {
+	if q.LIFOAfter != nil {
+		return q.LIFOAfter.D()
+	}
+	if q.MaxWait.D() > DefaultLIFOAfter {
+		return DefaultLIFOAfter
+	}
+	return 0
 }
 
 // Route maps matching requests to an upstream.
@@ -524,9 +544,10 @@ func (v *validator) upstream(name string, u *Upstream) {
 		v.fail(at("retry", "min_per_second"), "%d is negative", r.MinPerSecond)
 	}
 	switch q := u.Queue; {
-	case q.LIFOAfter > 0 && q.MaxWait == 0:
+	case q.LIFOAfter == nil || *q.LIFOAfter == 0:
+	case q.MaxWait == 0:
 		v.fail(at("queue", "lifo_after"), "has no effect without queue.max_wait (nothing waits)")
-	case q.LIFOAfter > 0 && q.LIFOAfter >= q.MaxWait:
+	case *q.LIFOAfter >= q.MaxWait:
 		v.fail(at("queue", "lifo_after"), "%v is not below queue.max_wait (%v): no waiter would ever be served newest first", q.LIFOAfter.D(), q.MaxWait.D())
 	}
 }
