@@ -88,7 +88,6 @@ func (cc *clientConn) serveOne() bool {
 			hdr = retryAfter(up.cfg.Queue.MaxWait.D())
 		}
 		line.reason = res.reason
-		cc.logLine(&line, res.code)
 		unread := n
 		if cc.buffered {
 			unread = 0
@@ -96,7 +95,9 @@ func (cc *clientConn) serveOne() bool {
 		if cc.streamed {
 			unread, clientClose = 0, true // some of the body went to a target: the rest is not worth reading
 		}
-		return cc.skipBody(unread) && cc.local(res.code, failureBody(res.code, res.reason), clientClose, hdr)
+		ok := cc.skipBody(unread) && cc.local(res.code, failureBody(res.code, res.reason), clientClose, hdr)
+		cc.logLine(&line, res.code)
+		return ok
 	}
 	uc := cc.uc
 	cc.uc = nil
@@ -121,10 +122,12 @@ func (cc *clientConn) serveOne() bool {
 	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(start).Seconds())
 	line.target = res.t.addr
-	cc.logLine(&line, res.status)
 	// The pick ended before the last bytes leave, so a client's next
-	// request already sees the target's permit back.
-	return cc.flush(keep && rerr == nil)
+	// request already sees the target's permit back; the access line is
+	// written after them, so its write is not in the response's way.
+	ok := cc.flush(keep && rerr == nil)
+	cc.logLine(&line, res.status)
+	return ok
 }
 
 // exchange sends cc's request to t and reads the response head into

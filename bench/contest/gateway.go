@@ -63,7 +63,9 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 			return "", nil, err
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
+		// No access log: the peers run with theirs off (nginx's
+		// access_log off; HAProxy logs nothing without a log line).
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
 		if settings != "" {
 			fmt.Fprintf(&b, "    strategy_settings: {%s}\n", settings)
 		}
