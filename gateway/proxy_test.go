@@ -460,3 +460,44 @@ func TestStalePooledConnections(t *testing.T) {
 		<-closed // the pooled connection is closed now
 	}
 }
+
+// stuckWriter blocks every write until released, as an access log on a
+// full pipe or a stalled disk would.
+type stuckWriter struct {
+	entered chan struct{} // one value per write that began
+	release chan struct{}
+}
+
+func (s *stuckWriter) Write(p []byte) (int, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	return len(p), nil
+}
+
+// The access line is written after the response has left: a stuck log
+// delays the connection's next request (and, since the log's lines take
+// turns, every other line), not the answer to this one, on success and on
+// an answer the gateway makes itself.
+func TestAccessLogDoesNotHoldTheResponse(t *testing.T) {
+	b := newBackend(t, "b1")
+	cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\nupstreams:\n  api:\n    targets:\n      - {url: \"" + b.url() + "\"}\n" +
+		"  none:\n    targets:\n      - {url: \"" + b.url() + "\", disabled: true}\n" +
+		"routes:\n  - {match: {path_prefix: /none}, upstream: none}\n  - {match: {path_prefix: /}, upstream: api}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &stuckWriter{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	g := startCfg(t, cfg, gateway.Options{AccessLog: w})
+	t.Cleanup(func() { close(w.release) }) // lines after the test's pass through
+	for _, c := range []struct {
+		path string
+		code int
+	}{{"/a", 200}, {"/none", 503}} {
+		// A client of its own: the stuck write holds its connection.
+		if r := get(t, client(), "http://"+g.Addr()+c.path); r.code != c.code {
+			t.Fatalf("%s: got %d %q, want %d", c.path, r.code, r.body, c.code)
+		}
+		<-w.entered // the line is being written, after the answer came
+		w.release <- struct{}{}
+	}
+}
