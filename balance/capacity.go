@@ -236,6 +236,7 @@ type capState struct {
 	raised     float64 // size of the last raise: the rejections an overshoot may draw
 	run        int     // rejections since the start of runFrom's pick, with no success of a later pick
 	runFrom    int64   // start of the first refused pick of the run
+	runSeen    int64   // clock when the run's first rejection came back
 	nextCut    int     // run length at which the limit is halved
 	cutAt      int64   // clock of the last halving
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
@@ -512,8 +513,9 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	// probes of a full target in a row would each draw a refusal.
 	c.quietTill.Store(o.Now + int64(cfg.probe*float64(max(c.lat.Load(), int64(time.Millisecond)))))
 	c.peak = max(c.peak, c.limit)
+	sent := o.Now - int64(o.Latency)
 	if c.run == 0 {
-		c.runFrom = o.Now - int64(o.Latency)
+		c.runFrom, c.runSeen = sent, o.Now
 		c.nextCut = 4 + int(c.raised)
 	}
 	c.probeAt = 0
@@ -525,9 +527,29 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 	// transit at the halving used to reset it to the slow one, and a
 	// provider whose permits fell from 100 to 60 sat at a limit of 39
 	// for 250 ms.
-	c.run++
+
+	// A pick already on its way when the run's first refusal came back
+	// is part of the same overshoot (a burst of k picks past the permits
+	// draws k refusals before any success can answer): it takes its one
+	// permit off and does not lengthen the run. Counted, a burst of
+	// retries onto an idle target halved it: 30 picks at 25 permits left
+	// a limit of 13, and 12 permits stood idle while probes climbed back.
+	inTransit := c.run > 0 && sent < c.runSeen
+	if !inTransit {
+		c.run++
+	}
 	l := max(cfg.min, c.limit-1)
-	if c.run >= c.nextCut {
+	if n := float64(o.InFlight - 1); n < l {
+		// The target refused while it held at most our other picks in
+		// flight, so its permits (for us) are no more than those. With
+		// the limit above the in-flight, one off per refusal kept the
+		// gap: each refusal freed the slot it took, the next pick took
+		// it and was refused too, until the run was long enough to
+		// halve. In-flight handled late after a stall can read low, so
+		// it cuts no deeper than a halving would.
+		l = max(cfg.min, n, math.Floor(c.limit/2))
+	}
+	if !inTransit && c.run >= c.nextCut {
 		// More refusals in a row than the last raise can explain, and no
 		// pick sent since the first of them got a permit: the target
 		// refuses everything new while the old load drains (its

@@ -949,3 +949,46 @@ func TestCapacityRevivalIsTimedByRefusals(t *testing.T) {
 		t.Fatalf("limit %d after the revival, want the level before the outage (4)", l)
 	}
 }
+
+// TestCapacityBurstOvershootIsNotHalved: a burst of picks past the
+// permits, all sent before the first refusal came back (retries from
+// other targets landing on an idle one), draws one refusal per pick over
+// and lands on the permits; only refusals of picks sent after the first
+// one came back make the run that halves a limit.
+func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(int64(time.Second))
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 30}, clk.Now, Target{Addr: "a", Weight: 1})
+	var held []Pick
+	for range 30 {
+		held = append(held, mustPickCapacity(t, b))
+	}
+	// The target has 25 permits: the last 5 of the burst are refused,
+	// each answer back within a few milliseconds, long before a success.
+	for i, p := range held[25:] {
+		clk.ns.Add(int64(time.Millisecond))
+		p.Report(time.Duration(i+1)*time.Millisecond, ErrRejected)
+	}
+	if l := limitOf(b, "a"); l != 25 {
+		t.Fatalf("limit %d after 5 refusals of a burst of 30 at 25 permits, want 25", l)
+	}
+	// The permits fall to 10 while the 25 drain: every pick sent now is
+	// refused, and the run of those cuts the limit by half, not by one
+	// per refusal.
+	for i := range 8 {
+		clk.ns.Add(int64(time.Millisecond))
+		held[i].Report(50*time.Millisecond, nil) // sent at the burst: no later pick got a permit
+		p, err := b.Pick("")
+		if err != nil {
+			continue // the limit is below what still drains
+		}
+		clk.ns.Add(int64(time.Millisecond))
+		p.Report(time.Millisecond, ErrRejected)
+	}
+	if l := limitOf(b, "a"); l > 16 {
+		t.Fatalf("limit %d after refusals of picks sent during a drain from 25, want it halved (16 or less)", l)
+	}
+	for _, p := range held[8:25] {
+		p.Done(nil)
+	}
+}
