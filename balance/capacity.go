@@ -708,7 +708,12 @@ func (c *capState) probe(e *Endpoint, o Outcome, cfg capacityConfig) {
 	// to 60 in about ten probes, and an overshoot near a large limit
 	// costs at most a proportionate burst of rejections.
 	c.step = min(c.step*2, max(2, math.Floor(c.limit/2)))
-	c.probeAt = o.Now + lat/4
+	// The next, bigger step follows once this one has gone unrefused
+	// for four refusal round trips (as a revival is judged), not a
+	// quarter latency: a refusal answers within one, and on collapse
+	// (permits 5 -> 20 -> 50 -> 90) the quarter-latency pace left
+	// 1.1-1.35 % of the permits idle against 0.7-0.8 %.
+	c.probeAt = o.Now + c.reviveAfter()
 	c.publish(e)
 }
 

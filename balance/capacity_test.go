@@ -992,3 +992,32 @@ func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
 		p.Done(nil)
 	}
 }
+
+// TestCapacityProbeStepsFollowUnrefused: once a probe found a permit, the
+// next, doubled step comes as soon as that one went unrefused for four
+// refusal round trips (1 ms each here), not a quarter latency later, so
+// a provider whose permits rose is found in a few round trips.
+func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
+	const lat = 80 * time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(int64(time.Second))
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	s := b.snap.Load()
+	e, obs := s.eps[0], s.observer
+	obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+	full := func() {
+		l := limitOf(b, "a")
+		obs.Observe(e, Outcome{Latency: lat, InFlight: l, Now: b.now(), Waiting: 5})
+	}
+	full()
+	clk.ns.Add(int64(lat + time.Millisecond))
+	full() // the first probe: 19 -> 20
+	if l := limitOf(b, "a"); l != 20 {
+		t.Fatalf("limit %d after the first probe, want 20", l)
+	}
+	clk.ns.Add(int64(5 * time.Millisecond)) // four refusal round trips, well under lat/4
+	full()
+	if l := limitOf(b, "a"); l != 22 {
+		t.Fatalf("limit %d 5 ms after an unrefused probe, want the next step (22)", l)
+	}
+}
