@@ -121,6 +121,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		return rep, err
 	}
 	printTable(w, rep)
+	printStages(w, rep)
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return rep, err
@@ -132,7 +133,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 		if err := writeSVG(base+".svg", rep); err != nil {
 			return rep, err
 		}
-		if err := os.WriteFile(base+".md", []byte(markdownTable(rep)), 0o644); err != nil {
+		if err := os.WriteFile(base+".md", []byte(markdownTable(rep)+"\n"+markdownStages(rep)), 0o644); err != nil {
 			return rep, err
 		}
 		fmt.Fprintf(w, "wrote %s.json, %s.svg, %s.md\n", base, base, base)

@@ -42,6 +42,10 @@ type provider struct {
 	// and the nanoseconds measured.
 	heldNs  float64
 	spareNs float64
+	// Service times drawn for requests admitted in the measured phase,
+	// each as a multiple of its stage's mean: the luck of the draws.
+	drawSum float64
+	drawN   int64
 }
 
 // providers are the scenario's providers, started once and reset before
@@ -100,6 +104,7 @@ func (ps *providers) Reset(start time.Time) {
 		p.rejected.Store(0)
 		p.acct.Lock()
 		p.last, p.idleNs, p.permitNs, p.heldNs, p.spareNs = start.UnixNano(), 0, 0, 0, 0
+		p.drawSum, p.drawN = 0, 0
 		p.acct.Unlock()
 	}
 }
@@ -130,6 +135,27 @@ func (ps *providers) Shares(at time.Time, conns int) (idle, busy float64) {
 		busy = heldNs / (span * float64(conns))
 	}
 	return idle, busy
+}
+
+// DrawMean is the mean service time drawn for the requests admitted in
+// the measured phase, as a multiple of their stages' means (1 on
+// average). Every contender draws from the same streams, but how many
+// draws each provider used before a stage moves which part of them that
+// stage gets: in a stage where the load exceeds the permits, successes
+// go as 1/DrawMean, whatever the balancer did.
+func (ps *providers) DrawMean() float64 {
+	var sum float64
+	var n int64
+	for _, p := range ps.list {
+		p.acct.Lock()
+		sum += p.drawSum
+		n += p.drawN
+		p.acct.Unlock()
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 // account records a change of delta permits taken at now (unix ns).
@@ -182,7 +208,8 @@ func (ps *providers) Close() {
 }
 
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	st := p.spec.stageAt(time.Duration(time.Now().UnixNano() - p.start.Load()))
+	at := time.Duration(time.Now().UnixNano() - p.start.Load())
+	st := p.spec.stageAt(at)
 	for {
 		b := p.busy.Load()
 		if b >= int64(st.Permits) {
@@ -198,8 +225,15 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.account(time.Now().UnixNano(), 1)
 	p.mu.Lock()
-	d := time.Duration(p.rng.ExpFloat64() * float64(st.AvgRTT))
+	f := p.rng.ExpFloat64()
 	p.mu.Unlock()
+	d := time.Duration(f * float64(st.AvgRTT))
+	if at >= p.warmup && at < p.end {
+		p.acct.Lock()
+		p.drawSum += f
+		p.drawN++
+		p.acct.Unlock()
+	}
 	t := time.NewTimer(d)
 	select {
 	case <-t.C:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // printTable writes the results table.
@@ -216,4 +217,109 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// stageWindows splits the measured phase at the scenario's change points,
+// in whole seconds (the per-second series' resolution: a change inside a
+// second starts its window at the next whole one).
+func stageWindows(rep *Report) [][2]int {
+	sc := rep.Scenario
+	from := int(sc.Load.Warmup.D() / time.Second)
+	to := min(len(rep.MaxPerSecond), int((sc.Load.Warmup.D()+sc.Load.Duration.D())/time.Second))
+	cuts := []int{from}
+	for _, p := range sc.changePoints() {
+		s := int((p + time.Second - 1) / time.Second)
+		if s > cuts[len(cuts)-1] && s < to {
+			cuts = append(cuts, s)
+		}
+	}
+	var ws [][2]int
+	for i, c := range cuts {
+		end := to
+		if i+1 < len(cuts) {
+			end = cuts[i+1]
+		}
+		if end > c {
+			ws = append(ws, [2]int{c, end})
+		}
+	}
+	return ws
+}
+
+// stageRows is the per-stage view of the results: each contender's
+// successes in each stage window, and against the best peer's in the
+// same window. It says which stage a score was lost in: a drop answered
+// late, a rise found late, or a level stretch where only the turnaround
+// counts.
+func stageRows(rep *Report) (head []string, rows [][]string) {
+	ws := stageWindows(rep)
+	sum := func(xs []float64, w [2]int) float64 {
+		t := 0.0
+		for i := w[0]; i < w[1] && i < len(xs); i++ {
+			t += xs[i]
+		}
+		return t
+	}
+	best := make([]float64, len(ws))
+	for _, r := range rep.Records {
+		if r.Kind == "peer" && r.Skipped == "" {
+			for i, w := range ws {
+				best[i] = max(best[i], sum(r.PerSecond, w))
+			}
+		}
+	}
+	head = []string{"contender"}
+	for _, w := range ws {
+		head = append(head, fmt.Sprintf("%d-%ds", w[0], w[1]))
+	}
+	maxRow := []string{"theoretical max"}
+	for _, w := range ws {
+		maxRow = append(maxRow, fmt.Sprintf("%.0f", sum(rep.MaxPerSecond, w)))
+	}
+	rows = append(rows, maxRow)
+	for _, r := range rep.Records {
+		if r.Skipped != "" {
+			continue
+		}
+		row := []string{r.Contender}
+		for i, w := range ws {
+			v := sum(r.PerSecond, w)
+			cell := fmt.Sprintf("%.0f", v)
+			if best[i] > 0 && r.Kind != "peer" {
+				cell += fmt.Sprintf(" (%+.1f%%)", 100*(v/best[i]-1))
+			}
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+	}
+	return head, rows
+}
+
+// printStages writes the per-stage table.
+func printStages(w io.Writer, rep *Report) {
+	head, rows := stageRows(rep)
+	if len(head) < 3 {
+		return // one stage: the results table says it all
+	}
+	fmt.Fprintln(w, "\nsuccesses per stage (Fulcrum's rows: against the best peer in the same stage)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+// markdownStages is the per-stage table in Markdown ("" for one stage).
+func markdownStages(rep *Report) string {
+	head, rows := stageRows(rep)
+	if len(head) < 3 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(head, " | ") + " |\n|---" + strings.Repeat("|--:", len(head)-1) + "|\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	return b.String()
 }

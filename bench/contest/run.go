@@ -60,7 +60,10 @@ type Record struct {
 	IdlePermits float64 `json:"idle_permits_overloaded"`
 	// BusyConns is the share of connection-time spent holding a permit
 	// while the permits exceeded the connections (measured phase).
-	BusyConns float64   `json:"busy_connections_underloaded"`
+	BusyConns float64 `json:"busy_connections_underloaded"`
+	// DrawMean is the mean service time drawn in the measured phase, as
+	// a multiple of the stages' means: above 1, the draws were unlucky.
+	DrawMean  float64   `json:"service_draw_mean"`
 	PerSecond []float64 `json:"per_second"`
 	Timeline  *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
 	Skipped   string    `json:"skipped,omitempty"`
@@ -174,6 +177,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	close(env.started)
 	res := runLoad(ctx, url, rep.Scenario.Load, start)
 	rec.IdlePermits, rec.BusyConns = ps.Shares(time.Now(), rep.Scenario.Load.Connections)
+	rec.DrawMean = ps.DrawMean()
 	stop()
 	for _, p := range ps.list {
 		rec.ProviderServed += p.served.Load()
@@ -185,8 +189,8 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	rec.PerSecond = res.PerSecond
 	rec.Timeline = env.timeline
 	rec.LoadAvg = loadAvg()
-	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  (providers rejected %d; load %s)\n",
-		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.ProviderRejected, rec.LoadAvg)
+	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  (providers rejected %d; load %s)\n",
+		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.ProviderRejected, rec.LoadAvg)
 	return rec, nil
 }
 
