@@ -29,11 +29,15 @@ import (
 //     IsRejection, in the last 30s) says itself when it is full, and the
 //     limit tracks its permits exactly. A rejection proves the target had
 //     fewer permits than our picks in flight, so it takes one permit off
-//     the limit (reject): an overshoot of k answers with k rejections and
-//     lands on the last limit that fitted, and a capacity drop answers
+//     the limit, and cuts it to our other picks in flight when those are
+//     fewer (never below half): an overshoot of k answers with k
+//     rejections and lands on the last limit that fitted, and a capacity
+//     drop answers
 //     every pick sent while the old load drains, which walks the limit
 //     down to the new permits. Only when more refusals come in a row than
-//     the last raise explains, and no pick sent since the first of them
+//     the last raise explains (refusals of picks already on their way
+//     when the first came back do not count: they are the same
+//     overshoot), and no pick sent since the first of them
 //     got a permit (the target refuses everything new while the old load
 //     drains: its capacity fell far), is the limit halved, again each
 //     time the run doubles, so a provider that goes down draws a score
@@ -43,8 +47,8 @@ import (
 //     probe_interval mean latencies (queued_probe_interval while callers
 //     wait in the queue: then a found permit serves a waiter at once),
 //     then probed one permit up; a probe that draws no rejection found a
-//     permit, and the next, twice as big, follows a quarter latency
-//     later (probe). The limit
+//     permit, and the next, twice as big, follows once it has gone
+//     unrefused for four refusal round trips (probe). The limit
 //     follows the permits as the oracle does, at the cost of one rejection
 //     per failed probe, a few per second. A target that still refuses at
 //     min_limit is parked: the learner holds its permits for a quarter of
