@@ -216,15 +216,18 @@ func (sc *Scenario) Scaled(f float64) *Scenario {
 }
 
 // stageAt returns p's stage in force at offset t.
-func (p *Provider) stageAt(t time.Duration) Stage {
-	s := p.Stages[0]
-	for _, x := range p.Stages[1:] {
+func (p *Provider) stageAt(t time.Duration) Stage { return p.Stages[p.stageIndex(t)] }
+
+// stageIndex is the index of the stage in force at offset t.
+func (p *Provider) stageIndex(t time.Duration) int {
+	i := 0
+	for j, x := range p.Stages[1:] {
 		if x.At.D() > t {
 			break
 		}
-		s = x
+		i = j + 1
 	}
-	return s
+	return i
 }
 
 // RateAt is the most successes per second the providers can complete at

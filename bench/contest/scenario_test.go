@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,5 +193,43 @@ providers:
 	}
 	if got, want := busy, 8.0/(2*20); math.Abs(got-want) > 1e-9 {
 		t.Errorf("busy connections %.3f, want %.3f", got, want)
+	}
+}
+
+// TestDrawsRestartEachStage: the k-th request a stage admits draws the
+// same service time whatever the contender did in the stages before, so
+// where every permit is busy a stage's successes do not depend on how many
+// draws an earlier placement used.
+func TestDrawsRestartEachStage(t *testing.T) {
+	sc, err := ParseScenario([]byte(`
+name: draws
+seed: 3
+load: {connections: 20, warmup: 1s, duration: 4s}
+providers:
+  - name: p
+    stages:
+      - {at: 0s, permits: 10, avg_rtt: 1ms}
+      - {at: 1s, permits: 10, avg_rtt: 1ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &provider{spec: sc.Providers[0], seed: [2]uint64{3, 1}, overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
+	ps := &providers{list: []*provider{p}}
+	serve := func(n int) {
+		for range n {
+			p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		}
+	}
+	run := func(before int) float64 {
+		ps.Reset(time.Now()) // stage 0, the warm-up
+		serve(before)
+		p.start.Store(time.Now().Add(-2 * time.Second).UnixNano()) // stage 1, measured
+		serve(6)
+		return ps.DrawMean()
+	}
+	a, b := run(3), run(11)
+	if a == 0 || a != b {
+		t.Errorf("stage 1's draws: mean %v after 3 in stage 0, %v after 11; want the same", a, b)
 	}
 }
