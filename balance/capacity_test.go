@@ -884,12 +884,7 @@ func TestCapacityProbesSoonerWhileCallersWait(t *testing.T) {
 		{0, 4 * lat},
 		{3, lat},
 	} {
-		clk := &capClock{}
-		clk.ns.Store(int64(time.Second))
-		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
-		s := b.snap.Load()
-		e, obs := s.eps[0], s.observer
-		obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+		b, clk, e, obs := refusedAt20(t)
 		if l := limitOf(b, "a"); l != 19 {
 			t.Fatalf("limit %d after a refusal at 20 in flight, want 19", l)
 		}
@@ -999,12 +994,7 @@ func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
 // a provider whose permits rose is found in a few round trips.
 func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
 	const lat = 80 * time.Millisecond
-	clk := &capClock{}
-	clk.ns.Store(int64(time.Second))
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
-	s := b.snap.Load()
-	e, obs := s.eps[0], s.observer
-	obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+	b, clk, e, obs := refusedAt20(t)
 	full := func() {
 		l := limitOf(b, "a")
 		obs.Observe(e, Outcome{Latency: lat, InFlight: l, Now: b.now(), Waiting: 5})
@@ -1020,4 +1010,18 @@ func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
 	if l := limitOf(b, "a"); l != 22 {
 		t.Fatalf("limit %d 5 ms after an unrefused probe, want the next step (22)", l)
 	}
+}
+
+// refusedAt20 is a learned target "a" on a settable clock that has just
+// refused a pick with 20 in flight (its limit is 19), with the endpoint
+// and the learner to feed outcomes to directly.
+func refusedAt20(t *testing.T) (*Balancer, *capClock, *Endpoint, Observer) {
+	t.Helper()
+	clk := &capClock{}
+	clk.ns.Store(int64(time.Second))
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	s := b.snap.Load()
+	e, obs := s.eps[0], s.observer
+	obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+	return b, clk, e, obs
 }
