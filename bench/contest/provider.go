@@ -26,6 +26,10 @@ type provider struct {
 	mu   sync.Mutex
 	rngs []*rand.Rand // one stream per stage, restarted for each contender
 	seed [2]uint64
+	// Service times drawn for requests admitted in the measured phase,
+	// each as a multiple of its stage's mean: the luck of the draws.
+	drawSum float64
+	drawN   int64
 
 	// Permit accounting while the scenario's connections exceed its
 	// permits (every free permit is then one a perfect balancer fills):
@@ -42,10 +46,6 @@ type provider struct {
 	// and the nanoseconds measured.
 	heldNs  float64
 	spareNs float64
-	// Service times drawn for requests admitted in the measured phase,
-	// each as a multiple of its stage's mean: the luck of the draws.
-	drawSum float64
-	drawN   int64
 }
 
 // providers are the scenario's providers, started once and reset before
@@ -98,13 +98,13 @@ func (ps *providers) Reset(start time.Time) {
 		// successes by half a percent.
 		p.mu.Lock()
 		p.restartDraws()
+		p.drawSum, p.drawN = 0, 0
 		p.mu.Unlock()
 		p.start.Store(start.UnixNano())
 		p.served.Store(0)
 		p.rejected.Store(0)
 		p.acct.Lock()
 		p.last, p.idleNs, p.permitNs, p.heldNs, p.spareNs = start.UnixNano(), 0, 0, 0, 0
-		p.drawSum, p.drawN = 0, 0
 		p.acct.Unlock()
 	}
 }
@@ -163,10 +163,10 @@ func (ps *providers) DrawMean() float64 {
 	var sum float64
 	var n int64
 	for _, p := range ps.list {
-		p.acct.Lock()
+		p.mu.Lock()
 		sum += p.drawSum
 		n += p.drawN
-		p.acct.Unlock()
+		p.mu.Unlock()
 	}
 	if n == 0 {
 		return 0
@@ -243,14 +243,12 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.account(time.Now().UnixNano(), 1)
 	p.mu.Lock()
 	f := p.rngs[si].ExpFloat64()
-	p.mu.Unlock()
-	d := time.Duration(f * float64(st.AvgRTT))
 	if at >= p.warmup && at < p.end {
-		p.acct.Lock()
 		p.drawSum += f
 		p.drawN++
-		p.acct.Unlock()
 	}
+	p.mu.Unlock()
+	d := time.Duration(f * float64(st.AvgRTT))
 	t := time.NewTimer(d)
 	select {
 	case <-t.C:
