@@ -11,11 +11,12 @@
 // of the scenario's theoretical maximum and of the oracle's (the library
 // forwarder told each stage's permits). Every contender draws the same
 // service times from each provider (its stream restarts per contender),
-// so a run's luck in the draws moves its score less (the offsets into
-// the streams still follow the placement: "draws", the mean service time
-// a contender drew as a multiple of the stages' means, says how lucky it
-// was). A table of successes per stage, Fulcrum's rows against the best
-// peer of each stage, says which stage a score was lost in. Two more
+// so a run's luck in the draws moves its score less; the stream restarts
+// at each stage, so an earlier stage's placement does not decide which
+// draws a later one gets ("draws", the mean service time a contender
+// drew as a multiple of the stages' means, says how lucky it was). A
+// table of successes per stage, Fulcrum's rows against the best peer of
+// each stage, says which stage a score was lost in. Two more
 // diagnostics say where: "idle permits", the share of permit-time left
 // free while the connections exceed the permits (the time between one
 // request's end and the next one's arrival, a limit learned too low),

@@ -155,10 +155,11 @@ func (p *provider) restartDraws() {
 
 // DrawMean is the mean service time drawn for the requests admitted in
 // the measured phase, as a multiple of their stages' means (1 on
-// average). Every contender draws from the same streams, but how many
-// draws each provider used before a stage moves which part of them that
-// stage gets: in a stage where the load exceeds the permits, successes
-// go as 1/DrawMean, whatever the balancer did.
+// average). Every contender draws from the same stream per stage (see
+// restartDraws), so where every permit is busy they draw alike; where
+// permits stand spare, which provider a request goes to still decides
+// which draw it gets, and in a stage where the load exceeds the permits
+// successes go as 1/DrawMean, whatever the balancer did.
 func (ps *providers) DrawMean() float64 {
 	var sum float64
 	var n int64
