@@ -143,9 +143,13 @@ func (b *Balancer) Update(targets []Target) error {
 		}
 		switch {
 		case t.MaxConcurrency > 0:
+			if was := st.limit.Load(); was > 0 && int64(t.MaxConcurrency) > was {
+				st.reopened.Add(1) // more permits: retries that excluded it may come back
+			}
 			st.limit.Store(int64(t.MaxConcurrency))
 		case oldCfg[t.Addr].MaxConcurrency > 0:
 			st.limit.Store(0) // was configured, now unlimited (or learned afresh)
+			st.reopened.Add(1)
 		}
 		states[t.Addr] = st
 	}
@@ -331,7 +335,8 @@ func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
 // or newest first once the oldest has waited Options.LIFOAfter. When ctx
 // ends the error wraps both ErrAtCapacity and ctx.Err().
 func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
-	var w *waiter // queued: it keeps its place across wake-ups that find no permit
+	var w *waiter      // queued: it keeps its place across wake-ups that find no permit
+	var opens []uint32 // the excluded targets' reopen counts when it queued
 	for {
 		p, err := b.PickWith(info)
 		if err != ErrAtCapacity {
@@ -339,6 +344,12 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		}
 		switch {
 		case w == nil:
+			if len(info.Exclude) > 0 {
+				opens = make([]uint32, len(info.Exclude))
+				for i, x := range info.Exclude {
+					opens[i] = x.s.reopened.Load()
+				}
+			}
 			w = b.wq.enqueue()
 		case len(info.Exclude) > 0:
 			// Woken, but the permit may be on a target this pick
@@ -367,11 +378,36 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		}
 		select {
 		case <-w.ch:
+			if opens != nil {
+				info.Exclude, opens = dropReopened(info.Exclude, opens)
+			}
 		case <-ctx.Done():
 			b.wq.leave(w)
 			return Pick{}, fmt.Errorf("%w: %w", ErrAtCapacity, ctx.Err())
 		}
 	}
+}
+
+// dropReopened removes from a waiter's excluded targets those reopened
+// (Endpoint.Reopen) since it queued: a refusal excluded them, and they
+// have room again. The caller's slice is never changed.
+func dropReopened(ex []*Endpoint, opens []uint32) ([]*Endpoint, []uint32) {
+	keep := 0
+	for i, x := range ex {
+		if x.s.reopened.Load() == opens[i] {
+			keep++
+		}
+	}
+	if keep == len(ex) {
+		return ex, opens
+	}
+	kx, ko := make([]*Endpoint, 0, keep), make([]uint32, 0, keep)
+	for i, x := range ex {
+		if x.s.reopened.Load() == opens[i] {
+			kx, ko = append(kx, x), append(ko, opens[i])
+		}
+	}
+	return kx, ko
 }
 
 // SetLIFOAfter changes Options.LIFOAfter on a running balancer (a reload
@@ -520,7 +556,17 @@ func (p Pick) finish(lat, now int64, err error) {
 	if b.opts.Passive.MaxFailures > 0 {
 		b.passive(st, err, now)
 	}
-	b.wakeWaiters(raised + 1)
+	freed := raised + 1
+	if l := st.limit.Load(); raised == 0 && l > 0 && st.inflight.Load() >= l {
+		// The learner took the permit back (a refusal cut the limit or
+		// parked the target): nothing came free. A waiter woken for it
+		// would find no permit, and a retry that excludes another
+		// target passes such a wake-up on and queues again at the end:
+		// every refusal of a down target's probe sent the oldest waiter
+		// to the back.
+		freed = 0
+	}
+	b.wakeWaiters(freed)
 }
 
 // wakeWaiters wakes up to n waiters, one per permit that became free.

@@ -644,3 +644,60 @@ func TestSetLIFOAfterOnARunningBalancer(t *testing.T) {
 		t.Fatalf("woken: oldest %v, newest %v; want the newest once LIFO is set on a queue a second old", ws[0].signaled, ws[1].signaled)
 	}
 }
+
+// TestWaitingRetryTakesATargetWhoseLimitRose: a retry queued with the
+// target that refused it excluded may pick that target again once its
+// configured limit rises (Update reopens it). Otherwise a target whose
+// permits came back refills only from new requests while the retries
+// wait for the others.
+func TestWaitingRetryTakesATargetWhoseLimitRose(t *testing.T) {
+	targets := []Target{{Addr: "a", Weight: 1, MaxConcurrency: 1}, {Addr: "s", Weight: 1, MaxConcurrency: 1}}
+	b, err := New("least_active", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(targets); err != nil {
+		t.Fatal(err)
+	}
+	var held []Pick
+	var aEp *Endpoint
+	for range 2 {
+		p, err := b.Pick("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Addr() == "a" {
+			aEp = p.Endpoint()
+		}
+		held = append(held, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan Pick, 1)
+	errc := make(chan error, 1)
+	go func() {
+		p, err := b.Wait(ctx, PickInfo{Exclude: []*Endpoint{aEp}})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- p
+	}()
+	testenv.Eventually(t, "the retry to queue", func() bool { return b.wq.n.Load() == 1 })
+	targets[0].MaxConcurrency = 2
+	if err := b.Update(targets); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p.Addr() != "a" {
+			t.Fatalf("the retry got %s, want a (its limit rose)", p.Addr())
+		}
+		held = append(held, p)
+	case err := <-errc:
+		t.Fatalf("the retry excluding a was not served when a's limit rose: %v", err)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}

@@ -52,12 +52,14 @@ import (
 //     follows the permits as the oracle does, at the cost of one rejection
 //     per failed probe, a few per second. A target that still refuses at
 //     min_limit is parked: the learner holds its permits for a quarter of
-//     a mean latency, and the first pick after that probes it (park), so
-//     a dead target costs four rejections per latency, not one per
-//     rejection round trip; when a probe draws no refusal within four
-//     refusal round trips (at most an eighth of a latency) the limit
-//     jumps back to the highest it reached
-//     before the target went down (revived). A retry
+//     a mean latency (a sixteenth while callers wait in the queue), and
+//     the first pick after that, never a retry, probes it (park), so a
+//     dead target costs four (sixteen) rejections per latency, not one
+//     per rejection round trip; when a probe draws no refusal within
+//     four refusal round trips (at most an eighth of a latency) the limit
+//     jumps back to the highest it reached before the target went down
+//     (revived), and waiting retries that it refused may take it again
+//     (Endpoint.Reopen). A retry
 //     that finds every other target at its learned limit probes one of
 //     them a permit over it (retryProbe): a caller that does not wait
 //     would answer the client with the refusal.
@@ -290,6 +292,11 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	var bestFree int64
 	var now int64   // read only when a target is parked or idle
 	var freed int64 // permits that unparking or reviving made free here
+	var probe *Endpoint
+	// A retry leaves a down target's probe to a first attempt: refused,
+	// a first attempt still has its retry; a retry refused there has
+	// none left, and answers the client with an error.
+	retry := len(info.Exclude) > 0
 	for i := range n {
 		j := i + off
 		if j >= n {
@@ -298,15 +305,28 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		e := p.eps[j]
 		if until := p.st[j].parkUntil.Load(); until != 0 {
 			// Before Usable: a parked target has no free permit.
+			if retry {
+				continue
+			}
 			if now == 0 {
 				now = info.Now()
 			}
 			if now >= until {
 				c := p.st[j]
 				c.mu.Lock()
-				freed += c.held
-				c.unpark(e, now)
+				held := c.held
+				unparked := c.unpark(e, now)
 				c.mu.Unlock()
+				if unparked {
+					freed += held
+				}
+				if unparked && info.Usable(e) {
+					// The pick that ends the park is the probe: left
+					// free, the permit went to whichever pick came
+					// next, a retry's fallback included.
+					probe = e
+					break
+				}
 			}
 		}
 		if at := p.st[j].reviveAt.Load(); at != 0 {
@@ -320,6 +340,9 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 				c.revived(e, now, p.cfg)
 				freed += max(e.Limit()-before, 0)
 				c.mu.Unlock()
+			}
+			if retry && p.st[j].reviveAt.Load() != 0 {
+				continue // its probe is out, or a first attempt's to take
 			}
 		}
 		if !info.Usable(e) {
@@ -357,6 +380,10 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			best, bestRate, bestFree = e, rate, free
 		}
 	}
+	if probe != nil {
+		best = probe
+		freed-- // the permit this pick takes
+	}
 	if freed > 0 && info.snap != nil {
 		// Permits that came back here, not through a pick's end: wake
 		// waiters for them as a release would (a revived target's limit
@@ -389,7 +416,19 @@ func (p *capacityPicker) retryProbe(info PickInfo) *Endpoint {
 	bestRate := -1.0
 	now := info.Now()
 	for j, e := range p.eps {
-		if e.t.MaxConcurrency != 0 || isExcluded(&info, e) || p.st[j].parkUntil.Load() != 0 || now < p.st[j].quietTill.Load() {
+		parked := p.st[j].parkUntil.Load() != 0
+		if isExcluded(&info, e) {
+			if parked {
+				// Refused by a target that is down: that says nothing
+				// of the others' permits, and the retry waits for one
+				// (a parked target's probes come every few refusal
+				// round trips, and each refused probe's retry sent
+				// over a full target's limit was a client error).
+				return nil
+			}
+			continue
+		}
+		if e.t.MaxConcurrency != 0 || parked || now < p.st[j].quietTill.Load() {
 			continue
 		}
 		lat := max(p.st[j].lat.Load(), int64(time.Millisecond))
@@ -567,7 +606,7 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 		c.cutAt = o.Now
 	}
 	if l == c.limit {
-		c.park(e, o.Now)
+		c.park(e, o.Now, o.Waiting)
 		return
 	}
 	if l < c.limit {
@@ -579,17 +618,13 @@ func (c *capState) reject(e *Endpoint, o Outcome, cfg capacityConfig) {
 }
 
 // park takes a target at the lowest limit that still refuses out of use
-// for a quarter of a mean latency: the learner holds its permits (they
-// count in the target's in-flight, so no pick, not even the balancer's
-// fallback to any free permit, sends to it). Without it a dead target at
-// min_limit would draw one pick per rejection round trip, thousands of
-// rejections a second; parked, it draws four per latency. The first pick
-// after the time takes the permits back (unpark) and is the probe. A
-// whole latency parked was measured as the slower choice: on a provider
-// that flaps between all its permits and none, the return was found up
-// to a latency late, and a refused probe costs only a fast 503 that the
-// gateway retries elsewhere.
-func (c *capState) park(e *Endpoint, now int64) {
+// for a while: the learner holds its permits (they count in the target's
+// in-flight, so no pick, not even the balancer's fallback to any free
+// permit, sends to it). Without it a dead target at min_limit would draw
+// one pick per rejection round trip, thousands of rejections a second.
+// The first pick after the time takes the permits back (unpark) and is
+// the probe. How long is parkFor's choice.
+func (c *capState) park(e *Endpoint, now int64, waiting int) {
 	if c.held != 0 {
 		return
 	}
@@ -597,13 +632,32 @@ func (c *capState) park(e *Endpoint, now int64) {
 	c.revive = false
 	c.reviveAt.Store(0)
 	e.s.inflight.Add(c.held)
-	c.parkUntil.Store(now + max(c.lat.Load()/4, int64(time.Millisecond)))
+	c.parkUntil.Store(now + c.parkFor(waiting))
 }
 
-// unpark gives a parked target's permits back if its time has come.
-func (c *capState) unpark(e *Endpoint, now int64) {
+// parkFor is how long a parked target holds its permits before the next
+// probe. With nobody waiting, a quarter of a mean latency: four refused
+// probes per latency while it stays down, and nobody loses by a late
+// find. While callers wait in the queue, a sixteenth (at least four
+// refusal round trips): the probe that finds the target back comes half
+// a park after its return on average, and every waiter waits that long
+// with it. On flap (50 waiters at each return of a provider that is down
+// a second at a time) the quarter-latency park left them waiting about
+// 8 ms each time, 0.6 % of the connections' time; a refused probe costs
+// one fast refusal, which its caller's retry takes back to the queue.
+func (c *capState) parkFor(waiting int) int64 {
+	lat := c.lat.Load()
+	if waiting == 0 {
+		return max(lat/4, int64(time.Millisecond))
+	}
+	return max(lat/16, 4*c.refuseLat, int64(500*time.Microsecond))
+}
+
+// unpark gives a parked target's permits back if its time has come, and
+// reports whether it did.
+func (c *capState) unpark(e *Endpoint, now int64) bool {
 	if c.held == 0 || now < c.parkUntil.Load() {
-		return
+		return false
 	}
 	e.s.inflight.Add(-c.held)
 	c.held = 0
@@ -613,6 +667,7 @@ func (c *capState) unpark(e *Endpoint, now int64) {
 	// success takes a whole one. No refusal by then means the target
 	// takes work again.
 	c.reviveAt.Store(now + c.reviveAfter())
+	return true
 }
 
 // reviveAfter is how long a probe of a parked target goes unrefused
@@ -650,6 +705,7 @@ func (c *capState) revived(e *Endpoint, now int64, cfg capacityConfig) {
 	c.peak, c.step = 0, 2
 	c.probeAt = now + max(c.lat.Load(), int64(time.Millisecond))/4
 	c.publish(e)
+	e.Reopen() // the requests it refused while down may come back
 }
 
 // probe handles a success on a target that rejects. While the target

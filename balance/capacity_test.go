@@ -829,6 +829,204 @@ func TestCapacityRevivalWakesWaiters(t *testing.T) {
 	}
 }
 
+// TestCapacityRevivalReopensForRefusedRetries: requests that a down
+// target refused wait in the queue with it excluded. When it comes back,
+// they take its permits (Endpoint.Reopen), instead of waiting for the
+// other targets while it refills one new request at a time (on flap, 50
+// waiters took 50 ms to reach a provider back with 60 permits). And a
+// retry never takes a parked target's probe: refused there, it has no
+// attempt left.
+func TestCapacityRevivalReopensForRefusedRetries(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 8, "min_limit": 1}, clk.Now,
+		Target{Addr: "a", Weight: 1}, Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
+	var refused, held []Pick
+	var aEp, sEp *Endpoint
+	for range 9 { // a's 8 learned permits and s's one
+		p, err := b.PickWith(PickInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Addr() == "a" {
+			aEp = p.Endpoint()
+			refused = append(refused, p)
+		} else {
+			sEp = p.Endpoint()
+			held = append(held, p)
+		}
+	}
+	if aEp == nil || sEp == nil {
+		t.Fatal("nine picks did not take both targets' permits")
+	}
+	for _, p := range refused {
+		p.Report(100*time.Microsecond, ErrRejected)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const waiters = 3
+	got := make(chan Pick, waiters)
+	for i := range waiters {
+		go func() {
+			if p, err := b.Wait(ctx, PickInfo{Exclude: []*Endpoint{aEp}}); err == nil {
+				got <- p
+			}
+		}()
+		testenv.Eventually(t, "the retry to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	clk.ns.Add(int64(5 * time.Millisecond)) // past the park
+	if p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{sEp}}); err == nil {
+		t.Fatalf("a retry took %s's permit after the park; want the probe left to a first attempt", p.Addr())
+	}
+	probe, err := b.PickWith(PickInfo{})
+	if err != nil || probe.Addr() != "a" {
+		t.Fatalf("first attempt after the park: %v on %q, want the probe of a", err, probe.Addr())
+	}
+	held = append(held, probe)
+	clk.ns.Add(int64(5 * time.Millisecond)) // no refusal of the probe: a is back
+	if p, err := b.PickWith(PickInfo{}); err == nil {
+		held = append(held, p)
+	}
+	for range waiters {
+		select {
+		case p := <-got:
+			if p.Addr() != "a" {
+				t.Errorf("a waiting retry got %s, want the revived a", p.Addr())
+			}
+			held = append(held, p)
+		case <-time.After(30 * time.Second):
+			t.Fatal("retries that a refused slept through its revival")
+		}
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
+
+// TestCapacityParkIsShortWhileCallersWait: a target parked while
+// callers wait in the queue is probed again after a sixteenth of its
+// latency (each waiter waits out the park with it); with nobody waiting,
+// after a quarter.
+func TestCapacityParkIsShortWhileCallersWait(t *testing.T) {
+	for _, tc := range []struct {
+		waiting bool
+		probeAt time.Duration // the first clock step at which a probe is allowed
+	}{{false, 13 * time.Millisecond}, {true, 4 * time.Millisecond}} {
+		clk := &capClock{}
+		clk.ns.Store(1)
+		b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
+		p := mustPickCapacity(t, b)
+		p.Report(50*time.Millisecond, nil) // a's latency: 50 ms
+		p = mustPickCapacity(t, b)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		if tc.waiting {
+			go func() {
+				defer close(done)
+				if q, err := b.Wait(ctx, PickInfo{}); err == nil {
+					q.Done(nil)
+				}
+			}()
+			testenv.Eventually(t, "the caller to queue", func() bool { return b.wq.n.Load() == 1 })
+		} else {
+			close(done)
+		}
+		p.Report(100*time.Microsecond, ErrRejected) // refused at min_limit: parked
+		clk.ns.Add(int64(tc.probeAt - time.Millisecond))
+		if q, err := b.PickWith(PickInfo{}); err == nil {
+			t.Errorf("waiting=%v: a probe %v after parking, want none before %v", tc.waiting, tc.probeAt-time.Millisecond, tc.probeAt)
+			q.Done(nil)
+		}
+		clk.ns.Add(int64(time.Millisecond))
+		q, err := b.PickWith(PickInfo{})
+		if err != nil {
+			t.Errorf("waiting=%v: no probe %v after parking: %v", tc.waiting, tc.probeAt, err)
+		} else {
+			q.Done(nil)
+		}
+		cancel()
+		<-done
+	}
+}
+
+// TestCapacityRefusalThatParksWakesNobody: a refusal whose permit the
+// learner keeps (the target is parked) frees nothing, so it wakes no
+// waiter: a woken retry that finds no permit it may use passes the
+// wake-up on and queues again at the end, and each refused probe of a
+// down target sent the oldest waiter to the back.
+func TestCapacityRefusalThatParksWakesNobody(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	// max_limit 1: the queued retry does not probe a over its limit.
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1, "max_limit": 1}, clk.Now,
+		Target{Addr: "a", Weight: 1}, Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
+	var aPick, sPick Pick
+	for range 2 {
+		p, err := b.PickWith(PickInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Addr() == "a" {
+			aPick = p
+		} else {
+			sPick = p
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, info := range []PickInfo{{Exclude: []*Endpoint{sPick.Endpoint()}}, {}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p, err := b.Wait(ctx, info); err == nil {
+				p.Done(nil)
+			}
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	b.wq.mu.Lock()
+	first := b.wq.q[0].seq
+	b.wq.mu.Unlock()
+	aPick.Report(100*time.Microsecond, ErrRejected) // at min_limit: parked
+	b.wq.mu.Lock()
+	n, head := len(b.wq.q), b.wq.q[0].seq
+	b.wq.mu.Unlock()
+	if n != 2 || head != first {
+		t.Errorf("after a refusal that parked a: %d waiting, oldest seq %d; want both, the oldest (%d) still first", n, head, first)
+	}
+	cancel()
+	wg.Wait()
+	sPick.Done(nil)
+}
+
+// TestCapacityNoRetryProbeAfterADownTargetsRefusal: a retry of a request
+// that a parked (down) target refused waits for a permit rather than
+// probing another target over its learned limit: the refusal said
+// nothing of the others' permits, and with a down target probed many
+// times a second those probes were most of the client errors.
+func TestCapacityNoRetryProbeAfterADownTargetsRefusal(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1}, clk.Now,
+		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	var aPick, bPick Pick
+	for range 2 {
+		p := mustPickCapacity(t, b)
+		if p.Addr() == "a" {
+			aPick = p
+		} else {
+			bPick = p
+		}
+	}
+	aEp := aPick.Endpoint()
+	aPick.Report(100*time.Microsecond, ErrRejected) // at min_limit: parked
+	if p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{aEp}}); err == nil {
+		t.Errorf("the retry of a's refusal went to %s (b's limit now %d); want it to wait", p.Addr(), limitOf(b, "b"))
+		p.Done(nil)
+	}
+	bPick.Done(nil)
+}
+
 // TestCapacityPartialDropIsNotOverCorrectedForLong: a target whose permits
 // fall from 100 to 60 under load refuses every pick while the old load
 // drains, which halves the limit below the new permits. The undershoot is

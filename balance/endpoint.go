@@ -50,6 +50,10 @@ type state struct {
 	ejections    atomic.Int32 // passive: times ejected recently (backoff)
 	lastEnd      atomic.Int64 // passive: clock when the last ejection ended
 
+	// Reopen count: bumped when the target has room again that a
+	// refusal denied (see Reopen).
+	reopened atomic.Uint32
+
 	// The strategy's own state for this target (see StateOf): a
 	// strategy's statistics live with the strategy, not here.
 	ext atomic.Pointer[any]
@@ -84,6 +88,16 @@ func (e *Endpoint) Limit() int64 { return e.s.limit.Load() }
 // SetLimit sets the permits. It is for strategies that learn a limit; a
 // configured MaxConcurrency is restored by the next Update.
 func (e *Endpoint) SetLimit(n int64) { e.s.limit.Store(n) }
+
+// Reopen tells the balancer that the target has permits again after
+// refusing (a learner found its capacity back, or its configured limit
+// rose): waiters whose retry excluded it because it refused may pick it
+// again. Without this, every request queued while a target was down
+// carries its refusal there, and the target refills only as fast as new
+// requests arrive. A strategy calls it on evidence of room, not on a
+// guess such as a probe: a retry that takes a probe's permit and is
+// refused again may have no attempt left.
+func (e *Endpoint) Reopen() { e.s.reopened.Add(1) }
 
 // Remaining returns the free permits, or math.MaxInt64 when unlimited.
 func (e *Endpoint) Remaining() int64 {
