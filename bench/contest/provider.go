@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,9 @@ type provider struct {
 	rejected atomic.Int64
 
 	mu   sync.Mutex
-	rngs []*rand.Rand // one stream per stage, restarted for each contender
+	rngs []*rand.Rand // one stream per segment, restarted for each contender
 	seed [2]uint64
+	segs []time.Duration // the scenario's change points, which start its segments
 	// Service times drawn for requests admitted in the measured phase,
 	// each as a multiple of its stage's mean: the luck of the draws.
 	drawSum float64
@@ -66,6 +68,7 @@ func startProviders(sc *Scenario) (*providers, error) {
 			spec:       spec,
 			url:        "http://" + ln.Addr().String(),
 			seed:       [2]uint64{sc.Seed, uint64(i) + 1},
+			segs:       sc.segments(),
 			overloaded: sc.OverloadedAt,
 			warmup:     sc.Load.Warmup.D(),
 			end:        sc.Load.Warmup.D() + sc.Load.Duration.D(),
@@ -137,21 +140,37 @@ func (ps *providers) Shares(at time.Time, conns int) (idle, busy float64) {
 	return idle, busy
 }
 
-// restartDraws starts every stage's stream of service times afresh. A
-// stream per stage, not one per provider: with one, how many draws a
-// balancer's placement had used before a stage decided which part of the
-// stream that stage got, and where the load exceeds the permits (every
-// permit busy, whoever balances) the successes go as 1/(mean drawn):
-// on contest's last stage the capacity rows drew 1.5 % unluckier than the
-// round-robin peers, round after round, and with other seeds luckier.
-// Per stage, the k-th request a stage admits gets the same draw whatever
-// came before. The caller holds p.mu (or p is not yet shared).
+// restartDraws starts every segment's stream of service times afresh. A
+// stream per segment of the scenario (between two points where any
+// provider changes stage), not one per provider: with one, how many draws
+// a balancer's placement had used before decided which part of the stream
+// a later segment got, and where the load exceeds the permits (every
+// permit busy, whoever balances) the successes go as 1/(mean drawn): on
+// contest's last stage the capacity rows drew 1.5 % unluckier than the
+// round-robin peers, round after round, and with other seeds luckier. Per
+// provider stage was not enough: on flap the steady providers have one
+// stage, so the segments where only they served (the flapping one down)
+// drew from wherever the earlier placement had left their streams, and
+// one of those seconds put both capacity rows 5 % behind both peers.
+// Per segment, the k-th request a provider admits in it gets the same
+// draw whatever came before. The caller holds p.mu (or p is not yet
+// shared).
 func (p *provider) restartDraws() {
 	p.rngs = p.rngs[:0]
-	for i := range p.spec.Stages {
+	for i := 0; i <= len(p.segs); i++ {
 		p.rngs = append(p.rngs, rand.New(rand.NewPCG(p.seed[0], p.seed[1]<<16|uint64(i))))
 	}
 }
+
+// segmentOf is the index of the segment in force at offset t, segs
+// being the scenario's segments (Scenario.segments).
+func segmentOf(segs []time.Duration, t time.Duration) int {
+	return sort.Search(len(segs), func(i int) bool { return segs[i] > t })
+}
+
+// segment is the index of the segment in force at offset t: 0 before
+// the first change point after the start.
+func (p *provider) segment(t time.Duration) int { return segmentOf(p.segs, t) }
 
 // DrawMean is the mean service time drawn for the requests admitted in
 // the measured phase, as a multiple of their stages' means (1 on
@@ -243,7 +262,7 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.account(time.Now().UnixNano(), 1)
 	p.mu.Lock()
-	f := p.rngs[si].ExpFloat64()
+	f := p.rngs[p.segment(at)].ExpFloat64()
 	if at >= p.warmup && at < p.end {
 		p.drawSum += f
 		p.drawN++

@@ -277,6 +277,19 @@ func (sc *Scenario) changePoints() []time.Duration {
 	return ts
 }
 
+// segments lists the offsets after the start at which some provider
+// changes stage, once each, in order: the starts of the scenario's
+// segments after the first.
+func (sc *Scenario) segments() []time.Duration {
+	var out []time.Duration
+	for _, t := range sc.changePoints() {
+		if t > 0 && (len(out) == 0 || out[len(out)-1] != t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // TheoreticalMax is the most successes the measured phase can hold: RateAt
 // integrated over [warmup, warmup+duration].
 func (sc *Scenario) TheoreticalMax() float64 {

@@ -200,7 +200,8 @@ providers:
 // same service time whatever the contender did in the stages before, so
 // where every permit is busy a stage's successes do not depend on how many
 // draws an earlier placement used.
-func TestDrawsRestartEachStage(t *testing.T) {
+func TestDrawsRestartEachSegment(t *testing.T) {
+	// p has one stage; q's change at 1s starts a segment for both.
 	sc, err := ParseScenario([]byte(`
 name: draws
 seed: 3
@@ -209,12 +210,15 @@ providers:
   - name: p
     stages:
       - {at: 0s, permits: 10, avg_rtt: 1ms}
-      - {at: 1s, permits: 10, avg_rtt: 1ms}
+  - name: q
+    stages:
+      - {at: 0s, permits: 10, avg_rtt: 1ms}
+      - {at: 1s, permits: 0, avg_rtt: 1ms}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &provider{spec: sc.Providers[0], seed: [2]uint64{3, 1}, overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
+	p := &provider{spec: sc.Providers[0], seed: [2]uint64{3, 1}, segs: sc.segments(), overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
 	ps := &providers{list: []*provider{p}}
 	serve := func(n int) {
 		for range n {
@@ -222,14 +226,14 @@ providers:
 		}
 	}
 	run := func(before int) float64 {
-		ps.Reset(time.Now()) // stage 0, the warm-up
+		ps.Reset(time.Now()) // segment 0, the warm-up
 		serve(before)
-		p.start.Store(time.Now().Add(-2 * time.Second).UnixNano()) // stage 1, measured
+		p.start.Store(time.Now().Add(-2 * time.Second).UnixNano()) // segment 1, measured
 		serve(6)
 		return ps.DrawMean()
 	}
 	a, b := run(3), run(11)
 	if a == 0 || a != b {
-		t.Errorf("stage 1's draws: mean %v after 3 in stage 0, %v after 11; want the same", a, b)
+		t.Errorf("segment 1's draws at p: mean %v after 3 in segment 0, %v after 11; want the same", a, b)
 	}
 }
