@@ -795,15 +795,7 @@ func TestCapacityRevivalWakesWaiters(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const waiters = 3
-	got := make(chan Pick, waiters)
-	for i := range waiters {
-		go func() {
-			if p, err := b.Wait(ctx, PickInfo{}); err == nil {
-				got <- p
-			}
-		}()
-		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
-	}
+	got := queueWaiters(t, ctx, b, waiters, PickInfo{})
 	// The park time passes: the next pick is the probe. Then no refusal
 	// comes back for it: the pick after that revives the target.
 	var held []Pick
@@ -816,17 +808,44 @@ func TestCapacityRevivalWakesWaiters(t *testing.T) {
 	if l := limitOf(b, "a"); l < 4 {
 		t.Fatalf("limit after revival = %d, want the level before the outage (8)", l)
 	}
-	for range waiters {
-		select {
-		case p := <-got:
-			held = append(held, p)
-		case <-time.After(30 * time.Second):
-			t.Fatal("waiters slept through the revived target's permits")
-		}
-	}
-	for _, p := range held {
+	for _, p := range append(held, awaitWaiters(t, got, waiters, "")...) {
 		p.Done(nil)
 	}
+}
+
+// queueWaiters starts n callers of b.Wait with info and returns once all
+// are queued; their picks come on the channel.
+func queueWaiters(t *testing.T, ctx context.Context, b *Balancer, n int, info PickInfo) <-chan Pick {
+	t.Helper()
+	got := make(chan Pick, n)
+	for i := range n {
+		go func() {
+			if p, err := b.Wait(ctx, info); err == nil {
+				got <- p
+			}
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	return got
+}
+
+// awaitWaiters collects n waiters' picks, each on target want unless
+// want is empty, and fails if they do not all come.
+func awaitWaiters(t *testing.T, got <-chan Pick, n int, want string) []Pick {
+	t.Helper()
+	var picks []Pick
+	for range n {
+		select {
+		case p := <-got:
+			if want != "" && p.Addr() != want {
+				t.Errorf("a waiter got %s, want %s", p.Addr(), want)
+			}
+			picks = append(picks, p)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d waiters slept through the permits that came back", n-len(picks), n)
+		}
+	}
+	return picks
 }
 
 // TestCapacityRevivalReopensForRefusedRetries: requests that a down
@@ -865,15 +884,7 @@ func TestCapacityRevivalReopensForRefusedRetries(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const waiters = 3
-	got := make(chan Pick, waiters)
-	for i := range waiters {
-		go func() {
-			if p, err := b.Wait(ctx, PickInfo{Exclude: []*Endpoint{aEp}}); err == nil {
-				got <- p
-			}
-		}()
-		testenv.Eventually(t, "the retry to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
-	}
+	got := queueWaiters(t, ctx, b, waiters, PickInfo{Exclude: []*Endpoint{aEp}})
 	clk.ns.Add(int64(5 * time.Millisecond)) // past the park
 	if p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{sEp}}); err == nil {
 		t.Fatalf("a retry took %s's permit after the park; want the probe left to a first attempt", p.Addr())
@@ -887,18 +898,7 @@ func TestCapacityRevivalReopensForRefusedRetries(t *testing.T) {
 	if p, err := b.PickWith(PickInfo{}); err == nil {
 		held = append(held, p)
 	}
-	for range waiters {
-		select {
-		case p := <-got:
-			if p.Addr() != "a" {
-				t.Errorf("a waiting retry got %s, want the revived a", p.Addr())
-			}
-			held = append(held, p)
-		case <-time.After(30 * time.Second):
-			t.Fatal("retries that a refused slept through its revival")
-		}
-	}
-	for _, p := range held {
+	for _, p := range append(held, awaitWaiters(t, got, waiters, "a")...) {
 		p.Done(nil)
 	}
 }
