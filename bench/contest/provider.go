@@ -162,19 +162,15 @@ func (p *provider) restartDraws() {
 	}
 }
 
-// segmentOf is the index of the segment in force at offset t, segs
-// being the scenario's segments (Scenario.segments).
-func segmentOf(segs []time.Duration, t time.Duration) int {
-	return sort.Search(len(segs), func(i int) bool { return segs[i] > t })
-}
-
 // segment is the index of the segment in force at offset t: 0 before
 // the first change point after the start.
-func (p *provider) segment(t time.Duration) int { return segmentOf(p.segs, t) }
+func (p *provider) segment(t time.Duration) int {
+	return sort.Search(len(p.segs), func(i int) bool { return p.segs[i] > t })
+}
 
 // DrawMean is the mean service time drawn for the requests admitted in
 // the measured phase, as a multiple of their stages' means (1 on
-// average). Every contender draws from the same stream per stage (see
+// average). Every contender draws from the same stream per segment (see
 // restartDraws), so where every permit is busy they draw alike; where
 // permits stand spare, which provider a request goes to still decides
 // which draw it gets, and in a stage where the load exceeds the permits
