@@ -12,8 +12,8 @@
 // forwarder told each stage's permits). Every contender draws the same
 // service times from each provider (its stream restarts per contender),
 // so a run's luck in the draws moves its score less; the stream restarts
-// at each stage, so an earlier stage's placement does not decide which
-// draws a later one gets ("draws", the mean service time a contender
+// wherever any provider changes stage, so an earlier segment's placement
+// does not decide which draws a later one gets ("draws", the mean service time a contender
 // drew as a multiple of the stages' means, says how lucky it was). A
 // table of successes per stage, Fulcrum's rows against the best peer of
 // each stage, says which stage a score was lost in. Two more
