@@ -63,9 +63,15 @@ type TargetView struct {
 	Ejected         bool       `json:"ejected"`
 	EjectedUntil    *time.Time `json:"ejected_until,omitempty"`
 	InFlight        int64      `json:"in_flight"`
-	LatencyAvgMS    float64    `json:"latency_avg_ms"`
-	Requests        uint64     `json:"requests"`
-	Failures        uint64     `json:"failures"`
+	// Permits is the in-flight limit in force (0: unlimited) and
+	// PermitsSource where it comes from: "configured" (max_concurrency),
+	// "learned" (a strategy such as capacity set it) or "" when
+	// unlimited.
+	Permits       int64   `json:"permits"`
+	PermitsSource string  `json:"permits_source,omitempty"`
+	LatencyAvgMS  float64 `json:"latency_avg_ms"`
+	Requests      uint64  `json:"requests"`
+	Failures      uint64  `json:"failures"`
 	// Source is where the target came from: config, admin, dns, file or
 	// etcd.
 	Source string `json:"source"`
@@ -114,6 +120,13 @@ func (u *upstream) targetView(e balance.EndpointStats, source string) TargetView
 		Warming: e.Warming, MaxConcurrency: t.MaxConcurrency, Disabled: t.Disabled,
 		Healthy: e.Healthy, Ejected: e.Ejected, InFlight: e.InFlight,
 		LatencyAvgMS: float64(e.AvgLatency.Microseconds()) / 1000, Requests: e.Requests, Failures: e.Failures,
+	}
+	tv.Permits = e.Limit
+	switch {
+	case e.Limit > 0 && t.MaxConcurrency > 0:
+		tv.PermitsSource = "configured"
+	case e.Limit > 0:
+		tv.PermitsSource = "learned"
 	}
 	if t.Warmup > 0 {
 		tv.Warmup = t.Warmup.String()

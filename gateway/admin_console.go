@@ -22,11 +22,6 @@ type ConsoleTargetView struct {
 	TargetView
 	// Addr is host:port, the key the per-target actions take.
 	Addr string `json:"addr"`
-	// Permits is the in-flight limit (0: unlimited) and PermitsSource where
-	// it comes from: "configured" (max_concurrency), "learned" (a strategy
-	// such as capacity set it) or "" when unlimited.
-	Permits       int64  `json:"permits"`
-	PermitsSource string `json:"permits_source,omitempty"`
 	// EjectedForMS is the ejection time left.
 	EjectedForMS int64 `json:"ejected_for_ms,omitempty"`
 	// WarmupProgress is effective_weight / weight while warming (the
@@ -42,8 +37,8 @@ type ConsoleUpstreamView struct {
 	Targets  []ConsoleTargetView `json:"targets"`
 }
 
-// ConsoleUpstreams is Upstreams with permits, ejection time left and
-// warm-up progress.
+// ConsoleUpstreams is Upstreams with each target's address, ejection
+// time left and warm-up progress.
 func (g *Gateway) ConsoleUpstreams() []ConsoleUpstreamView {
 	now := time.Now()
 	out := []ConsoleUpstreamView{}
@@ -51,13 +46,7 @@ func (g *Gateway) ConsoleUpstreams() []ConsoleUpstreamView {
 		v := ConsoleUpstreamView{Name: u.name, Strategy: u.cfg.Strategy, HashKey: u.hashKey(), Targets: []ConsoleTargetView{}}
 		source := u.source()
 		for _, e := range u.bal.Endpoints() {
-			tv := ConsoleTargetView{TargetView: u.targetView(e, source), Addr: e.Target.Addr, Permits: e.Limit, WarmupProgress: 1}
-			switch {
-			case e.Limit > 0 && e.Target.MaxConcurrency > 0:
-				tv.PermitsSource = "configured"
-			case e.Limit > 0:
-				tv.PermitsSource = "learned"
-			}
+			tv := ConsoleTargetView{TargetView: u.targetView(e, source), Addr: e.Target.Addr, WarmupProgress: 1}
 			if e.Ejected {
 				tv.EjectedForMS = max(0, e.EjectedUntil.Sub(now).Milliseconds())
 			}

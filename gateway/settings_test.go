@@ -16,4 +16,10 @@ func TestStrategySettingsReachTheStrategy(t *testing.T) {
 			t.Errorf("%s: permits %d (%s), want 3 learned from initial_limit", tv.Addr, tv.Permits, tv.PermitsSource)
 		}
 	}
+	// The admin API's GET /upstreams/{name} shows them too.
+	for url, tv := range view(t, g, "api") {
+		if tv.Permits != 3 || tv.PermitsSource != "learned" {
+			t.Errorf("GET /upstreams/api, %s: permits %d (%q), want 3 learned", url, tv.Permits, tv.PermitsSource)
+		}
+	}
 }
