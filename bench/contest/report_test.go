@@ -10,7 +10,7 @@ import (
 // change points, in whole seconds, and puts Fulcrum's rows against the
 // best peer of each stage.
 func TestStageRows(t *testing.T) {
-	sc, err := ParseScenario([]byte(`
+	sc := mustScenario(t, `
 name: stages
 seed: 1
 load: {connections: 10, warmup: 2s, duration: 8s}
@@ -19,10 +19,7 @@ providers:
     stages: [{at: 0s, permits: 5, avg_rtt: 50ms}, {at: 4s, permits: 8, avg_rtt: 50ms}]
   - name: b
     stages: [{at: 0s, permits: 5, avg_rtt: 50ms}, {at: 6500ms, permits: 2, avg_rtt: 50ms}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	rep := &Report{Scenario: sc, MaxPerSecond: sc.MaxSeries()}
 	if got, want := stageWindows(rep), [][2]int{{2, 4}, {4, 7}, {7, 10}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("windows %v, want %v (6.5 s starts at 7)", got, want)

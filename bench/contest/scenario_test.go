@@ -159,7 +159,7 @@ func FuzzParseScenario(f *testing.F) {
 // TestPermitAccounting: the idle-permit and busy-connection shares count
 // only the measured phase, and each only in its kind of stage.
 func TestPermitAccounting(t *testing.T) {
-	sc, err := ParseScenario([]byte(`
+	sc := mustScenario(t, `
 name: acct
 load: {connections: 20, warmup: 1s, duration: 4s}
 providers:
@@ -167,10 +167,7 @@ providers:
     stages:
       - {at: 0s, permits: 10, avg_rtt: 50ms}
       - {at: 3s, permits: 40, avg_rtt: 50ms}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if !sc.OverloadedAt(2*time.Second) || sc.OverloadedAt(3*time.Second) {
 		t.Fatal("20 connections: overloaded against 10 permits, not against 40")
 	}
@@ -196,13 +193,14 @@ providers:
 	}
 }
 
-// TestDrawsRestartEachStage: the k-th request a stage admits draws the
-// same service time whatever the contender did in the stages before, so
-// where every permit is busy a stage's successes do not depend on how many
-// draws an earlier placement used.
+// TestDrawsRestartEachSegment: the k-th request a provider admits in a
+// segment of the scenario draws the same service time whatever the
+// contender did before, so where every permit is busy a segment's
+// successes do not depend on how many draws an earlier placement used,
+// even at a provider whose own stage did not change.
 func TestDrawsRestartEachSegment(t *testing.T) {
 	// p has one stage; q's change at 1s starts a segment for both.
-	sc, err := ParseScenario([]byte(`
+	sc := mustScenario(t, `
 name: draws
 seed: 3
 load: {connections: 20, warmup: 1s, duration: 4s}
@@ -214,10 +212,7 @@ providers:
     stages:
       - {at: 0s, permits: 10, avg_rtt: 1ms}
       - {at: 1s, permits: 0, avg_rtt: 1ms}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	p := &provider{spec: sc.Providers[0], seed: [2]uint64{3, 1}, segs: sc.segments(), overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
 	ps := &providers{list: []*provider{p}}
 	serve := func(n int) {
@@ -236,4 +231,14 @@ providers:
 	if a == 0 || a != b {
 		t.Errorf("segment 1's draws at p: mean %v after 3 in segment 0, %v after 11; want the same", a, b)
 	}
+}
+
+// mustScenario parses a test's scenario, failing the test on an error.
+func mustScenario(t *testing.T, yaml string) *Scenario {
+	t.Helper()
+	sc, err := ParseScenario([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
 }
