@@ -18,8 +18,11 @@ import (
 // permits break: in a closed loop each completion brings the next
 // request, so a permit on a faster target serves more of them, and
 // ranking by free permits per latency instead spread light load over
-// slow targets by their size. When no permit is free, Wait blocks until
-// one returns.
+// slow targets by their size. A busy target whose time per request by
+// Little's law (in-flight over outcome rate, a window of 32 outcomes)
+// differs from its mean by more than half is ranked by that instead: the
+// mean of finished requests lags a change by hundreds of milliseconds
+// (little). When no permit is free, Wait blocks until one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
 // balancer often cannot read its upstreams' settings (the contest forbade
@@ -226,6 +229,7 @@ type capState struct {
 	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64 // clock of the last success (when lat was last measured)
+	slowLat   atomic.Int64 // the time per request Little's law found, when well above lat; 0 = none
 	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
 
 	mu         sync.Mutex
@@ -248,6 +252,12 @@ type capState struct {
 	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
 	warm       bool    // the first window has passed
 	quietUntil int64   // no window before this clock (the last change's round trip)
+
+	// Little's-law window (little), for every target.
+	lwFirst, lwLast int64   // clocks of its first and last outcome
+	lwN             int     // outcomes
+	lwL             float64 // in-flight over time since the first, ns
+	lwL1            int64   // the in-flight the last saw
 
 	// Current window.
 	winStart int64
@@ -366,6 +376,8 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now-p.st[j].seen.Load() > staleAfter*lat {
 				lat = int64(time.Millisecond)
 			}
+		} else if w := p.st[j].slowLat.Load(); w > 0 {
+			lat = w // the mean lags a change that Little's law shows (little)
 		}
 		// Latency first: a permit on a faster target completes sooner,
 		// and in a closed loop every completion is the next request, so
@@ -474,13 +486,11 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 		}
 		c.seen.Store(o.Now)
 	}
-	if !learn {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.limit == 0 {
-		return // not built by this strategy yet
+	c.little(o)
+	if !learn || c.limit == 0 {
+		return // a configured limit, or not built by this strategy yet
 	}
 	if o.Err != nil {
 		if IsRejection(o.Err) {
@@ -523,6 +533,66 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	el := float64(o.Now - c.winStart)
 	if (c.n >= 32 && el >= base/2) || (c.n > 0 && el >= 8*base) {
 		c.closeWindow(e, o.Now, p.cfg)
+	}
+}
+
+// Little's law windows: outcomes per window, the least in-flight each must
+// see, and the ratio to the success-latency mean that counts as a
+// slowdown.
+const (
+	littleN    = 32
+	littleBusy = 4
+	littleSlow = 1.5
+)
+
+// little estimates the target's time per request by Little's law over
+// windows of littleN outcomes: W = L / λ, the in-flight averaged over the
+// window's time (a trapezoid between outcomes, each of which reports the
+// in-flight just before it) over the rate of outcomes. The
+// success-latency mean lags a slowdown by more than its alpha: the first
+// outcomes after one are the requests that drew short times, while the
+// long ones are still in flight and in no sample. Little's law counts
+// those through the in-flight: picks that do not come back at the rate
+// the mean promises show at once. When the roles of bench/contest's swap
+// providers change, the one that turned slow kept its fast mean for
+// hundreds of milliseconds and took every pick it had room for, while the
+// one that turned fast, ranked slow, got the spill-over; p2c, blind to
+// latency, was 1.2 % ahead.
+//
+// A W above littleSlow times the mean ranks the target (Pick) until the
+// next window says otherwise; below it the mean ranks alone, so the noise
+// of 32 exponential samples (about 18 %) never reorders targets. Only
+// windows whose every outcome saw littleBusy picks in flight count.
+func (c *capState) little(o Outcome) {
+	l := o.InFlight - c.held
+	if l < littleBusy {
+		c.lwN = 0
+		c.slowLat.Store(0)
+		return
+	}
+	if c.lwN == 0 {
+		c.lwFirst, c.lwL = o.Now, 0
+	} else {
+		// In flight since the last outcome: what it left (its count less
+		// itself), rising to what this one saw.
+		c.lwL += float64(c.lwL1-1+l) / 2 * float64(o.Now-c.lwLast)
+	}
+	c.lwN++
+	c.lwLast, c.lwL1 = o.Now, l
+	if c.lwN < littleN {
+		return
+	}
+	c.lwN = 0
+	mean := c.lat.Load()
+	if mean <= 0 || c.lwLast <= c.lwFirst {
+		c.slowLat.Store(0)
+		return
+	}
+	w := c.lwL / (littleN - 1)
+	if w > littleSlow*float64(mean) || w*littleSlow < float64(mean) {
+		c.slowLat.Store(int64(w))
+	} else {
+		c.slowLat.Store(0)
 	}
 }
 
