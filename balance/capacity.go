@@ -19,7 +19,7 @@ import (
 // request, so a permit on a faster target serves more of them, and
 // ranking by free permits per latency instead spread light load over
 // slow targets by their size. A busy target whose time per request by
-// Little's law (in-flight over outcome rate, a window of 32 outcomes)
+// Little's law (in-flight over success rate, a window of 32 successes)
 // differs from its mean by more than half is ranked by that instead: the
 // mean of finished requests lags a change by hundreds of milliseconds
 // (little). When no permit is free, Wait blocks until one returns.
@@ -254,8 +254,8 @@ type capState struct {
 	quietUntil int64   // no window before this clock (the last change's round trip)
 
 	// Little's-law window (little), for every target.
-	lwFirst, lwLast int64   // clocks of its first and last outcome
-	lwN             int     // outcomes
+	lwFirst, lwLast int64   // clocks of its first and last outcome; lwFirst 0 = none
+	lwN             int     // successes
 	lwL             float64 // in-flight over time since the first, ns
 	lwL1            int64   // the in-flight the last saw
 
@@ -536,9 +536,9 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	}
 }
 
-// Little's law windows: outcomes per window, the least in-flight each must
-// see, and the ratio to the success-latency mean that counts as a
-// slowdown.
+// Little's law windows: successes per window, the least in-flight each
+// outcome must see, and the ratio to the success-latency mean past which
+// the window ranks the target.
 const (
 	littleN    = 32
 	littleBusy = 4
@@ -546,50 +546,55 @@ const (
 )
 
 // little estimates the target's time per request by Little's law over
-// windows of littleN outcomes: W = L / λ, the in-flight averaged over the
-// window's time (a trapezoid between outcomes, each of which reports the
-// in-flight just before it) over the rate of outcomes. The
-// success-latency mean lags a slowdown by more than its alpha: the first
-// outcomes after one are the requests that drew short times, while the
-// long ones are still in flight and in no sample. Little's law counts
-// those through the in-flight: picks that do not come back at the rate
-// the mean promises show at once. When the roles of bench/contest's swap
-// providers change, the one that turned slow kept its fast mean for
-// hundreds of milliseconds and took every pick it had room for, while the
-// one that turned fast, ranked slow, got the spill-over; p2c, blind to
-// latency, was 1.2 % ahead.
+// windows of littleN successes: W = L / λ, the in-flight integrated over
+// the window's time (a trapezoid between outcomes, each of which reports
+// the in-flight just before it) over the successes in it. The
+// success-latency mean lags a change by more than its alpha: after a
+// slowdown the first outcomes are the requests that drew short times,
+// while the long ones are still in flight and in no sample; after a
+// speed-up the requests the target is still draining are the long ones
+// (one in flight at the change has, on average, a whole old mean still to
+// go). Little's law counts the picks still out through the in-flight:
+// picks that do not come back at the rate the mean promises show at once,
+// and so do picks that come back faster. When the roles of bench/contest's
+// swap providers change, the one that turned slow kept a mean of 40-70 ms
+// for 200 ms where its requests took 100, the one that turned fast showed
+// 150-215 ms where they took 20, and it got only the spill-over until
+// 300-350 ms after the swap; p2c, blind to latency, was 1.2 % ahead.
 //
-// A W above littleSlow times the mean ranks the target (Pick) until the
-// next window says otherwise; below it the mean ranks alone, so the noise
-// of 32 exponential samples (about 18 %) never reorders targets. Only
-// windows whose every outcome saw littleBusy picks in flight count.
+// Only successes count as departures: a refusal or a fast failure would
+// make a target that fails look quick (the rule for the mean too); a slow
+// failure stays in the in-flight and makes it look slower. A W above
+// littleSlow times the mean, or below the mean over littleSlow, ranks the
+// target (Pick) until the next window says otherwise; closer, the mean
+// ranks alone, so the noise of 32 exponential samples (about 18 %) never
+// reorders targets. Only windows whose every outcome saw littleBusy picks
+// in flight count.
 func (c *capState) little(o Outcome) {
 	l := o.InFlight - c.held
 	if l < littleBusy {
-		c.lwN = 0
+		c.lwN, c.lwFirst = 0, 0
 		c.slowLat.Store(0)
 		return
 	}
-	if c.lwN == 0 {
-		c.lwFirst, c.lwL = o.Now, 0
-	} else {
-		// In flight since the last outcome: what it left (its count less
-		// itself), rising to what this one saw.
-		c.lwL += float64(c.lwL1-1+l) / 2 * float64(o.Now-c.lwLast)
+	if c.lwFirst == 0 {
+		// The window opens at an outcome and counts those after it.
+		c.lwFirst, c.lwLast, c.lwL1, c.lwL, c.lwN = o.Now, o.Now, l, 0, 0
+		return
 	}
-	c.lwN++
+	// In flight since the last outcome: what that one left (its count
+	// less itself), rising to what this one saw.
+	c.lwL += float64(c.lwL1-1+l) / 2 * float64(o.Now-c.lwLast)
 	c.lwLast, c.lwL1 = o.Now, l
-	if c.lwN < littleN {
+	if o.Err != nil {
 		return
 	}
-	c.lwN = 0
-	mean := c.lat.Load()
-	if mean <= 0 || c.lwLast <= c.lwFirst {
-		c.slowLat.Store(0)
+	if c.lwN++; c.lwN < littleN {
 		return
 	}
-	w := c.lwL / (littleN - 1)
-	if w > littleSlow*float64(mean) || w*littleSlow < float64(mean) {
+	w := c.lwL / littleN
+	c.lwFirst = 0
+	if mean := float64(c.lat.Load()); mean > 0 && (w > littleSlow*mean || w*littleSlow < mean) {
 		c.slowLat.Store(int64(w))
 	} else {
 		c.slowLat.Store(0)

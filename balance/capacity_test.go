@@ -1285,3 +1285,47 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 		t.Errorf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap; want 19 or more", mean)
 	}
 }
+
+// Refusals and other fast failures are not service: a target that answers
+// them at once must not rank as fast, whether by its mean or by Little's
+// law over its outcomes.
+func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: "failing", Weight: 1, MaxConcurrency: 40},
+		Target{Addr: "fast", Weight: 1, MaxConcurrency: 40})
+	teachLatency(t, b, "failing", 50*time.Millisecond, 40)
+	teachLatency(t, b, "fast", 40*time.Millisecond, 40)
+	// Keep the failing target busy while it answers 200 picks with fast
+	// errors, half of them refusals.
+	var held []Pick
+	only := PickInfo{Exclude: excludeAllBut(b, "failing")}
+	for range 8 {
+		p, err := b.PickWith(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	for i := range 200 {
+		p, err := b.PickWith(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.ns.Add(int64(100 * time.Microsecond))
+		err = errors.New("status 500")
+		if i%2 == 0 {
+			err = ErrRejected
+		}
+		p.Report(100*time.Microsecond, err)
+	}
+	p := mustPickCapacity(t, b)
+	if p.Addr() != "fast" {
+		t.Errorf("a pick went to %s after it answered 200 picks with fast errors; want fast (40 ms against its 50 ms)", p.Addr())
+	}
+	p.Done(nil)
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
