@@ -20,9 +20,9 @@ import (
 // ranking by free permits per latency instead spread light load over
 // slow targets by their size. A busy target whose time per request by
 // Little's law (in-flight over success rate, a window of 32 successes)
-// differs from its mean by more than half is ranked by that instead: the
-// mean of finished requests lags a change by hundreds of milliseconds
-// (little). When no permit is free, Wait blocks until one returns.
+// is above 1.5 times its mean or below two thirds of it is ranked by that
+// instead, for a few latencies: the mean of finished requests lags a
+// change by hundreds of milliseconds (little). When no permit is free, Wait blocks until one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
 // balancer often cannot read its upstreams' settings (the contest forbade
@@ -229,7 +229,8 @@ type capState struct {
 	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64 // clock of the last success (when lat was last measured)
-	slowLat   atomic.Int64 // the time per request Little's law found, when well above lat; 0 = none
+	littleLat atomic.Int64 // the time per request Little's law found, when far from lat; 0 = none
+	littleTil atomic.Int64 // clock until which littleLat ranks the target
 	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
 
 	mu         sync.Mutex
@@ -257,7 +258,6 @@ type capState struct {
 	lwFirst, lwLast int64   // clocks of its first and last outcome; lwFirst 0 = none
 	lwN             int     // successes
 	lwL             float64 // in-flight over time since the first, ns
-	lwL1            int64   // the in-flight the last saw
 
 	// Current window.
 	winStart int64
@@ -376,8 +376,13 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now-p.st[j].seen.Load() > staleAfter*lat {
 				lat = int64(time.Millisecond)
 			}
-		} else if w := p.st[j].slowLat.Load(); w > 0 {
-			lat = w // the mean lags a change that Little's law shows (little)
+		} else if w := p.st[j].littleLat.Load(); w > 0 {
+			if now == 0 {
+				now = info.Now()
+			}
+			if now < p.st[j].littleTil.Load() {
+				lat = w // the mean lags a change that Little's law shows (little)
+			}
 		}
 		// Latency first: a permit on a faster target completes sooner,
 		// and in a closed loop every completion is the next request, so
@@ -543,12 +548,13 @@ const (
 	littleN    = 32
 	littleBusy = 4
 	littleSlow = 1.5
+	littleKeep = 4 // a verdict holds this many of the longer of W and the mean
 )
 
 // little estimates the target's time per request by Little's law over
 // windows of littleN successes: W = L / λ, the in-flight integrated over
-// the window's time (a trapezoid between outcomes, each of which reports
-// the in-flight just before it) over the successes in it. The
+// the window's time (between two outcomes, the count the later one saw
+// just before it ended) over the successes in it. The
 // success-latency mean lags a change by more than its alpha: after a
 // slowdown the first outcomes are the requests that drew short times,
 // while the long ones are still in flight and in no sample; after a
@@ -566,26 +572,30 @@ const (
 // make a target that fails look quick (the rule for the mean too); a slow
 // failure stays in the in-flight and makes it look slower. A W above
 // littleSlow times the mean, or below the mean over littleSlow, ranks the
-// target (Pick) until the next window says otherwise; closer, the mean
-// ranks alone, so the noise of 32 exponential samples (about 18 %) never
-// reorders targets. Only windows whose every outcome saw littleBusy picks
-// in flight count.
+// target (Pick) while it has picks in flight, until the next window says
+// otherwise or littleKeep of its times have passed; closer, the mean
+// ranks alone, so the noise of 32 exponential samples (about 18 %)
+// rarely reorders targets. Only windows whose every outcome saw
+// littleBusy picks in flight count: where picks arrive late in the gaps
+// between outcomes, the count is high by up to one pick, 25 % at 4 in
+// flight, inside the margin of littleSlow.
 func (c *capState) little(o Outcome) {
 	l := o.InFlight - c.held
 	if l < littleBusy {
 		c.lwN, c.lwFirst = 0, 0
-		c.slowLat.Store(0)
+		c.littleLat.Store(0)
 		return
 	}
 	if c.lwFirst == 0 {
 		// The window opens at an outcome and counts those after it.
-		c.lwFirst, c.lwLast, c.lwL1, c.lwL, c.lwN = o.Now, o.Now, l, 0, 0
+		c.lwFirst, c.lwLast, c.lwL, c.lwN = o.Now, o.Now, 0, 0
 		return
 	}
-	// In flight since the last outcome: what that one left (its count
-	// less itself), rising to what this one saw.
-	c.lwL += float64(c.lwL1-1+l) / 2 * float64(o.Now-c.lwLast)
-	c.lwLast, c.lwL1 = o.Now, l
+	// In flight since the last outcome: what this one saw. The last one
+	// left one fewer, but a closed loop refills a freed permit within a
+	// turnaround, so the count sits at this level for most of the gap.
+	c.lwL += float64(l) * float64(o.Now-c.lwLast)
+	c.lwLast = o.Now
 	if o.Err != nil {
 		return
 	}
@@ -595,9 +605,14 @@ func (c *capState) little(o Outcome) {
 	w := c.lwL / littleN
 	c.lwFirst = 0
 	if mean := float64(c.lat.Load()); mean > 0 && (w > littleSlow*mean || w*littleSlow < mean) {
-		c.slowLat.Store(int64(w))
+		c.littleLat.Store(int64(w))
+		// A verdict no later window confirms expires: a target ranked
+		// slow gets few picks and so few outcomes, and picks that stay
+		// out for minutes (a WebSocket holds its pick while it is open)
+		// would otherwise keep it ranked by them.
+		c.littleTil.Store(o.Now + littleKeep*int64(max(w, mean)))
 	} else {
-		c.slowLat.Store(0)
+		c.littleLat.Store(0)
 	}
 }
 

@@ -1281,8 +1281,8 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 	// after the swap); with Little's law, 21-23.
 	mean := float64(sum) / (4 * swaps)
 	t.Logf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap", mean)
-	if mean < 19 {
-		t.Errorf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap; want 19 or more", mean)
+	if mean < 18 {
+		t.Errorf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap; want 18 or more", mean)
 	}
 }
 
@@ -1327,5 +1327,37 @@ func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
 	p.Done(nil)
 	for _, p := range held {
 		p.Done(nil)
+	}
+}
+
+// In a steady state the mean and Little's law agree: the windows must
+// leave the ranking to the mean nearly all the time, or their noise
+// would reorder targets that the mean tells apart. Measured: a verdict
+// in force in 3.5-5 % of the samples; with a margin of 1.1 instead of
+// 1.5, in 65 %.
+func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
+	ms := time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: "fast", Weight: 1, MaxConcurrency: 30},
+		Target{Addr: "slow", Weight: 1, MaxConcurrency: 90})
+	sims := map[string]*simTarget{"fast": {permits: 30, rtt: 20 * ms}, "slow": {permits: 90, rtt: 100 * ms}}
+	sim := newSimulation(b, clk, sims, 100, 7)
+	sim.run(t, 20000)
+	samples, ranked := 0, 0
+	for range 40000 {
+		sim.run(t, 1)
+		for _, e := range b.snap.Load().eps {
+			c := capacityOf(e)
+			samples++
+			if c.littleLat.Load() > 0 && clk.ns.Load() < c.littleTil.Load() {
+				ranked++
+			}
+		}
+	}
+	t.Logf("Little's law ranked a target in %d of %d samples", ranked, samples)
+	if share := float64(ranked) / float64(samples); share > 0.10 {
+		t.Errorf("Little's law ranked a steady target in %.1f %% of the samples; want at most 10 %%", 100*share)
 	}
 }
