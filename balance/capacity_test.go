@@ -369,6 +369,25 @@ func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
 }
 
 // teachLatency reports n successes of lat on addr alone.
+// taughtPair is a capacity balancer over two targets with configured
+// limits, each taught a latency by 40 outcomes.
+func taughtPair(t *testing.T, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *Balancer {
+	t.Helper()
+	clk := &capClock{}
+	clk.ns.Store(1)
+	return taughtPairAt(t, clk, a, aMax, aLat, b, bMax, bLat)
+}
+
+func taughtPairAt(t *testing.T, clk *capClock, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *Balancer {
+	t.Helper()
+	bal := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: a, Weight: 1, MaxConcurrency: aMax},
+		Target{Addr: b, Weight: 1, MaxConcurrency: bMax})
+	teachLatency(t, bal, a, aLat, 40)
+	teachLatency(t, bal, b, bLat, 40)
+	return bal
+}
+
 func teachLatency(t *testing.T, b *Balancer, addr string, lat time.Duration, n int) {
 	t.Helper()
 	for range n {
@@ -394,13 +413,7 @@ func pickN(t *testing.T, b *Balancer, n int) (got []string, held []Pick) {
 }
 
 func TestCapacityPrefersTheFasterTarget(t *testing.T) {
-	clk := &capClock{}
-	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "fast", Weight: 1, MaxConcurrency: 10},
-		Target{Addr: "slow", Weight: 1, MaxConcurrency: 30})
-	teachLatency(t, b, "fast", 10*time.Millisecond, 40)
-	teachLatency(t, b, "slow", 40*time.Millisecond, 40)
+	b := taughtPair(t, "fast", 10, 10*time.Millisecond, "slow", 30, 40*time.Millisecond)
 	// Latency first: every permit of the fast target is taken before the
 	// slow one gets a pick, however many more permits the slow one has
 	// free (in a closed loop the fast one serves four requests for each
@@ -421,16 +434,10 @@ func TestCapacityPrefersTheFasterTarget(t *testing.T) {
 }
 
 func TestCapacityTiesGoToFreePermits(t *testing.T) {
-	clk := &capClock{}
-	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "small", Weight: 1, MaxConcurrency: 10},
-		Target{Addr: "large", Weight: 1, MaxConcurrency: 30})
 	// Within a sixteenth of each other the latencies tie, and the tie
 	// goes to the target with more free permits: the large one takes
 	// picks until it has no more free than the small one.
-	teachLatency(t, b, "small", 50*time.Millisecond, 40)
-	teachLatency(t, b, "large", 52*time.Millisecond, 40)
+	b := taughtPair(t, "small", 10, 50*time.Millisecond, "large", 30, 52*time.Millisecond)
 	got, held := pickN(t, b, 20)
 	for i, a := range got {
 		if a != "large" {
@@ -1234,13 +1241,7 @@ func refusedAt20(t *testing.T) (*Balancer, *capClock, *Endpoint, Observer) {
 // needs.
 func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 	ms := time.Millisecond
-	clk := &capClock{}
-	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "a", Weight: 1, MaxConcurrency: 30},
-		Target{Addr: "b", Weight: 1, MaxConcurrency: 90})
-	sims := map[string]*simTarget{"a": {permits: 30, rtt: 20 * ms}, "b": {permits: 90, rtt: 100 * ms}}
-	sim := newSimulation(b, clk, sims, 100, 42)
+	b, clk, sims, sim := swapShape(t, "a", "b", 42)
 	until := func(d time.Duration) {
 		for end := clk.ns.Load() + int64(d); clk.ns.Load() < end; {
 			sim.run(t, 1)
@@ -1292,11 +1293,7 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "failing", Weight: 1, MaxConcurrency: 40},
-		Target{Addr: "fast", Weight: 1, MaxConcurrency: 40})
-	teachLatency(t, b, "failing", 50*time.Millisecond, 40)
-	teachLatency(t, b, "fast", 40*time.Millisecond, 40)
+	b := taughtPairAt(t, clk, "failing", 40, 50*time.Millisecond, "fast", 40, 40*time.Millisecond)
 	// Keep the failing target busy while it answers 200 picks with fast
 	// errors, half of them refusals.
 	var held []Pick
@@ -1336,14 +1333,7 @@ func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
 // in force in 3.5-5 % of the samples; with a margin of 1.1 instead of
 // 1.5, in 65 %.
 func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
-	ms := time.Millisecond
-	clk := &capClock{}
-	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: "fast", Weight: 1, MaxConcurrency: 30},
-		Target{Addr: "slow", Weight: 1, MaxConcurrency: 90})
-	sims := map[string]*simTarget{"fast": {permits: 30, rtt: 20 * ms}, "slow": {permits: 90, rtt: 100 * ms}}
-	sim := newSimulation(b, clk, sims, 100, 7)
+	b, clk, _, sim := swapShape(t, "fast", "slow", 7)
 	sim.run(t, 20000)
 	samples, ranked := 0, 0
 	for range 40000 {
@@ -1360,4 +1350,18 @@ func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
 	if share := float64(ranked) / float64(samples); share > 0.10 {
 		t.Errorf("Little's law ranked a steady target in %.1f %% of the samples; want at most 10 %%", 100*share)
 	}
+}
+
+// swapShape is bench/contest's swap scenario in the simulation, before a
+// swap: fast has 30 permits at 20 ms, slow 90 at 100 ms, both configured
+// as the oracle has them, and 100 clients.
+func swapShape(t *testing.T, fast, slow string, seed uint64) (*Balancer, *capClock, map[string]*simTarget, *simulation) {
+	t.Helper()
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now,
+		Target{Addr: fast, Weight: 1, MaxConcurrency: 30},
+		Target{Addr: slow, Weight: 1, MaxConcurrency: 90})
+	sims := map[string]*simTarget{fast: {permits: 30, rtt: 20 * time.Millisecond}, slow: {permits: 90, rtt: 100 * time.Millisecond}}
+	return b, clk, sims, newSimulation(b, clk, sims, 100, seed)
 }
