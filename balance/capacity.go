@@ -83,7 +83,8 @@ import (
 // Latencies used for picking are success latencies only: a rejection
 // answers fast and must not make a full target look quick. An idle
 // target's sample goes stale after staleAfter of its latencies, and one
-// pick at a time then measures it again.
+// pick at a time then measures it again; that one sample moves the mean
+// within a quarter and twice of it.
 //
 // Its settings (Options.Settings, named numbers) tune the learner: initial_limit (default 20), min_limit
 // (1), max_limit (4096), tolerance (2: the latency ratio read as queueing),
@@ -483,9 +484,18 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 		// alpha 1/16: exponential service times are noisy, and a stage
 		// change still shows within a few dozen outcomes. A sample that
 		// ends a stale stretch (the re-measurement Pick sends to an idle
-		// target) replaces the mean: the old one says nothing of now.
-		if old := c.lat.Load(); old == 0 || o.Now-c.seen.Load() > staleAfter*old {
+		// target) replaces the mean, the old one saying nothing of now,
+		// but within a quarter and twice the old mean: it is one sample.
+		// Taken whole, a short draw from a slow target ranked it first
+		// and the load herded there until its windows said otherwise
+		// (100-200 ms, every few seconds on bench/contest's underload),
+		// and a long draw from an idle target that had turned fast left
+		// it unmeasured for seconds (its next re-measurement comes
+		// staleAfter of the new mean later).
+		if old := c.lat.Load(); old == 0 {
 			c.lat.Store(lat)
+		} else if o.Now-c.seen.Load() > staleAfter*old {
+			c.lat.Store(min(max(lat, old/4), 2*old))
 		} else {
 			c.lat.Store(old + (lat-old)/16)
 		}

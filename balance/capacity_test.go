@@ -1365,3 +1365,42 @@ func swapShape(t *testing.T, fast, slow string, seed uint64) (*Balancer, *capClo
 	sims := map[string]*simTarget{fast: {permits: 30, rtt: 20 * time.Millisecond}, slow: {permits: 90, rtt: 100 * time.Millisecond}}
 	return b, clk, sims, newSimulation(b, clk, sims, 100, seed)
 }
+
+// The sample that ends a stale stretch is one exponential draw: it moves
+// an idle target's mean, but only within a quarter and twice the old
+// one. Taken whole, a short draw from a slow target ranked it first (the
+// load herded there until its windows said otherwise), and a long one
+// put off the next re-measurement of a target that had turned fast.
+func TestCapacityRemeasuredSampleMovesTheMeanWithinBounds(t *testing.T) {
+	ms := time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := taughtPairAt(t, clk, "slow", 100, 80*ms, "quick", 100, 15*ms)
+	latOf := func(addr string) time.Duration {
+		for _, e := range b.snap.Load().eps {
+			if e.Target().Addr == addr {
+				return time.Duration(capacityOf(e).lat.Load())
+			}
+		}
+		t.Fatalf("no target %s", addr)
+		return 0
+	}
+	remeasure := func(addr string, sample time.Duration) {
+		clk.ns.Add(int64(2 * time.Second)) // past 16 of either mean
+		teachLatency(t, b, "quick", 15*ms, 4)
+		teachLatency(t, b, addr, sample, 1)
+	}
+	remeasure("slow", 5*ms)
+	if got := latOf("slow"); got != 20*ms {
+		t.Errorf("after a 5 ms draw ends its stale stretch, a target measured at 80 ms has a mean of %v; want 20ms (a quarter)", got)
+	}
+	p := mustPickCapacity(t, b)
+	if p.Addr() != "quick" {
+		t.Errorf("a pick went to %s after one short draw from it; want quick (15 ms)", p.Addr())
+	}
+	p.Done(nil)
+	remeasure("slow", 400*ms)
+	if got := latOf("slow"); got != 40*ms {
+		t.Errorf("after a 400 ms draw ends its stale stretch, a target with a mean of 20 ms has %v; want 40ms (twice)", got)
+	}
+}
