@@ -22,7 +22,8 @@ import (
 // Little's law (in-flight over success rate, a window of 32 successes)
 // is above 1.5 times its mean or below two thirds of it is ranked by that
 // instead, for a few latencies: the mean of finished requests lags a
-// change by hundreds of milliseconds (little). When no permit is free, Wait blocks until one returns.
+// change by hundreds of milliseconds (little). When no permit is free,
+// Wait blocks until one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
 // balancer often cannot read its upstreams' settings (the contest forbade
@@ -256,9 +257,9 @@ type capState struct {
 	quietUntil int64   // no window before this clock (the last change's round trip)
 
 	// Little's-law window (little), for every target.
-	lwFirst, lwLast int64   // clocks of its first and last outcome; lwFirst 0 = none
-	lwN             int     // successes
-	lwL             float64 // in-flight over time since the first, ns
+	lwLast int64   // clock of its last outcome; 0 = no window open
+	lwN    int     // successes
+	lwL    float64 // in-flight over time since it opened, ns
 
 	// Current window.
 	winStart int64
@@ -592,13 +593,13 @@ const (
 func (c *capState) little(o Outcome) {
 	l := o.InFlight - c.held
 	if l < littleBusy {
-		c.lwN, c.lwFirst = 0, 0
+		c.lwLast = 0
 		c.littleLat.Store(0)
 		return
 	}
-	if c.lwFirst == 0 {
+	if c.lwLast == 0 {
 		// The window opens at an outcome and counts those after it.
-		c.lwFirst, c.lwLast, c.lwL, c.lwN = o.Now, o.Now, 0, 0
+		c.lwLast, c.lwL, c.lwN = o.Now, 0, 0
 		return
 	}
 	// In flight since the last outcome: what this one saw. The last one
@@ -613,7 +614,7 @@ func (c *capState) little(o Outcome) {
 		return
 	}
 	w := c.lwL / littleN
-	c.lwFirst = 0
+	c.lwLast = 0
 	if mean := float64(c.lat.Load()); mean > 0 && (w > littleSlow*mean || w*littleSlow < mean) {
 		c.littleLat.Store(int64(w))
 		// A verdict no later window confirms expires: a target ranked

@@ -1279,7 +1279,7 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 	// It drains its 70 long requests to below 30 in about 150 ms. Ranked
 	// by the mean alone it held 14 on average over these samples (most
 	// often the 10 picks the slow one had no room for, until 300-350 ms
-	// after the swap); with Little's law, 21-23.
+	// after the swap); with Little's law, 20-23.
 	mean := float64(sum) / (4 * swaps)
 	t.Logf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap", mean)
 	if mean < 18 {
