@@ -70,7 +70,9 @@ import (
 //   - a target that never rejected grows by slow start (doubling per
 //     window of successes while saturated; BIC's climb towards the last
 //     ceiling once one is known) and is bounded by its latency gradient
-//     (as Netflix's Gradient2): the mean success latency of a window
+//     (as Netflix's Gradient2): a window's time per request (by
+//     Little's law while busy: the mean of the latencies that came back
+//     would be the short ones while the load ramps)
 //     against a baseline measured at a limit known to be fine. A window
 //     more than tolerance times slower, after the limit grew past that
 //     known-fine limit, means our load queues at the target: the limit
@@ -267,6 +269,9 @@ type capState struct {
 	sum      float64 // their latencies, ns
 	sat      int     // successes that found the target at its limit
 	rejects  int
+	winLast  int64   // clock of its last success
+	winL     float64 // in-flight over time since its first success, ns
+	winIdle  bool    // a success saw fewer than littleBusy in flight
 }
 
 type capacityPicker struct {
@@ -534,9 +539,14 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	if o.Now < c.quietUntil {
 		return
 	}
+	l := o.InFlight - c.held
 	if c.winStart == 0 {
 		c.winStart = o.Now
+	} else {
+		c.winL += float64(l) * float64(o.Now-c.winLast)
 	}
+	c.winIdle = c.winIdle || l < littleBusy
+	c.winLast = o.Now
 	c.n++
 	c.sum += float64(lat)
 	if float64(o.InFlight) >= c.limit*0.9 || o.InFlight+1 >= int64(c.limit) {
@@ -886,7 +896,7 @@ func (c *capState) publish(e *Endpoint) {
 }
 
 func (c *capState) resetWindow() {
-	c.winStart, c.n, c.sum, c.sat, c.rejects = 0, 0, 0, 0, 0
+	c.winStart, c.n, c.sum, c.sat, c.rejects, c.winL, c.winIdle = 0, 0, 0, 0, 0, 0, false
 }
 
 // changed starts a new window after the limit changed. Outcomes of the
@@ -906,7 +916,24 @@ func (c *capState) closeWindow(e *Endpoint, now int64, cfg capacityConfig) {
 	// 32 samples at least for latency decisions: exponential service times
 	// make the mean of fewer too noisy to tell queueing from chance.
 	if c.n >= 32 {
+		// A busy window's time per request by Little's law (its
+		// in-flight over time, over the successes after its first), not
+		// the mean of the latencies that came back: while the load ramps
+		// up the ones that come back are the short ones (none of a
+		// window that ends 150 ms after the first pick took longer), and
+		// a baseline taken from them was half the target's latency.
+		// Every later window of a target that never queued read as
+		// twice too slow and cut its limit below the callers' demand
+		// (bench/contest's swap, before the first swap: a baseline of
+		// 55 ms for a 100 ms provider, the limit cut from 96 to 63-78
+		// for 70 callers). Under littleBusy in flight the gaps between
+		// outcomes may be idle, which Little's law would count as
+		// service; such a window keeps the mean (and a light load ramps
+		// no bias into it).
 		avg := c.sum / float64(c.n)
+		if !c.winIdle {
+			avg = c.winL / float64(c.n-1)
+		}
 		if avg <= cfg.tolerance*c.baseline {
 			c.slow = 0
 		}

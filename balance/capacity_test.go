@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1403,4 +1404,52 @@ func TestCapacityRemeasuredSampleMovesTheMeanWithinBounds(t *testing.T) {
 	if got := latOf("slow"); got != 40*ms {
 		t.Errorf("after a 400 ms draw ends its stale stretch, a target with a mean of 20 ms has %v; want 40ms (twice)", got)
 	}
+}
+
+// TestCapacityRampDoesNotSetALowBaseline: the latency gradient judges a
+// target that never refuses against a baseline taken while the load
+// ramps up. The latencies that come back first are the short ones, and a
+// baseline of their mean was as low as half the target's latency: every
+// later window of a target that never queued then read as near the
+// tolerance (2x) and about one in four cut the limit below the callers'
+// demand (bench/contest's swap, before the first swap: 55 ms for a
+// 100 ms provider, its limit cut from 96 to 63-78 for 70 callers).
+// Simulated here: the swap shape's slow provider, 24 ramps.
+func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
+	var got []float64
+	for seed := range uint64(24) {
+		clk := &capClock{}
+		clk.ns.Store(1)
+		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "fast", Weight: 1}, Target{Addr: "slow", Weight: 1})
+		sims := map[string]*simTarget{"fast": {permits: 30, rtt: 20 * time.Millisecond}, "slow": {permits: 90, rtt: 100 * time.Millisecond}}
+		sim := newSimulation(b, clk, sims, 100, seed)
+		var base float64
+		for n := 0; base == 0; n++ {
+			if n == 20000 {
+				t.Fatalf("seed %d: no baseline after %d outcomes", seed, n)
+			}
+			sim.run(t, 1)
+			base = baselineOf(b, "slow")
+		}
+		got = append(got, base/float64(time.Millisecond))
+	}
+	slices.Sort(got)
+	// The mean of latencies read 61-95 ms here (median 77); by Little's
+	// law 69-133 (median 95), the noise of 32 exponential samples.
+	if med := got[len(got)/2]; med < 90 || got[0] < 60 {
+		t.Errorf("baselines for a 100 ms target (ms, sorted): %.0f; want the median at 90 or more and none under 60", got)
+	}
+}
+
+// baselineOf is the latency baseline the learner holds for addr.
+func baselineOf(b *Balancer, addr string) float64 {
+	for _, e := range b.snap.Load().all {
+		if e.t.Addr == addr {
+			c := capacityOf(e)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.baseline
+		}
+	}
+	return -1
 }
