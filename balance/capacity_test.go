@@ -1414,10 +1414,10 @@ func TestCapacityRemeasuredSampleMovesTheMeanWithinBounds(t *testing.T) {
 // tolerance (2x) and about one in four cut the limit below the callers'
 // demand (bench/contest's swap, before the first swap: 55 ms for a
 // 100 ms provider, its limit cut from 96 to 63-78 for 70 callers).
-// Simulated here: the swap shape's slow provider, 24 ramps.
+// Simulated here: the swap shape's slow provider, 64 ramps.
 func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 	var got []float64
-	for seed := range uint64(24) {
+	for seed := range uint64(64) {
 		clk := &capClock{}
 		clk.ns.Store(1)
 		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "fast", Weight: 1}, Target{Addr: "slow", Weight: 1})
@@ -1434,10 +1434,12 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 		got = append(got, base/float64(time.Millisecond))
 	}
 	slices.Sort(got)
-	// The mean of latencies read 61-95 ms here (median 77); by Little's
-	// law 69-133 (median 95), the noise of 32 exponential samples.
-	if med := got[len(got)/2]; med < 90 || got[0] < 60 {
-		t.Errorf("baselines for a 100 ms target (ms, sorted): %.0f; want the median at 90 or more and none under 60", got)
+	// The picker's random start varies the ramps from run to run. Over
+	// 40 runs the median was 72-80 ms with the mean of latencies, and
+	// 94-104 ms by Little's law; the lowest single ramp was 42-62 ms
+	// against 54-73, so only the median separates them.
+	if med := got[len(got)/2]; med < 87 {
+		t.Errorf("first baselines for a 100 ms target: median %.0f ms, want 87 or more (sorted: %.0f)", med, got)
 	}
 }
 
