@@ -235,6 +235,8 @@ type capState struct {
 	seen      atomic.Int64 // clock of the last success (when lat was last measured)
 	littleLat atomic.Int64 // the time per request Little's law found, when far from lat; 0 = none
 	littleTil atomic.Int64 // clock until which littleLat ranks the target
+	trial     atomic.Int64 // picks it holds ranked by one faster sample (trialFrom); 0 = none
+	trialLat  atomic.Int64 // its mean before that sample: its rank past trial picks
 	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
 
 	mu         sync.Mutex
@@ -287,6 +289,24 @@ const rejectMemory = 30 * time.Second
 // staleAfter is how many of its mean latencies an idle target's latency
 // sample is trusted for picking.
 const staleAfter = 16
+
+// A target that one re-measuring sample ranks faster than it was is
+// ranked by that sample for trialFrom picks in flight, one more per
+// success after it, until trialTo; past those, by its mean from before.
+// Slow start for the ranking: its own next outcomes judge the sample
+// before the load follows it. An exponential draw is below a third of its
+// mean more than one time in four: on bench/contest's underload a 30 ms provider
+// whose re-measuring pick drew a short time ranked ahead of the 10 ms one
+// and took 34 of the 40 connections until its mean caught up, about
+// 100 ms, every few seconds. One that really got faster doubles its picks
+// each round trip and is past the cap within five of them. Only the rank
+// changes: a target past its trial picks still takes a pick that no
+// other target has room for, so the cap never makes a caller wait (picks
+// held for minutes, as WebSockets are, would otherwise keep it capped).
+const (
+	trialFrom = 2
+	trialTo   = 2 + littleN
+)
 
 // capTie is the latency ratio within which two targets tie in Pick.
 const capTie = 1 + 1.0/16
@@ -390,6 +410,11 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now < p.st[j].littleTil.Load() {
 				lat = w // the mean lags a change that Little's law shows (little)
 			}
+		}
+		if t := p.st[j].trial.Load(); t != 0 && e.InFlight() >= t {
+			// One sample ranks it this fast: past the picks that sample
+			// earned, its mean from before ranks it (trialFrom).
+			lat = max(lat, p.st[j].trialLat.Load())
 		}
 		// Latency first: a permit on a faster target completes sooner,
 		// and in a closed loop every completion is the next request, so
@@ -502,8 +527,18 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 			c.lat.Store(lat)
 		} else if o.Now-c.seen.Load() > staleAfter*old {
 			c.lat.Store(min(max(lat, old/4), 2*old))
+			if lat < old {
+				c.trialLat.Store(old)
+				c.trial.Store(trialFrom)
+			}
 		} else {
 			c.lat.Store(old + (lat-old)/16)
+			if t := c.trial.Load(); t != 0 {
+				c.trial.Store(t + 1)
+				if t+1 >= trialTo {
+					c.trial.Store(0)
+				}
+			}
 		}
 		c.seen.Store(o.Now)
 	}

@@ -1455,3 +1455,64 @@ func baselineOf(b *Balancer, addr string) float64 {
 	}
 	return -1
 }
+
+// TestCapacityOneShortDrawEarnsAFewPicks: one short draw from an idle
+// slow target that is being re-measured ranks it first. It gets a few
+// picks, and more only as its own successes come back, so a draw that
+// lied costs a few slow requests and a target that really got faster
+// takes the load within a few round trips.
+func TestCapacityOneShortDrawEarnsAFewPicks(t *testing.T) {
+	ms := time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := taughtPairAt(t, clk, "slow", 100, 30*ms, "quick", 100, 10*ms)
+	clk.ns.Add(int64(2 * time.Second)) // past 16 of either mean
+	teachLatency(t, b, "quick", 10*ms, 4)
+	teachLatency(t, b, "slow", 8*ms, 1) // ranks it ahead of quick
+	var counts []int
+	for round := range 6 {
+		got, held := pickN(t, b, 40)
+		n := 0
+		for i, a := range got {
+			lat := 10 * ms
+			if a == "slow" {
+				n++
+				lat = 8 * ms // it did get faster
+			}
+			held[i].Report(lat, nil)
+		}
+		counts = append(counts, n)
+		if round == 0 && n > trialFrom {
+			t.Errorf("the first 40 picks after one short draw sent %d to the target it came from, want at most %d", n, trialFrom)
+		}
+	}
+	if last := counts[len(counts)-1]; last < 40 {
+		t.Errorf("picks per round of 40 that went to a target that got faster: %v; want all 40 by the sixth round", counts)
+	}
+}
+
+// TestCapacityTrialNeverMakesACallerWait: past the picks its one short
+// draw earned, a target is ranked by its old mean, not closed: with the
+// other target full, the picks go to it rather than to the queue.
+func TestCapacityTrialNeverMakesACallerWait(t *testing.T) {
+	ms := time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := taughtPairAt(t, clk, "slow", 100, 30*ms, "quick", 5, 10*ms)
+	clk.ns.Add(int64(2 * time.Second))
+	teachLatency(t, b, "quick", 10*ms, 4)
+	teachLatency(t, b, "slow", 8*ms, 1)
+	got, held := pickN(t, b, 40) // fails on ErrAtCapacity
+	n := 0
+	for _, a := range got {
+		if a == "slow" {
+			n++
+		}
+	}
+	if n != 35 {
+		t.Errorf("%d of 40 picks went to slow, want 35 (quick has 5 permits): %v", n, got)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}
