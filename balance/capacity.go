@@ -87,7 +87,8 @@ import (
 // answers fast and must not make a full target look quick. An idle
 // target's sample goes stale after staleAfter of its latencies, and one
 // pick at a time then measures it again; that one sample moves the mean
-// within a quarter and twice of it.
+// within a quarter and twice of it, and if it ranks the target faster
+// than before, only for a few picks at first (trialFrom).
 //
 // Its settings (Options.Settings, named numbers) tune the learner: initial_limit (default 20), min_limit
 // (1), max_limit (4096), tolerance (2: the latency ratio read as queueing),
