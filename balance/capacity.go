@@ -295,12 +295,13 @@ const staleAfter = 16
 // ranked by that sample for trialFrom picks in flight, one more per
 // success after it, until trialTo; past those, by its mean from before.
 // Slow start for the ranking: its own next outcomes judge the sample
-// before the load follows it. An exponential draw is below a third of its
-// mean more than one time in four: on bench/contest's underload a 30 ms provider
-// whose re-measuring pick drew a short time ranked ahead of the 10 ms one
-// and took 34 of the 40 connections until its mean caught up, about
-// 100 ms, every few seconds. One that really got faster doubles its picks
-// each round trip and is past the cap within five of them. Only the rank
+// before the load follows it. An exponential draw is below a third of
+// its mean more than one time in four: on bench/contest's underload a
+// 30 ms provider whose re-measuring pick drew a short time ranked ahead
+// of the 10 ms one and took 34 of the 40 connections until its mean
+// caught up, about 100 ms, every few seconds. One that really got faster
+// doubles its picks each round trip and is past the cap within five of
+// them. Only the rank
 // changes: a target past its trial picks still takes a pick that no
 // other target has room for, so the cap never makes a caller wait (picks
 // held for minutes, as WebSockets are, would otherwise keep it capped).
@@ -534,11 +535,10 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 			}
 		} else {
 			c.lat.Store(old + (lat-old)/16)
-			if t := c.trial.Load(); t != 0 {
+			if t := c.trial.Load(); t+1 >= trialTo {
+				c.trial.Store(0)
+			} else if t != 0 {
 				c.trial.Store(t + 1)
-				if t+1 >= trialTo {
-					c.trial.Store(0)
-				}
 			}
 		}
 		c.seen.Store(o.Now)
