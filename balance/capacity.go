@@ -301,10 +301,10 @@ const staleAfter = 16
 // of the 10 ms one and took 34 of the 40 connections until its mean
 // caught up, about 100 ms, every few seconds. One that really got faster
 // doubles its picks each round trip and is past the cap within five of
-// them. Only the rank
-// changes: a target past its trial picks still takes a pick that no
-// other target has room for, so the cap never makes a caller wait (picks
-// held for minutes, as WebSockets are, would otherwise keep it capped).
+// them. Only the rank changes: a target past its trial picks still takes
+// a pick that no other target has room for, so the cap never makes a
+// caller wait (picks held for minutes, as WebSockets are, would otherwise
+// keep it capped).
 const (
 	trialFrom = 2
 	trialTo   = 2 + littleN

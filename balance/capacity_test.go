@@ -369,7 +369,6 @@ func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
 	}
 }
 
-// teachLatency reports n successes of lat on addr alone.
 // taughtPair is a capacity balancer over two targets with configured
 // limits, each taught a latency by 40 outcomes.
 func taughtPair(t *testing.T, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *Balancer {
@@ -389,6 +388,7 @@ func taughtPairAt(t *testing.T, clk *capClock, a string, aMax int, aLat time.Dur
 	return bal
 }
 
+// teachLatency reports n successes of lat on addr alone.
 func teachLatency(t *testing.T, b *Balancer, addr string, lat time.Duration, n int) {
 	t.Helper()
 	for range n {
@@ -1377,21 +1377,8 @@ func TestCapacityRemeasuredSampleMovesTheMeanWithinBounds(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := taughtPairAt(t, clk, "slow", 100, 80*ms, "quick", 100, 15*ms)
-	latOf := func(addr string) time.Duration {
-		for _, e := range b.snap.Load().eps {
-			if e.Target().Addr == addr {
-				return time.Duration(capacityOf(e).lat.Load())
-			}
-		}
-		t.Fatalf("no target %s", addr)
-		return 0
-	}
-	remeasure := func(addr string, sample time.Duration) {
-		clk.ns.Add(int64(2 * time.Second)) // past 16 of either mean
-		teachLatency(t, b, "quick", 15*ms, 4)
-		teachLatency(t, b, addr, sample, 1)
-	}
-	remeasure("slow", 5*ms)
+	latOf := func(addr string) time.Duration { return time.Duration(stateOf(t, b, addr).lat.Load()) }
+	remeasure(t, clk, b, "quick", 15*ms, "slow", 5*ms)
 	if got := latOf("slow"); got != 20*ms {
 		t.Errorf("after a 5 ms draw ends its stale stretch, a target measured at 80 ms has a mean of %v; want 20ms (a quarter)", got)
 	}
@@ -1400,7 +1387,7 @@ func TestCapacityRemeasuredSampleMovesTheMeanWithinBounds(t *testing.T) {
 		t.Errorf("a pick went to %s after one short draw from it; want quick (15 ms)", p.Addr())
 	}
 	p.Done(nil)
-	remeasure("slow", 400*ms)
+	remeasure(t, clk, b, "quick", 15*ms, "slow", 400*ms)
 	if got := latOf("slow"); got != 40*ms {
 		t.Errorf("after a 400 ms draw ends its stale stretch, a target with a mean of 20 ms has %v; want 40ms (twice)", got)
 	}
@@ -1429,7 +1416,10 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 				t.Fatalf("seed %d: no baseline after %d outcomes", seed, n)
 			}
 			sim.run(t, 1)
-			base = baselineOf(b, "slow")
+			c := stateOf(t, b, "slow")
+			c.mu.Lock()
+			base = c.baseline
+			c.mu.Unlock()
 		}
 		got = append(got, base/float64(time.Millisecond))
 	}
@@ -1443,17 +1433,27 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 	}
 }
 
-// baselineOf is the latency baseline the learner holds for addr.
-func baselineOf(b *Balancer, addr string) float64 {
+// stateOf is the learner's state for addr.
+func stateOf(t *testing.T, b *Balancer, addr string) *capState {
+	t.Helper()
 	for _, e := range b.snap.Load().all {
 		if e.t.Addr == addr {
-			c := capacityOf(e)
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.baseline
+			return capacityOf(e)
 		}
 	}
-	return -1
+	t.Fatalf("no target %s", addr)
+	return nil
+}
+
+// remeasure lets both targets' samples go stale (2 s is past 16 of
+// either mean), refreshes other's at otherLat, and ends addr's stale
+// stretch with one sample: the re-measurement Pick sends to an idle
+// target.
+func remeasure(t *testing.T, clk *capClock, b *Balancer, other string, otherLat time.Duration, addr string, sample time.Duration) {
+	t.Helper()
+	clk.ns.Add(int64(2 * time.Second))
+	teachLatency(t, b, other, otherLat, 4)
+	teachLatency(t, b, addr, sample, 1)
 }
 
 // TestCapacityOneShortDrawEarnsAFewPicks: one short draw from an idle
@@ -1466,9 +1466,7 @@ func TestCapacityOneShortDrawEarnsAFewPicks(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := taughtPairAt(t, clk, "slow", 100, 30*ms, "quick", 100, 10*ms)
-	clk.ns.Add(int64(2 * time.Second)) // past 16 of either mean
-	teachLatency(t, b, "quick", 10*ms, 4)
-	teachLatency(t, b, "slow", 8*ms, 1) // ranks it ahead of quick
+	remeasure(t, clk, b, "quick", 10*ms, "slow", 8*ms) // ranks it ahead of quick
 	var counts []int
 	for round := range 6 {
 		got, held := pickN(t, b, 40)
@@ -1499,9 +1497,7 @@ func TestCapacityTrialNeverMakesACallerWait(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := taughtPairAt(t, clk, "slow", 100, 30*ms, "quick", 5, 10*ms)
-	clk.ns.Add(int64(2 * time.Second))
-	teachLatency(t, b, "quick", 10*ms, 4)
-	teachLatency(t, b, "slow", 8*ms, 1)
+	remeasure(t, clk, b, "quick", 10*ms, "slow", 8*ms)
 	got, held := pickN(t, b, 40) // fails on ErrAtCapacity
 	n := 0
 	for _, a := range got {
