@@ -39,6 +39,17 @@ func NewTaskIDs(now time.Time, n int) []string {
 	return ids
 }
 
+// TaskIDFloor is the least id NewTaskIDs can make at t or later: every id
+// made before t's millisecond sorts below it.
+func TaskIDFloor(t time.Time) string {
+	var b [16]byte
+	ms := uint64(max(t.UnixMilli(), 0))
+	for k := 0; k < 6; k++ {
+		b[k] = byte(ms >> (40 - 8*k))
+	}
+	return encode128(b)
+}
+
 func encode128(b [16]byte) string {
 	// 128 bits as 26 base32 digits, most significant first (the first digit
 	// holds the top 3 bits).

@@ -214,6 +214,9 @@ type dialect struct {
 	instance   string                              // PG: this store's id in NOTIFY payloads
 	logCast    string                              // PG: ::text, to read the jsonb log as text
 	queries    func(q *queries, b qparts)          // adds the dialect's own queries
+	// listByType, where set, is get_task_list's query for one type (PG:
+	// pgListByType); the shared query otherwise.
+	listByType func(table, cols string, f ListFilter) (string, []any)
 }
 
 // rebind turns ? into $1, $2, ... for PostgreSQL.
@@ -267,6 +270,7 @@ type queries struct {
 	setFast                                                              string
 	holdDueFirst                                                         bool // hold's arguments: the due condition's before the SET's
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType            string
+	pruneByID                                                            bool // prune's first argument is the id floor of its cutoff (PG)
 	getType, listTypes, stats, insert                                    string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask            string
 	cronLast, cronCAS                                                    string
@@ -1388,6 +1392,14 @@ func (s *SQLStore) GetTask(ctx context.Context, taskID string) (flow.Record, err
 
 // ListTasks implements Store.
 func (s *SQLStore) ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error) {
+	if f.TaskType != "" && s.d.listByType != nil {
+		q, args := s.d.listByType(s.p+"tasks", s.q.cols, f)
+		rows, err := s.r.QueryContext(ctx, s.d.rebind(q), args...)
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		return scanRecords(rows)
+	}
 	var where []string
 	var args []any
 	if f.TaskType != "" {
@@ -1491,7 +1503,11 @@ func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) 
 
 // PruneEnded implements Store.
 func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := s.w.ExecContext(ctx, s.q.prune, us(before), limit)
+	args := []any{us(before), limit}
+	if s.q.pruneByID {
+		args = append([]any{flow.TaskIDFloor(before)}, args...)
+	}
+	res, err := s.w.ExecContext(ctx, s.q.prune, args...)
 	if err != nil {
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}

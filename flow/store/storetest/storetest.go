@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -546,6 +547,87 @@ func Run(t *testing.T, f Factory) {
 		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0] false} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0] false}]`
 		if fmt.Sprint(st) != want {
 			t.Fatalf("stats = %v\nwant    %s", st, want)
+		}
+	})
+
+	// get_task_list of one type, by every status and by none, with and
+	// without a stage, page by page: PostgreSQL answers these from a
+	// partial index per status, merged by id when no status is given.
+	t.Run("ListByTypeInEveryStatus", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		audio := defType
+		audio.TaskType = "audio"
+		if err := e.s.RegisterType(ctx, audio, t0); err != nil {
+			t.Fatal(err)
+		}
+		var video []string
+		for i := 0; i < 12; i++ {
+			video = append(video, e.create(flow.NewTask{TaskStage: []string{"a", "b"}[i%2]})...)
+			e.create(flow.NewTask{TaskType: "audio", TaskStage: "a"})
+		}
+		h := e.hold(t0, 7, "w")
+		outcomes := []flow.SetTaskRequest{{Status: flow.StatusSuccess}, {Status: flow.StatusSuccess}, {Status: flow.StatusFailed, Error: "x"},
+			{Status: flow.StatusPending, TaskStage: "b"}, {Status: flow.StatusSuccess}}
+		for i, o := range outcomes {
+			o.TaskID, o.Lease = h[i].TaskID, h[i].Lease
+			if err := e.set(o, t0.Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range video { // cancel one still pending
+			if e.get(id).Status == flow.StatusPending {
+				if err := e.s.CancelTask(ctx, id, t0); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+		byStatus := map[string]flow.Record{}
+		for _, id := range video {
+			byStatus[id] = e.get(id)
+		}
+		seen := map[flow.Status]int{}
+		for _, r := range byStatus {
+			seen[r.Status]++
+		}
+		for _, st := range flow.AllStatuses() {
+			if seen[st] == 0 {
+				t.Fatalf("no video task is %v: %v", st, seen)
+			}
+		}
+		sorted := slices.Sorted(slices.Values(video)) // created in one millisecond: the ids' random part orders them
+		for _, st := range append([]flow.Status{0}, flow.AllStatuses()...) {
+			for _, stage := range []string{"", "a"} {
+				var want []string
+				for _, id := range sorted { // list order
+					r := byStatus[id]
+					if (st == 0 || r.Status == st) && (stage == "" || r.TaskStage == stage) {
+						want = append(want, id)
+					}
+				}
+				var got []string
+				after := ""
+				for pages := 0; pages < 20; pages++ {
+					page, err := e.s.ListTasks(ctx, store.ListFilter{TaskType: "video", Status: st, TaskStage: stage, After: after, Limit: 2})
+					if err != nil {
+						t.Fatalf("status %v stage %q: %v", st, stage, err)
+					}
+					for _, r := range page {
+						if r.TaskType != "video" || (st != 0 && r.Status != st) || (stage != "" && r.TaskStage != stage) {
+							t.Fatalf("status %v stage %q listed %+v", st, stage, r)
+						}
+					}
+					got = append(got, ids(page)...)
+					if len(page) < 2 {
+						break
+					}
+					after = page[len(page)-1].TaskID
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("status %v stage %q:\n got %v\nwant %v", st, stage, got, want)
+				}
+			}
 		}
 	})
 
