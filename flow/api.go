@@ -162,6 +162,10 @@ type HoldTasksRequest struct {
 	Limit    int    `json:"limit"`
 	WorkerID string `json:"worker_id"`
 	WaitMS   int64  `json:"wait_ms,omitempty"` // long-poll up to this long when nothing is due
+	// OmitScheduleLog leaves each task's schedule_log out of the answer
+	// (the hold still records its entry); the worker SDK sets it unless
+	// its handlers ask for logs.
+	OmitScheduleLog bool `json:"omit_schedule_log,omitempty"`
 }
 
 // HoldTasksResponse holds the claimed tasks, each with its Lease set.

@@ -416,7 +416,7 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 		}
 		t := now()
 		recs, err := s.st.Hold(ctx, store.HoldParams{TaskType: req.TaskType, WorkerID: req.WorkerID, Limit: limit,
-			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond)})
+			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond), OmitLog: req.OmitScheduleLog})
 		if err != nil {
 			return nil, err
 		}

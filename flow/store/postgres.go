@@ -104,8 +104,9 @@ func pgQueries(q *queries, b qparts) {
 		// keeps a hold correct even if the lock expired mid-claim.
 		skip, tg = "", " AND t.status = "+b.pending
 	}
-	q.hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + skip + ") UPDATE " + t + " t SET " + b.set +
-		" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING " + colsWith("t", "::text")
+	hold := "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + skip + ") UPDATE " + t + " t SET " + b.set +
+		" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING "
+	q.hold, q.holdNoLog = hold+colsWith("t", "::text"), hold+colsNoLog("t")
 	q.holdDueFirst = true
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
 	q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +

@@ -37,6 +37,7 @@ type SQLStore struct {
 	// prepared hot statements (SQLite): parsing the hold query cost about
 	// a tenth of the CPU of an end-to-end run when prepared per call.
 	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt *sql.Stmt
+	holdNoLogStmt, holdOneNoLogStmt                              *sql.Stmt
 	insMu                                                        sync.Mutex
 	insStmts                                                     map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
 	lw                                                           *liteWriter       // SQLite: group commit of writes
@@ -160,6 +161,12 @@ func (s *SQLStore) prepare(ctx context.Context) error {
 		if s.holdOneStmt, err = s.w.PrepareContext(ctx, s.q.holdOne); err != nil {
 			return fmt.Errorf("store: prepare hold of one: %w", err)
 		}
+		if s.holdNoLogStmt, err = s.w.PrepareContext(ctx, s.q.holdNoLog); err != nil {
+			return fmt.Errorf("store: prepare hold without logs: %w", err)
+		}
+		if s.holdOneNoLogStmt, err = s.w.PrepareContext(ctx, s.q.holdOneNoLog); err != nil {
+			return fmt.Errorf("store: prepare hold of one without its log: %w", err)
+		}
 	}
 	if s.writeRowStmt, err = s.w.PrepareContext(ctx, s.q.writeRow); err != nil {
 		return fmt.Errorf("store: prepare set: %w", err)
@@ -179,7 +186,7 @@ func (s *SQLStore) Close() error {
 	if s.lw != nil {
 		s.lw.close()
 	}
-	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
+	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.holdNoLogStmt, s.holdOneNoLogStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
 		if st != nil {
 			st.Close()
 		}
@@ -251,6 +258,18 @@ func sqlStatus(sts ...flow.Status) string {
 	return strings.Join(parts, ", ")
 }
 
+// colsNoLog is colsWith with an empty string in the log's place: a hold
+// asked to leave the logs out (HoldParams.OmitLog) neither reads them as
+// text nor sends them.
+func colsNoLog(alias string) string {
+	c := colsWith(alias, "")
+	log := "schedule_log"
+	if alias != "" {
+		log = alias + "." + log
+	}
+	return strings.Replace(c, log, "''", 1)
+}
+
 func colsWith(alias, logCast string) string {
 	parts := strings.Split(cols, ", ")
 	for i, c := range parts {
@@ -267,6 +286,7 @@ func colsWith(alias, logCast string) string {
 // queries are built once per store.
 type queries struct {
 	cols, holdSel, holdUpd, hold, holdOne, lockSel, writeRow, writeBatch string
+	holdNoLog, holdOneNoLog, holdSelNoLog                                string // the holds, the logs left out
 	setFast                                                              string
 	holdDueFirst                                                         bool // hold's arguments: the due condition's before the SET's
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType            string
@@ -328,7 +348,7 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
 	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + b.proc
 	d.queries(&q, b)
-	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
+	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.holdNoLog, &q.holdOneNoLog, &q.holdSelNoLog, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
 		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
 		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS,
 		&q.heartbeat, &q.heldBy, &q.workerSel} {
@@ -837,9 +857,12 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			// parsed here, off the writer (a tenth of a hold's time in it).
 			var out []flow.Record
 			var logs []string
-			stmt := s.holdStmt
-			if p.Limit == 1 && s.holdOneStmt != nil {
-				stmt = s.holdOneStmt
+			stmt, one := s.holdStmt, s.holdOneStmt
+			if p.OmitLog {
+				stmt, one = s.holdNoLogStmt, s.holdOneNoLogStmt
+			}
+			if p.Limit == 1 && one != nil {
+				stmt = one
 			}
 			err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 				rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
@@ -854,7 +877,11 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			}
 			return s.parseHeldLogs(out, logs), nil
 		}
-		rows, err := s.w.QueryContext(ctx, s.q.hold, args...)
+		q := s.q.hold
+		if p.OmitLog {
+			q = s.q.holdNoLog
+		}
+		rows, err := s.w.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -867,7 +894,11 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 	// MySQL: select under SKIP LOCKED, then update, in one transaction.
 	var out []flow.Record
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.q.holdSel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
+		sel := s.q.holdSel
+		if p.OmitLog {
+			sel = s.q.holdSelNoLog
+		}
+		rows, err := tx.QueryContext(ctx, sel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
 		if err != nil {
 			return err
 		}
@@ -898,7 +929,9 @@ func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
 			le := p.LeaseExpiry
 			r.LeaseExpiry = &le
-			r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+			if !p.OmitLog {
+				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+			}
 		}
 		out = recs
 		return nil

@@ -92,6 +92,9 @@ type HoldParams struct {
 	Lease       string
 	Now         time.Time
 	LeaseExpiry time.Time
+	// OmitLog leaves the held tasks' schedule logs out of the answer
+	// (ScheduleLog nil); the hold still appends its entry to each.
+	OmitLog bool
 }
 
 // ListFilter selects tasks; zero fields match everything. After is the last

@@ -494,3 +494,47 @@ func TestUnregisteredTypeComesFromServerOrIsRefused(t *testing.T) {
 		t.Fatalf("Run with an unknown type = %v", err)
 	}
 }
+
+// Handlers get a task's schedule log only when the worker asks for logs;
+// by default holds leave them out, and the log stored on the server still
+// records every hold.
+func TestScheduleLogOnlyWhenAsked(t *testing.T) {
+	for _, withLog := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ScheduleLog=%v", withLog), func(t *testing.T) {
+			e := newEnv(t)
+			typ := fmt.Sprintf("logs-%v", withLog)
+			w := newWorker(t, e, worker.Config{Concurrency: 2, ScheduleLog: withLog})
+			w.Register(taskType(typ))
+			var mu sync.Mutex
+			seen := map[string][]flow.LogEntry{}
+			w.Handle(typ, "a", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+				mu.Lock()
+				seen[tk.ID] = tk.Raw.ScheduleLog
+				mu.Unlock()
+				return worker.Done(nil), nil
+			})
+			stop := start(t, w)
+			if err := e.c.RegisterTask(context.Background(), taskType(typ)); err != nil {
+				t.Fatal(err)
+			}
+			ids := e.create(t, typ, "a", 5)
+			testenv.Eventually(t, "5 successes", func() bool { return e.counts(t, typ)["success"] == 5 })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				got := seen[id]
+				if withLog && (len(got) != 2 || got[0].Event != flow.EventCreated || got[1].Event != flow.EventHeld) {
+					t.Errorf("task %s: handler saw log %+v, want created, held", id, got)
+				}
+				if !withLog && got != nil {
+					t.Errorf("task %s: handler saw log %+v without asking", id, got)
+				}
+				stored := e.get(t, id).ScheduleLog
+				if len(stored) != 3 || stored[1].Event != flow.EventHeld || stored[2].Event != flow.EventSuccess {
+					t.Errorf("task %s: stored log %+v, want created, held, success", id, stored)
+				}
+			}
+		})
+	}
+}

@@ -631,6 +631,35 @@ func Run(t *testing.T, f Factory) {
 		}
 	})
 
+	// A hold asked to leave the logs out hands out the same tasks, every
+	// other field as a hold with logs gives it, and still records its
+	// entry. Holds of one and of several take different statements.
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("HoldOmitLog/tasks=%d", n), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, f, store.Options{})
+			e.create(make([]flow.NewTask, n)...)
+			got, err := e.s.Hold(ctx, store.HoldParams{TaskType: e.tt.TaskType, WorkerID: "w", Limit: n, Lease: flow.NewLease(), Now: t0,
+				LeaseExpiry: t0.Add(time.Minute), OmitLog: true})
+			if err != nil || len(got) != n {
+				t.Fatalf("held %d, %v; want %d", len(got), err, n)
+			}
+			for _, r := range got {
+				if r.ScheduleLog != nil {
+					t.Fatalf("hold without logs gave %+v", r.ScheduleLog)
+				}
+				stored := e.get(r.TaskID)
+				if len(stored.ScheduleLog) != 2 || stored.ScheduleLog[1].Event != flow.EventHeld || stored.ScheduleLog[1].Worker != "w" {
+					t.Fatalf("stored log %+v, want created then held by w", stored.ScheduleLog)
+				}
+				stored.ScheduleLog = nil
+				if !reflect.DeepEqual(r, stored) {
+					t.Fatalf("held  %+v\nstored %+v", r, stored)
+				}
+			}
+		})
+	}
+
 	t.Run("Prune", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, f, store.Options{})
