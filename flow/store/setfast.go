@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
@@ -61,15 +60,13 @@ func fastSettable(reqs []flow.SetTaskRequest) bool {
 func pgSetFast(table string) string {
 	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
 	stage := "(CASE WHEN v.st = " + pending + " AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
-	n := strconv.Itoa(flow.ScheduleLogSize)
 	return "WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
 		" u AS (UPDATE " + table + " t SET status = v.st, task_stage = " + stage + "," +
 		" crt_retry_num = CASE WHEN v.st = " + pending + " AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
 		" order_time = CASE WHEN v.st = " + pending + " THEN v.ot ELSE t.order_time END," +
 		" task_context = COALESCE(v.ctx, t.task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?," +
-		" schedule_log = (CASE WHEN jsonb_array_length(t.schedule_log) >= " + n + " THEN t.schedule_log - 0 ELSE t.schedule_log END) ||" +
-		" jsonb_build_array(jsonb_build_object('at', ?::text, 'worker', t.owner, 'stage', " + stage + ", 'event'," +
-		" CASE v.st WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess + "' ELSE '" + flow.EventFailed + "' END))" +
+		" schedule_log = " + pgAppendLog("t.schedule_log", pgLogEntry("?::text", "t.owner", stage,
+		"CASE v.st WHEN "+pending+" THEN '"+flow.EventPending+"' WHEN "+success+" THEN '"+flow.EventSuccess+"' ELSE '"+flow.EventFailed+"' END")) +
 		" FROM v WHERE t.task_id = v.id AND t.status + 0 = " + proc + " AND t.lease = v.lease AND t.lease <> ''" +
 		" RETURNING t.task_id, t.task_type, t.status)" +
 		// "status + 0" keeps the planner off the partial index of processing
