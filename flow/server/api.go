@@ -178,6 +178,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	return nil, release, badRequest("reading the body: %v", err)
 }
 
+// memBody is a request body read whole (readBody), kept as bytes for
+// decodePlain.
+type memBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (*memBody) Close() error { return nil }
+
 // handle wraps an endpoint: method check, JSON answer, error mapping,
 // metrics.
 func (s *Server) handle(path string, ep endpoint) http.Handler {
@@ -219,7 +228,7 @@ func (s *Server) handle(path string, ep endpoint) http.Handler {
 				fail(err)
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.Body = &memBody{Reader: bytes.NewReader(body), b: body}
 		}
 		out, err := ep.fn(w, r)
 		if err != nil {
@@ -263,6 +272,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // decode reads one JSON object into v. Unknown fields are refused so that
 // a misspelt field is an error, not a silent default.
 func decode(r *http.Request, v any) error {
+	if b, ok := r.Body.(*memBody); ok && decodePlain(b.b, v) {
+		return nil
+	}
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
