@@ -518,11 +518,8 @@ func (c *Client) send(ctx context.Context, server string, cl call, payload []byt
 	if cl.out == nil {
 		return nil
 	}
-	if h, ok := cl.out.(*flow.HoldTasksResponse); ok {
-		if parseHold(data, h) { // the hot answer, without reflection (holdjson.go)
-			return nil
-		}
-		*h = flow.HoldTasksResponse{}
+	if parseAnswer(data, cl.out) { // the hot answers, without reflection (answerjson.go)
+		return nil
 	}
 	if err := json.Unmarshal(data, cl.out); err != nil {
 		// A 2xx we cannot read is the server's fault, not a transport failure.

@@ -251,19 +251,26 @@ var holdBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	if h, ok := v.(flow.HoldTasksResponse); ok {
-		// The hot answer, written without reflection (holdjson.go).
+	// The hot answers, written without reflection (holdjson.go).
+	var b []byte
+	ok := false
+	switch a := v.(type) {
+	case flow.HoldTasksResponse:
 		bp := holdBufs.Get().(*[]byte)
 		defer holdBufs.Put(bp)
-		b, ok := appendHoldJSON((*bp)[:0], h)
+		b, ok = appendHoldJSON((*bp)[:0], a)
 		if cap(b) <= 1<<20 { // keep a buffer of usual size, not the largest ever
 			*bp = b
 		}
-		if ok {
-			w.WriteHeader(code)
-			w.Write(b) // the client may have gone; nothing to do then
-			return
-		}
+	case flow.SetTasksResponse:
+		b, ok = appendSetAnswer(make([]byte, 0, 32+40*len(a.Results)), a), true
+	case flow.CreateTaskResponse:
+		b, ok = appendCreateAnswer(make([]byte, 0, 32+29*len(a.TaskIDs)), a), true
+	}
+	if ok {
+		w.WriteHeader(code)
+		w.Write(b) // the client may have gone; nothing to do then
+		return
 	}
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v) // the client may have gone; nothing to do then
@@ -354,11 +361,10 @@ func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error)
 	ids := flow.NewTaskIDs(t, len(tasks))
 	recs := make([]flow.Record, len(tasks))
 	for i := range tasks {
-		p := prefix
-		if p != "" {
-			p = fmt.Sprintf(prefix, i)
-		}
-		if err := flow.ValidateNewTask(p, &tasks[i]); err != nil {
+		if err := flow.ValidateNewTask("", &tasks[i]); err != nil {
+			if prefix != "" { // the field's path only on the way out: a Sprintf per task cost more than the check
+				err = flow.ValidateNewTask(fmt.Sprintf(prefix, i), &tasks[i])
+			}
 			return nil, err
 		}
 		tt, err := s.types.get(r.Context(), tasks[i].TaskType)
@@ -540,7 +546,8 @@ func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 	var at []int
 	for i := range req.Tasks {
 		out.Results[i].TaskID = req.Tasks[i].TaskID
-		if err := flow.ValidateSet(fmt.Sprintf("tasks[%d].", i), &req.Tasks[i]); err != nil {
+		if err := flow.ValidateSet("", &req.Tasks[i]); err != nil {
+			err = flow.ValidateSet(fmt.Sprintf("tasks[%d].", i), &req.Tasks[i]) // the path only on the way out
 			s.m.set.WithLabelValues("invalid").Inc()
 			out.Results[i].Code, out.Results[i].Error = http.StatusBadRequest, err.Error()
 			continue

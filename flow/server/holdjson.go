@@ -135,6 +135,62 @@ func plainJSON[T ~string | ~[]byte](c T, space bool) bool {
 	return true
 }
 
+// appendSetAnswer appends r as json.NewEncoder(w).Encode(r) writes it
+// (set_tasks answers are the other answer a busy server writes most).
+func appendSetAnswer(b []byte, r flow.SetTasksResponse) []byte {
+	b = append(b, `{"results":`...)
+	if r.Results == nil {
+		return append(b, "null}\n"...)
+	}
+	b = append(b, '[')
+	for i, res := range r.Results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"task_id":`...)
+		b = appendJSONString(b, res.TaskID)
+		b = append(b, `,"code":`...)
+		b = strconv.AppendInt(b, int64(res.Code), 10)
+		if res.Error != "" {
+			b = append(b, `,"error":`...)
+			b = appendJSONString(b, res.Error)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendCreateAnswer appends r as json.NewEncoder(w).Encode(r) writes it.
+func appendCreateAnswer(b []byte, r flow.CreateTaskResponse) []byte {
+	b = append(b, `{"task_ids":`...)
+	if r.TaskIDs == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, id := range r.TaskIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, id)
+		}
+		b = append(b, ']')
+	}
+	if r.Existing {
+		b = append(b, `,"existing":true`...)
+	}
+	if len(r.ExistingIndex) > 0 {
+		b = append(b, `,"existing_index":[`...)
+		for i, n := range r.ExistingIndex {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
 func appendJSONString(b []byte, s string) []byte {
 	if plainJSON(s, true) {
 		for i := 0; i < len(s); i++ {

@@ -102,3 +102,46 @@ func BenchmarkHoldJSON(b *testing.B) {
 		}
 	})
 }
+
+// set_tasks and create_task answers, written by hand, are byte for byte
+// what encoding/json's Encoder writes, strings that need escaping included.
+func TestAnswersSameBytes(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	strs := []string{"", "01JABCDEFGHJKMNPQRSTVWXYZ0", "lease expired", `q"uote`, `back\slash`, "<b>&</b>", "tab\t", "héllo", "bad\xff", "\u2028"}
+	pick := func() string { return strs[rng.Intn(len(strs))] }
+	for round := 0; round < 2000; round++ {
+		var set flow.SetTasksResponse
+		if rng.Intn(20) != 0 {
+			set.Results = make([]flow.SetResult, rng.Intn(5))
+		}
+		for i := range set.Results {
+			set.Results[i] = flow.SetResult{TaskID: pick(), Code: []int{200, 400, 404, 409, -1}[rng.Intn(5)], Error: pick()}
+		}
+		var create flow.CreateTaskResponse
+		if rng.Intn(20) != 0 {
+			create.TaskIDs = make([]string, rng.Intn(5))
+		}
+		for i := range create.TaskIDs {
+			create.TaskIDs[i] = pick()
+		}
+		create.Existing = rng.Intn(3) == 0
+		if rng.Intn(3) == 0 {
+			create.ExistingIndex = make([]int, rng.Intn(3))
+			for i := range create.ExistingIndex {
+				create.ExistingIndex[i] = rng.Intn(1000) - 1
+			}
+		}
+		for _, c := range []struct {
+			v   any
+			got []byte
+		}{{set, appendSetAnswer(nil, set)}, {create, appendCreateAnswer(nil, create)}} {
+			var want bytes.Buffer
+			if err := json.NewEncoder(&want).Encode(c.v); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(c.got, want.Bytes()) {
+				t.Fatalf("%+v:\n got %s\nwant %s", c.v, c.got, want.Bytes())
+			}
+		}
+	}
+}
