@@ -65,6 +65,7 @@ func main() {
 		runs      = flag.Int("runs", 3, "rounds of the end-to-end runs (the table shows medians)")
 		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+		memprof   = flag.String("memprofile", "", "write a profile of the whole run's allocations here")
 	)
 	flag.Parse()
 	if *cpuprof != "" {
@@ -75,6 +76,15 @@ func main() {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *memprof != "" {
+		defer func() {
+			f, err := os.Create(*memprof)
+			if err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	ctx := context.Background()
 	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
@@ -22,7 +23,9 @@ func parseHold(data []byte, out *flow.HoldTasksResponse) bool {
 	}
 	var tasks []flow.Task
 	if !p.Lit("null") {
-		tasks = make([]flow.Task, 0, 16)
+		// Every task begins so; a context holding the same bytes only
+		// makes the capacity generous.
+		tasks = make([]flow.Task, 0, bytes.Count(data, []byte(`{"task_id":`)))
 		if !p.Array(func() bool {
 			var t flow.Task
 			if !p.task(&t) {

@@ -268,6 +268,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		b, ok = appendCreateAnswer(make([]byte, 0, 32+29*len(a.TaskIDs)), a), true
 	}
 	if ok {
+		// With its length, the answer goes out unchunked and the client
+		// reads it into one buffer of that size.
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		w.WriteHeader(code)
 		w.Write(b) // the client may have gone; nothing to do then
 		return

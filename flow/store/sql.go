@@ -419,7 +419,10 @@ func parseRecordLog(r *flow.Record, log string) error {
 // parseHeldLogs).
 func scanHeld(rows *sql.Rows, limit int) ([]flow.Record, []string, error) {
 	defer rows.Close()
-	out, logs := make([]flow.Record, 0, min(limit, 64)), make([]string, 0, min(limit, 64))
+	// A claim returns at most limit rows (at most a schedule_limit) and a
+	// busy type's usually all of them: growing by doubling made a third
+	// of a hold's garbage.
+	out, logs := make([]flow.Record, 0, min(limit, 1024)), make([]string, 0, min(limit, 1024))
 	for rows.Next() {
 		r, log, err := scanRecordRaw(rows)
 		if err != nil {
