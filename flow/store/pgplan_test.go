@@ -74,6 +74,10 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 			}
 		}
 	}
+	// A hold finds the rows it locked again by their address, not the key.
+	if p := explain(s.q.hold, "type1", int64(1<<40), "type1", 500, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w"); !strings.Contains(p, "Tid Scan") {
+		t.Errorf("hold does not find its rows by ctid:\n%s", p)
+	}
 	// The batch to delete comes from a walk of the key up to the cutoff's
 	// id (how the DELETE then finds those rows is the planner's choice).
 	p := explain(s.q.prune, flow.TaskIDFloor(time.UnixMicro(30000)), int64(30000), 1000)

