@@ -67,7 +67,7 @@ func myQueries(q *queries, b qparts) {
 		skip, guard = "", " AND status = "+b.pending
 	}
 	q.holdSel = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.due + skip
-	q.holdSelNoLog = "SELECT " + colsNoLog("") + " FROM " + t + " WHERE " + b.due + skip
+	q.holdSelNoLog = "SELECT " + colsOf("", false) + " FROM " + t + " WHERE " + b.due + skip
 	q.holdUpd = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (%s)" + guard
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id FOR UPDATE"
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ? FOR UPDATE SKIP LOCKED"

@@ -143,7 +143,7 @@ func pgQueries(q *queries, b qparts) {
 		hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + ") UPDATE " + t + " t SET " + b.set +
 			" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
 	}
-	q.hold, q.holdNoLog = hold+colsWith("t", ""), hold+colsNoLog("t")
+	q.hold, q.holdNoLog = hold+colsOf("t", true), hold+colsOf("t", false)
 	q.holdDueFirst = true
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
 	q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +

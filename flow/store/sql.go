@@ -219,7 +219,6 @@ type dialect struct {
 	notify     bool                                // PG: NOTIFY in writes
 	arrays     bool                                // PG: batch arguments travel as arrays
 	instance   string                              // PG: this store's id in NOTIFY payloads
-	logCast    string                              // PG: ::text, to read the jsonb log as text
 	queries    func(q *queries, b qparts)          // adds the dialect's own queries
 	// listByType, where set, is get_task_list's query for one type (PG:
 	// pgListByType); the shared query otherwise.
@@ -258,26 +257,17 @@ func sqlStatus(sts ...flow.Status) string {
 	return strings.Join(parts, ", ")
 }
 
-// colsNoLog is colsWith with an empty string in the log's place: a hold
-// asked to leave the logs out (HoldParams.OmitLog) neither reads them as
-// text nor sends them.
-func colsNoLog(alias string) string {
-	c := colsWith(alias, "")
-	log := "schedule_log"
-	if alias != "" {
-		log = alias + "." + log
-	}
-	return strings.Replace(c, log, "''", 1)
-}
-
-func colsWith(alias, logCast string) string {
+// colsOf is the task columns, each qualified by alias when one is given;
+// with log false an empty string stands in the log's place: a hold asked
+// to leave the logs out (HoldParams.OmitLog) neither reads nor sends them.
+func colsOf(alias string, log bool) string {
 	parts := strings.Split(cols, ", ")
 	for i, c := range parts {
-		if alias != "" {
+		switch {
+		case c == "schedule_log" && !log:
+			parts[i] = "''"
+		case alias != "":
 			parts[i] = alias + "." + c
-		}
-		if c == "schedule_log" {
-			parts[i] += logCast
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -314,7 +304,7 @@ type qparts struct {
 // dialect (postgres.go, mysql.go, sqlite.go) add its own.
 func buildQueries(d *dialect, p string, redisLock bool) queries {
 	t := p + "tasks"
-	b := qparts{t: t, p: p, cols: colsWith("", d.logCast), redisLock: redisLock,
+	b := qparts{t: t, p: p, cols: colsOf("", true), redisLock: redisLock,
 		pending: sqlStatus(flow.StatusPending), proc: sqlStatus(flow.StatusProcessing),
 		live:  sqlStatus(flow.StatusPending, flow.StatusProcessing),
 		ended: sqlStatus(flow.StatusSuccess, flow.StatusFailed, flow.StatusCancelled)}

@@ -112,12 +112,12 @@ func liteQueries(q *queries, b qparts) {
 		guard = " AND status = " + b.pending
 	}
 	hold := "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING "
-	q.hold, q.holdNoLog = hold+b.cols, hold+colsNoLog("")
+	q.hold, q.holdNoLog = hold+b.cols, hold+colsOf("", false)
 	// A hold of one (limit 1) compares with a scalar subquery: IN (…)
 	// builds a temporary table for its list, a fixed cost that a
 	// one-task hold paid in full in the writer's turn.
 	holdOne := "UPDATE " + t + " SET " + b.set + " WHERE task_id = (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING "
-	q.holdOne, q.holdOneNoLog = holdOne+b.cols, holdOne+colsNoLog("")
+	q.holdOne, q.holdOneNoLog = holdOne+b.cols, holdOne+colsOf("", false)
 	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ?"
 	// The ended index leads with (status, task_type): prune walks it per
