@@ -354,13 +354,18 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 		case len(info.Exclude) > 0:
 			// Woken, but the permit may be on a target this pick
 			// excludes: pass the wake-up on, so it does not idle while a
-			// waiter that could use it sleeps, and queue again at the
-			// end, so the passing goes round the queue (the hop count
-			// bounds it to one round) instead of back to this waiter.
-			if int32(w.hops) < b.wq.n.Load() {
-				b.wq.wake(w.hops + 1)
-			}
+			// waiter that could use it sleeps. Queue again at the end
+			// first, then pass it to another waiter: the passing goes
+			// round the queue, and the hop count, against the others
+			// queued, bounds it to one round. (Counting before queueing
+			// again missed waiters: the one woken next could find
+			// itself alone, drop the wake-up and leave the permit idle
+			// while this one was still on its way back.)
+			hops := w.hops
 			w = b.wq.enqueue()
+			if int32(hops)+1 < b.wq.n.Load() {
+				b.wq.wake(hops+1, w)
+			}
 		default:
 			// Woken, but another pick took the permit first (PickWith
 			// takes any free permit it may use), so nobody else could
@@ -711,23 +716,34 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 }
 
-func (w *waitQueue) wakeOne() { w.wake(0) }
+func (w *waitQueue) wakeOne() { w.wake(0, nil) }
 
-// wake signals the first waiter, telling it how often the wake-up was
-// passed on already.
-func (w *waitQueue) wake(hops int) {
+// wake signals the first waiter other than skip, telling it how often the
+// wake-up was passed on already.
+func (w *waitQueue) wake(hops int, skip *waiter) {
 	w.mu.Lock()
-	if len(w.q) > 0 {
-		var wt *waiter
-		if last, after := len(w.q)-1, w.lifoAfter.Load(); last > 0 && after > 0 && w.now()-w.q[0].at >= after {
-			// A standing queue: the newest waiter goes first.
-			wt = w.q[last]
-			w.q[last] = nil
-			w.q = w.q[:last]
-		} else {
-			wt = w.q[0]
+	first, last := 0, len(w.q)-1
+	if last >= 0 && w.q[first] == skip {
+		first++
+	}
+	if last >= 0 && w.q[last] == skip {
+		last--
+	}
+	if first <= last {
+		i := first
+		if after := w.lifoAfter.Load(); last > first && after > 0 && w.now()-w.q[first].at >= after {
+			i = last // a standing queue: the newest waiter goes first
+		}
+		wt := w.q[i]
+		switch i {
+		case 0: // the usual case, without a copy
 			w.q[0] = nil
 			w.q = w.q[1:]
+		case len(w.q) - 1:
+			w.q[i] = nil
+			w.q = w.q[:i]
+		default: // next to a skipped waiter at an end
+			w.q = slices.Delete(w.q, i, i+1)
 		}
 		w.n.Store(int32(len(w.q)))
 		wt.signaled = true

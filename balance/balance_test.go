@@ -701,3 +701,46 @@ func TestWaitingRetryTakesATargetWhoseLimitRose(t *testing.T) {
 		p.Done(nil)
 	}
 }
+
+// TestFreedPermitReachesTheOneWaiterThatCanUseIt: many waiters exclude
+// the target whose permit comes back and one does not; the wake-up must
+// go round until it reaches that one, however the passing waiters
+// interleave (a waiter woken while the one before it was still on its way
+// back into the queue used to find itself alone and drop the wake-up).
+func TestFreedPermitReachesTheOneWaiterThatCanUseIt(t *testing.T) {
+	for round := 0; round < 100; round++ {
+		b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
+		pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
+		if pa.Addr() == "b" {
+			pa, pb = pb, pa
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan string, 16)
+		const excluding = 8
+		for i := 0; i <= excluding; i++ {
+			var ex []*Endpoint
+			if i < excluding {
+				ex = []*Endpoint{pa.Endpoint()}
+			}
+			go func() {
+				p, err := b.Wait(ctx, PickInfo{Exclude: ex})
+				if err != nil {
+					return
+				}
+				got <- fmt.Sprintf("waiter %d got %s", i, p.Addr())
+			}()
+			testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+		}
+		pa.Done(nil)
+		select {
+		case g := <-got:
+			if g != fmt.Sprintf("waiter %d got a", excluding) {
+				t.Fatalf("round %d: %s, want waiter %d got a", round, g, excluding)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: a's freed permit idled while a waiter that could use it slept", round)
+		}
+		cancel()
+		pb.Done(nil)
+	}
+}
