@@ -67,8 +67,8 @@ var pgMigrations = [][]string{{
 	// and status (at the final set, where the ended index was). A hold now
 	// writes two index entries (the key and the lease), a final set two
 	// (the key and the ended list), each one fewer. End to end, interleaved
-	// (docs/benchmarks.md, flow, eighth pass): database CPU per task 46 →
-	// 38-39 µs, tasks/s +11-13 %.
+	// (docs/benchmarks.md, flow, eighth pass): database CPU per task
+	// 45-46.5 → 42-43 µs.
 	// get_task_list of a type reads the index of the status asked for, and
 	// all five in id order when none is (pgListByType); processing rows,
 	// at most what workers hold, come from the lease index. Pruning walks
@@ -92,7 +92,7 @@ var pgMigrations = [][]string{{
 
 // pgAppendLog is log (the schedule-log column) with entry (an expression
 // making one entry's JSON text) appended, the oldest entry dropped when
-// the log is full: liteAppendLog's text surgery, as SQLite does it. Every
+// the log is full, by liteAppendLog's text surgery. Every
 // entry begins with {"at": (MarshalLog's, jsonb's and these expressions'
 // first key), so counting that string counts entries; the oldest is cut
 // at the second {"at":, whatever separates them.
