@@ -18,11 +18,7 @@ const TaskIDLen = 26
 // pagination relies on.
 func NewTaskIDs(now time.Time, n int) []string {
 	ids := make([]string, n)
-	var b [16]byte
-	ms := uint64(now.UnixMilli())
-	for k := 0; k < 6; k++ {
-		b[k] = byte(ms >> (40 - 8*k))
-	}
+	b := stamped(uint64(now.UnixMilli()))
 	rand.Read(b[6:]) // never fails (crypto/rand panics on a broken source)
 	b[6] &^= 0x80    // room to count up without overflow
 	for i := range ids {
@@ -41,13 +37,14 @@ func NewTaskIDs(now time.Time, n int) []string {
 
 // TaskIDFloor is the least id NewTaskIDs can make at t or later: every id
 // made before t's millisecond sorts below it.
-func TaskIDFloor(t time.Time) string {
-	var b [16]byte
-	ms := uint64(max(t.UnixMilli(), 0))
+func TaskIDFloor(t time.Time) string { return encode128(stamped(uint64(max(t.UnixMilli(), 0)))) }
+
+// stamped is an id's 128 bits with the 48 of milliseconds set, the rest zero.
+func stamped(ms uint64) (b [16]byte) {
 	for k := 0; k < 6; k++ {
 		b[k] = byte(ms >> (40 - 8*k))
 	}
-	return encode128(b)
+	return b
 }
 
 func encode128(b [16]byte) string {
