@@ -22,7 +22,7 @@ func stdDecode(body []byte, v any) error {
 func agree(t *testing.T, body []byte, fresh func() any) (accepted bool) {
 	t.Helper()
 	fast, std := fresh(), fresh()
-	if !decodePlain(body, fast) {
+	if !decodePlain(body[:len(body):len(body)], fast) { // capacity = length: a read past the end panics
 		if !reflect.DeepEqual(fast, fresh()) {
 			t.Fatalf("declined %q but changed the value: %+v", body, fast)
 		}

@@ -149,6 +149,9 @@ func (p *Parser) Raw() (json.RawMessage, bool) {
 		}
 	}
 end:
+	if j > len(p.B) { // the input ended on a backslash in a string
+		return nil, false
+	}
 	v := p.B[start:j]
 	if len(v) == 0 || v[0] == 'n' || !json.Valid(v) {
 		return nil, false
