@@ -66,8 +66,10 @@ func main() {
 		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 		memprof   = flag.String("memprofile", "", "write a profile of the whole run's allocations here")
+		timeline  = flag.Bool("timeline", false, "print each end-to-end round's milestones to stderr (first create acknowledged, first stage or job run, last one, confirmed)")
 	)
 	flag.Parse()
+	showTimeline = *timeline
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err != nil {
@@ -110,6 +112,26 @@ func main() {
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+}
+
+// showTimeline is -timeline.
+var showTimeline bool
+
+// milestones are the moments of one end-to-end round, from its clock.
+type milestones struct {
+	start                                   time.Time
+	firstCreate, firstRun, lastRun, created atomic.Int64 // ns since start; 0: not yet
+}
+
+func (m *milestones) mark(at *atomic.Int64) { at.CompareAndSwap(0, int64(time.Since(m.start))) }
+
+func (m *milestones) print(system string, end time.Duration) {
+	if !showTimeline {
+		return
+	}
+	ms := func(x *atomic.Int64) string { return fmt.Sprintf("%.1fms", float64(x.Load())/1e6) }
+	fmt.Fprintf(os.Stderr, "  %s: first create acked %s, first run %s, all created %s, last run %s, confirmed %.1fms\n",
+		system, ms(&m.firstCreate), ms(&m.firstRun), ms(&m.created), ms(&m.lastRun), float64(end)/1e6)
 }
 
 type e2eRow struct {
@@ -344,20 +366,31 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	if err := c.RegisterTask(ctx, tt); err != nil {
 		return res, err
 	}
-	var done, ran atomic.Int64
+	var recorded, ran atomic.Int64
+	var m milestones
 	all := make(chan struct{})
-	allRan := make(chan struct{})
 	var ws []*worker.Worker
 	var wg sync.WaitGroup
 	for i := range workers {
 		w, err := worker.New(worker.Config{Client: c, WorkerID: fmt.Sprintf("bench-%d", i),
-			Concurrency: conc, MaxBacklog: max(4*conc, 2*holdLimit), HoldLimit: holdLimit, ReportBatch: reportBatch})
+			Concurrency: conc, MaxBacklog: max(4*conc, 2*holdLimit), HoldLimit: holdLimit, ReportBatch: reportBatch,
+			// The clock stops when the server has acknowledged the last
+			// success, as River's stops at its last completion event
+			// (sent once the completion is committed).
+			OnReported: func(r worker.Report) {
+				if r.Err == nil && r.Status == flow.StatusSuccess && recorded.Add(1) == int64(n) {
+					close(all)
+				}
+			}})
 		if err != nil {
 			return res, err
 		}
 		w.Handle("bench", "work", func(context.Context, *worker.Task) (worker.Result, error) {
-			if ran.Add(1) == int64(n) {
-				close(allRan)
+			switch ran.Add(1) {
+			case 1:
+				m.mark(&m.firstRun)
+			case int64(n):
+				m.mark(&m.lastRun)
 			}
 			return worker.Done(nil), nil
 		})
@@ -368,48 +401,40 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	// The CPU sample first: reading /proc took 15 ms of the clock here.
 	cpu0 := markCPU(d.comm())
 	start := time.Now()
+	m.start = start
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		nts := make([]flow.NewTask, 0, to-from)
 		for i := from; i < to; i++ {
 			nts = append(nts, flow.NewTask{TaskType: "bench", TaskStage: "work", TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
 		}
 		_, err := c.CreateTasks(ctx, nts)
+		m.mark(&m.firstCreate)
 		return err
 	}); err != nil {
 		return res, err
 	}
-	// Count successes as the server sees them, once every stage has run
-	// (asking for stats all along would load the server being measured).
-	go func() {
-		select {
-		case <-allRan:
-		case <-ctx.Done():
-			return
-		}
-		for ctx.Err() == nil {
-			st, err := c.Stats(ctx)
-			if err == nil {
-				for _, t := range st.Types {
-					if t.TaskType == "bench" && t.Counts["success"] >= int64(n) {
-						done.Store(t.Counts["success"])
-						close(all)
-						return
-					}
-				}
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+	m.mark(&m.created)
 	select {
 	case <-all:
 	case <-time.After(10 * time.Minute):
 		return res, errors.New("tasks did not finish in 10 minutes")
 	}
 	elapsed, to := time.Since(start), markCPU(d.comm())
+	m.print("flow/"+d.name, elapsed)
 	for _, w := range ws {
 		w.Stop()
 	}
 	wg.Wait()
+	// What the workers were told, checked against what the server has.
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return res, err
+	}
+	for _, t := range st.Types {
+		if t.TaskType == "bench" && t.Counts["success"] != int64(n) {
+			return res, fmt.Errorf("%d successes acknowledged, but the server counts %d", n, t.Counts["success"])
+		}
+	}
 	res.perSec = float64(n) / elapsed.Seconds()
 	res.self, res.db = to.perTask(cpu0, n)
 	return res, nil

@@ -67,29 +67,42 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 	defer rc.Stop(context.WithoutCancel(ctx))
 	cpu0 := markCPU("postgres") // before the clock, as in flowE2E
 	start := time.Now()
+	m := milestones{start: start}
+	finished := make(chan error, 1)
+	go func() {
+		for got := 0; got < n; got++ {
+			if ev := <-events; ev == nil {
+				finished <- errors.New("river closed the event channel")
+				return
+			}
+			if got == 0 {
+				m.mark(&m.firstRun)
+			}
+		}
+		finished <- nil
+	}()
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		params := make([]river.InsertManyParams, 0, to-from)
 		for i := from; i < to; i++ {
 			params = append(params, river.InsertManyParams{Args: noopArgs{N: i}})
 		}
 		_, err := rc.InsertManyFast(ctx, params)
+		m.mark(&m.firstCreate)
 		return err
 	}); err != nil {
 		return res, err
 	}
-	timeout := time.After(10 * time.Minute)
-	for got := 0; got < n; {
-		select {
-		case ev := <-events:
-			if ev == nil {
-				return res, errors.New("river closed the event channel")
-			}
-			got++
-		case <-timeout:
-			return res, errors.New("jobs did not finish in 10 minutes")
+	m.mark(&m.created)
+	select {
+	case err := <-finished:
+		if err != nil {
+			return res, err
 		}
+	case <-time.After(10 * time.Minute):
+		return res, errors.New("jobs did not finish in 10 minutes")
 	}
 	elapsed, to := time.Since(start), markCPU("postgres")
+	m.print("river", elapsed)
 	res.perSec = float64(n) / elapsed.Seconds()
 	res.self, res.db = to.perTask(cpu0, n)
 	return res, nil

@@ -36,6 +36,7 @@ func (o *outbox) push(x *outcome) {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
+		x.h.w.reported(x, ErrNotReported)
 		x.h.release()
 		return
 	}
@@ -90,6 +91,7 @@ func (o *outbox) dropAll() {
 	o.items, o.closed = nil, true
 	o.mu.Unlock()
 	for _, x := range items {
+		x.h.w.reported(x, ErrNotReported)
 		x.h.release()
 	}
 	select {
@@ -176,8 +178,10 @@ func (w *Worker) settle(o *outcome, err error) {
 	var apiErr *client.APIError
 	switch {
 	case err == nil:
+		w.reported(o, nil)
 		o.h.release()
 	case errors.Is(err, client.ErrStaleLease), errors.Is(err, client.ErrNotFound):
+		w.reported(o, err)
 		// The task is no longer ours (lease expired and re-held, cancelled,
 		// or a retried set that had in fact landed): nothing to do.
 		w.log.Warn("flow worker: outcome refused, lease is stale", "task_id", o.h.task.ID, "stage", o.h.task.Stage, "err", err)
@@ -191,12 +195,14 @@ func (w *Worker) settle(o *outcome, err error) {
 			return
 		}
 		w.log.Error("flow worker: error outcome refused; the task retries when its lease expires", "task_id", o.h.task.ID, "err", err)
+		w.reported(o, err)
 		o.h.release()
 	default:
 		// Transport failure or 5xx: try again while the lease lasts (the
 		// renewal timer keeps it alive meanwhile).
 		if !o.h.leaseLeft() {
 			w.log.Error("flow worker: could not report outcome before the lease ended; the server will retry the task", "task_id", o.h.task.ID, "err", err)
+			w.reported(o, err)
 			o.h.release()
 			return
 		}
@@ -205,4 +211,16 @@ func (w *Worker) settle(o *outcome, err error) {
 		w.log.Debug("flow worker: report failed; retrying", "task_id", o.h.task.ID, "in", d, "err", err)
 		time.AfterFunc(jitter(d), func() { w.out.push(o) })
 	}
+}
+
+// reported tells Config.OnReported what became of an outcome.
+func (w *Worker) reported(o *outcome, err error) {
+	if w.cfg.OnReported == nil {
+		return
+	}
+	r := Report{TaskID: o.h.task.ID, TaskType: o.h.task.Type, Stage: o.h.task.Stage, Status: o.req.Status, Err: err}
+	if o.req.Status == flow.StatusPending {
+		r.NextStage = o.req.TaskStage
+	}
+	w.cfg.OnReported(r)
 }

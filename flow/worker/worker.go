@@ -53,9 +53,33 @@ type Config struct {
 	// PostgreSQL, about 5 µs of CPU a task; docs/flow.md, Performance).
 	// A handler that wants the history can read it with GetTask.
 	ScheduleLog bool
+	// OnReported, when set, is told the fate of every outcome the worker
+	// reports, once: recorded by the server or given up. It is the SDK's
+	// counterpart of River's job-completion events (a dashboard, a test
+	// awaiting a task, a benchmark's clock). It runs on a reporter's
+	// goroutine, so it must return quickly.
+	OnReported func(Report)
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// Report is the fate of one outcome (Config.OnReported).
+type Report struct {
+	TaskID, TaskType string
+	Stage            string      // the stage that ran
+	Status           flow.Status // what the worker set: success, failed, or pending
+	NextStage        string      // with pending: the stage that runs next
+	// Err is nil when the server recorded the outcome. Otherwise the outcome
+	// was not recorded: the task was no longer this worker's
+	// (client.ErrStaleLease, client.ErrNotFound), or the worker gave up
+	// sending it (stopped, or its lease ran out), and the server runs the
+	// stage again after the lease.
+	Err error
+}
+
+// ErrNotReported is a Report's Err for an outcome dropped unsent at a
+// shutdown that ran out of time.
+var ErrNotReported = errors.New("flow worker: outcome dropped at shutdown")
 
 func (c *Config) validate() error {
 	switch {

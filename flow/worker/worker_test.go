@@ -538,3 +538,63 @@ func TestScheduleLogOnlyWhenAsked(t *testing.T) {
 		})
 	}
 }
+
+// OnReported hears of every outcome once, after the server recorded it: a
+// task whose success was reported reads as success at once.
+func TestOnReportedAfterTheServerRecords(t *testing.T) {
+	e := newEnv(t)
+	const n = 20
+	reports := make(chan worker.Report, 3*n)
+	w := newWorker(t, e, worker.Config{Concurrency: 4, OnReported: func(r worker.Report) { reports <- r }})
+	w.Register(taskType("told"))
+	w.Handle("told", "first", func(_ context.Context, tk *worker.Task) (worker.Result, error) {
+		return worker.Next("second", nil), nil
+	})
+	w.Handle("told", "second", func(_ context.Context, tk *worker.Task) (worker.Result, error) {
+		var p path
+		if err := tk.Decode(&p); err != nil {
+			return worker.Result{}, err
+		}
+		if p.N%2 == 1 {
+			return worker.Fail("odd"), nil
+		}
+		return worker.Done(nil), nil
+	})
+	start(t, w)
+	if err := e.c.RegisterTask(context.Background(), taskType("told")); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.create(t, "told", "first", n)
+	seen := map[string][]string{}
+	for range 2 * n {
+		var r worker.Report
+		select {
+		case r = <-reports:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d reports after 30s, want %d", len(seen), 2*n)
+		}
+		if r.Err != nil || r.TaskType != "told" {
+			t.Fatalf("report %+v: want type told and no error", r)
+		}
+		seen[r.TaskID] = append(seen[r.TaskID], fmt.Sprintf("%s:%d:%s", r.Stage, r.Status, r.NextStage))
+		if r.Stage == "second" {
+			if got := e.get(t, r.TaskID).Status; got != r.Status {
+				t.Fatalf("task %s reported as %d but the server has %d", r.TaskID, r.Status, got)
+			}
+		}
+	}
+	for i, id := range ids {
+		want := []string{"first:1:second", "second:3:"}
+		if i%2 == 1 {
+			want[1] = "second:4:"
+		}
+		if !slices.Equal(seen[id], want) {
+			t.Errorf("task %s (n=%d): reports %v, want %v", id, i, seen[id], want)
+		}
+	}
+	select {
+	case r := <-reports:
+		t.Fatalf("a report more than once: %+v", r)
+	default:
+	}
+}
