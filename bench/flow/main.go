@@ -137,6 +137,7 @@ func (m *milestones) print(system string, end time.Duration) {
 type e2eRow struct {
 	system, db string
 	perSec     float64   // median
+	vsRiver    float64   // median of the rounds' ratios to River's; -1: no River
 	all        []float64 // every round
 	cpuHere    float64   // median CPU per task, µs, in this process
 	cpuDB      float64   // and in the database server; -1: not measured
@@ -274,7 +275,10 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		}
 	}
 	var rows []e2eRow
-	var river float64
+	// Each round runs River right after the flow systems, so a round's
+	// ratio compares runs under the same load on the machine; the table
+	// shows the median of the rounds' ratios.
+	river := results["river/postgres"]
 	for _, k := range keys {
 		if !cfg.e2e {
 			break
@@ -288,11 +292,15 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		for _, r := range results[k] {
 			rates, selfs, dbs = append(rates, r.perSec), append(selfs, r.self), append(dbs, r.db)
 		}
-		med := median(rates)
-		if system == "river" {
-			river = med
+		vsRiver := -1.0
+		if len(river) == len(rates) && len(rates) > 0 {
+			var ratios []float64
+			for i, r := range rates {
+				ratios = append(ratios, r/river[i].perSec)
+			}
+			vsRiver = median(ratios)
 		}
-		rows = append(rows, e2eRow{name, dbName, med, rates, median(selfs), median(dbs)})
+		rows = append(rows, e2eRow{name, dbName, median(rates), vsRiver, rates, median(selfs), median(dbs)})
 	}
 
 	var holds []holdRow
@@ -317,11 +325,11 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 	out := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(out, "end to end, %d one-stage tasks (create, hold, stage, set success), median of %d rounds\n", n, runs)
 	fmt.Fprintln(out, "CPU per task (µs, from /proc): in this process (HTTP, JSON, SDK, drivers; River; SQLite) and in the database server")
-	fmt.Fprintln(out, "system\tdb\ttasks/s\tvs River (postgres)\tCPU here\tCPU db\tCPU total\tevery round")
+	fmt.Fprintln(out, "system\tdb\ttasks/s\tvs River (postgres, per round)\tCPU here\tCPU db\tCPU total\tevery round")
 	for _, r := range rows {
 		ratio := "-"
-		if river > 0 {
-			ratio = fmt.Sprintf("%.2fx", r.perSec/river)
+		if r.vsRiver > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.vsRiver)
 		}
 		var each []string
 		for _, x := range r.all {
