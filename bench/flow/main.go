@@ -121,6 +121,7 @@ var showTimeline bool
 type milestones struct {
 	start                                   time.Time
 	firstCreate, firstRun, lastRun, created atomic.Int64 // ns since start; 0: not yet
+	doneByCreated                           int64        // tasks finished when the last create was acknowledged
 }
 
 func (m *milestones) mark(at *atomic.Int64) { at.CompareAndSwap(0, int64(time.Since(m.start))) }
@@ -130,8 +131,8 @@ func (m *milestones) print(system string, end time.Duration) {
 		return
 	}
 	ms := func(x *atomic.Int64) string { return fmt.Sprintf("%.1fms", float64(x.Load())/1e6) }
-	fmt.Fprintf(os.Stderr, "  %s: first create acked %s, first run %s, all created %s, last run %s, confirmed %.1fms\n",
-		system, ms(&m.firstCreate), ms(&m.firstRun), ms(&m.created), ms(&m.lastRun), float64(end)/1e6)
+	fmt.Fprintf(os.Stderr, "  %s: first create acked %s, first run %s, all created %s (%d done by then), last run %s, confirmed %.1fms\n",
+		system, ms(&m.firstCreate), ms(&m.firstRun), ms(&m.created), m.doneByCreated, ms(&m.lastRun), float64(end)/1e6)
 }
 
 type e2eRow struct {
@@ -422,6 +423,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 		return res, err
 	}
 	m.mark(&m.created)
+	m.doneByCreated = recorded.Load()
 	select {
 	case <-all:
 	case <-time.After(10 * time.Minute):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,8 +70,10 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 	start := time.Now()
 	m := milestones{start: start}
 	finished := make(chan error, 1)
+	var done atomic.Int64
 	go func() {
 		for got := 0; got < n; got++ {
+			done.Store(int64(got))
 			if ev := <-events; ev == nil {
 				finished <- errors.New("river closed the event channel")
 				return
@@ -93,6 +96,7 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 		return res, err
 	}
 	m.mark(&m.created)
+	m.doneByCreated = done.Load()
 	select {
 	case err := <-finished:
 		if err != nil {
