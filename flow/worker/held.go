@@ -177,14 +177,23 @@ func statusName(s flow.Status) string {
 	return "unknown"
 }
 
-// track adds a held task to those the heartbeat renews.
+// track adds a held task to those the heartbeat renews. The heartbeat
+// is woken only when the task is due before its timer: waking it for
+// every task made it rescan every held task once per task held, O(n^2)
+// in the backlog.
 func (w *Worker) track(h *heldTask) {
+	h.mu.Lock()
+	due := h.due
+	h.mu.Unlock()
 	w.liveMu.Lock()
 	w.live[h] = struct{}{}
+	sooner := w.armed.IsZero() || due.Before(w.armed)
 	w.liveMu.Unlock()
-	select {
-	case w.liveCh <- struct{}{}:
-	default:
+	if sooner {
+		select {
+		case w.liveCh <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -199,10 +208,7 @@ func (w *Worker) untrack(h *heldTask) {
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	var retryAt time.Time // after a failed heartbeat
 	for {
-		next, ok := w.nextBeat()
-		if !retryAt.IsZero() && ok {
-			next = retryAt
-		}
+		next, ok := w.nextBeat(retryAt)
 		var fire <-chan time.Time
 		var timer *time.Timer
 		if ok {
@@ -230,8 +236,9 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// nextBeat is when the first held lease wants renewing.
-func (w *Worker) nextBeat() (time.Time, bool) {
+// nextBeat is when the first held lease wants renewing (retryAt instead,
+// after a failed heartbeat, while any is held), and arms track with it.
+func (w *Worker) nextBeat(retryAt time.Time) (time.Time, bool) {
 	w.liveMu.Lock()
 	defer w.liveMu.Unlock()
 	var next time.Time
@@ -242,6 +249,10 @@ func (w *Worker) nextBeat() (time.Time, bool) {
 		}
 		h.mu.Unlock()
 	}
+	if !retryAt.IsZero() && !next.IsZero() {
+		next = retryAt
+	}
+	w.armed = next // what track compares a new task's due with
 	return next, !next.IsZero()
 }
 

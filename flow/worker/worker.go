@@ -154,7 +154,8 @@ type Worker struct {
 
 	liveMu sync.Mutex
 	live   map[*heldTask]struct{} // held tasks the heartbeat renews
-	liveCh chan struct{}          // a task was added to live
+	liveCh chan struct{}          // a task was added to live that is due before armed
+	armed  time.Time              // when the heartbeat's timer fires; zero: no timer
 }
 
 type typeState struct {

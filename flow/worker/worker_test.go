@@ -272,6 +272,66 @@ func TestLongStageKeepsLease(t *testing.T) {
 	}
 }
 
+// A task held after one with a far longer lease is renewed on its own
+// schedule: the heartbeat, waiting for the long lease's renewal, is woken
+// by a task due before it.
+func TestShortLeaseHeldAfterLongOneIsRenewed(t *testing.T) {
+	e := newEnv(t)
+	long, short := taskType("longlease"), taskType("shortlease")
+	long.MaxProcessingMS = 60_000 // renewed first after 20 s
+	const lease = 1500 * time.Millisecond
+	short.MaxProcessingMS = lease.Milliseconds()
+	release := make(chan struct{})
+	longStarted := make(chan struct{})
+	var runs atomic.Int64
+	w := newWorker(t, e, worker.Config{Concurrency: 2})
+	w.Register(long)
+	w.Register(short)
+	w.Handle("longlease", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		close(longStarted)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return worker.Done(nil), nil
+	})
+	w.Handle("shortlease", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		runs.Add(1)
+		first := *tk.Raw.LeaseExpiry
+		for {
+			cur, err := e.c.GetTask(ctx, tk.ID)
+			if err != nil {
+				return worker.Result{}, err
+			}
+			if cur.LeaseExpiry != nil && cur.LeaseExpiry.Sub(first) > 3*lease {
+				return worker.Done(nil), nil
+			}
+			if ctx.Err() != nil {
+				return worker.Result{}, context.Cause(ctx)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	stop := start(t, w)
+	for _, tt := range []flow.TaskType{long, short} {
+		if err := e.c.RegisterTask(context.Background(), tt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.create(t, "longlease", "only", 1)
+	<-longStarted
+	id := e.create(t, "shortlease", "only", 1)[0]
+	testenv.Eventually(t, "the short-lease task to end", func() bool { return e.get(t, id).Status >= flow.StatusSuccess })
+	close(release)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	tk := e.get(t, id)
+	if tk.Status != flow.StatusSuccess || runs.Load() != 1 || tk.CrtRetryNum != 0 {
+		t.Fatalf("status %d, %d runs, %d retries; want success in 1 run (log %+v)", tk.Status, runs.Load(), tk.CrtRetryNum, tk.ScheduleLog)
+	}
+}
+
 // A task cancelled while its stage runs: the next renewal finds the lease
 // stale, the handler's context ends with ErrLeaseLost, and the outcome is
 // dropped (the task stays cancelled).
