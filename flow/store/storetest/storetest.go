@@ -175,6 +175,57 @@ func Run(t *testing.T, f Factory) {
 		}
 	})
 
+	// A batch's rows come back as they went in, whether a column's value is
+	// the same in every row (PostgreSQL sends it once) or not.
+	t.Run("CreateBatchRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+		same := func(n int) []flow.Record {
+			ids := flow.NewTaskIDs(t0, n)
+			recs := make([]flow.Record, n)
+			for i := range recs {
+				recs[i] = flow.NewRecord(ids[i], flow.NewTask{TaskType: "video", TaskStage: "s", TaskContext: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}, defType, t0)
+			}
+			return recs
+		}
+		varied := same(4)
+		for i := range varied {
+			r := &varied[i]
+			if i%2 == 1 {
+				r.TaskType, r.TaskStage, r.Status, r.Priority = "other", "t", flow.StatusSuccess, 7
+				r.OrderTime, r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS = at(5), 1, 9, 11, 22
+				r.Owner, r.Lease, r.CreateTime, r.ModifyTime = "w", "l", at(-3), at(4)
+				r.ScheduleLog = append(r.ScheduleLog, flow.LogEntry{At: at(4), Worker: "w", Stage: "t", Event: flow.EventSuccess})
+			}
+			if i == 3 {
+				r.TaskContext = nil
+			}
+		}
+		for _, batch := range [][]flow.Record{same(3), varied, same(1)} {
+			if err := e.s.CreateTasks(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range batch {
+				got := e.get(want.TaskID)
+				if got.TaskType != want.TaskType || got.TaskStage != want.TaskStage || got.Status != want.Status ||
+					string(got.TaskContext) != string(want.TaskContext) || (got.TaskContext == nil) != (want.TaskContext == nil) ||
+					got.Priority != want.Priority || !got.OrderTime.Equal(want.OrderTime) || got.CrtRetryNum != want.CrtRetryNum ||
+					got.MaxRetryNum != want.MaxRetryNum || got.RetryIntervalMS != want.RetryIntervalMS ||
+					got.MaxRetryIntervalMS != want.MaxRetryIntervalMS || got.Owner != want.Owner || got.Lease != want.Lease ||
+					!got.CreateTime.Equal(want.CreateTime) || !got.ModifyTime.Equal(want.ModifyTime) || len(got.ScheduleLog) != len(want.ScheduleLog) {
+					t.Fatalf("task %s:\n got %+v\nwant %+v", want.TaskID, got, want)
+				}
+				for k, l := range want.ScheduleLog {
+					g := got.ScheduleLog[k]
+					if !g.At.Equal(l.At) || g.Worker != l.Worker || g.Stage != l.Stage || g.Event != l.Event || g.Error != l.Error {
+						t.Fatalf("task %s log[%d] = %+v, want %+v", want.TaskID, k, g, l)
+					}
+				}
+			}
+		}
+	})
+
 	t.Run("HoldOrderLimitAndDue", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, f, store.Options{})
