@@ -403,6 +403,21 @@ func shared[T any](recs []recordT, val func(*recordT) T, same func(*recordT) boo
 	return []T{}, first
 }
 
+// sharedValue is shared for a column already made: an empty array and
+// the value when every element is the first, else the column as it is.
+func sharedValue[T comparable](xs []T) ([]T, T) {
+	if len(xs) == 0 {
+		var zero T
+		return xs, zero
+	}
+	for _, x := range xs[1:] {
+		if x != xs[0] {
+			return xs, xs[0]
+		}
+	}
+	return xs[:0], xs[0]
+}
+
 // sameLog reports whether two schedule logs hold the same entries.
 func sameLog(a, b []flow.LogEntry) bool {
 	if len(a) != len(b) {

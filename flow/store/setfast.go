@@ -55,12 +55,17 @@ func fastSettable(reqs []flow.SetTaskRequest) bool {
 //   - the schedule log gets {at, worker: the holder, stage: the new stage,
 //     event} and keeps its last flow.ScheduleLogSize entries.
 //
-// Arguments: ids, leases, statuses, stages, contexts, order times, now,
-// log time, NOTIFY channel, NOTIFY payload prefix.
+// The lease, status, stage and order time a batch's rows share (one hold
+// hands all its tasks one lease) travel once, as in pgInsert.
+//
+// Arguments: the shared lease, status, stage and order time; ids, leases,
+// statuses, stages, contexts, order times (an empty array for a shared
+// column); now, log time, NOTIFY channel, NOTIFY payload prefix.
 func pgSetFast(table string) string {
 	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
 	stage := "(CASE WHEN v.st = " + pending + " AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
-	return "WITH v AS (SELECT * FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
+	return "WITH v AS (SELECT id, COALESCE(lease, ?::text) AS lease, COALESCE(st, ?::smallint) AS st, COALESCE(stage, ?::text) AS stage, ctx, COALESCE(ot, ?::bigint) AS ot" +
+		" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
 		" u AS (UPDATE " + table + " t SET status = v.st, task_stage = " + stage + "," +
 		" crt_retry_num = CASE WHEN v.st = " + pending + " AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
 		" order_time = CASE WHEN v.st = " + pending + " THEN v.ot ELSE t.order_time END," +
@@ -256,7 +261,11 @@ func (s *SQLStore) liteSetFastTx(ctx context.Context, tx *sql.Tx, done, pending 
 }
 
 func (s *SQLStore) setFastOnce(ctx context.Context, done, pending map[string]bool, ids, leases []string, sts []int32, stages []string, ctxs []*string, ots []int64, now time.Time) error {
-	rows, err := s.w.QueryContext(ctx, s.q.setFast, ids, leases, sts, stages, ctxs, ots, us(now), logAt(now), s.d.channel(s.p), s.d.instance+":")
+	leases, lease := sharedValue(leases)
+	sts, st := sharedValue(sts)
+	stages, stage := sharedValue(stages)
+	ots, ot := sharedValue(ots)
+	rows, err := s.w.QueryContext(ctx, s.q.setFast, lease, st, stage, ot, ids, leases, sts, stages, ctxs, ots, us(now), logAt(now), s.d.channel(s.p), s.d.instance+":")
 	if err != nil {
 		return err
 	}
