@@ -372,25 +372,47 @@ func scanRecord(sc scanner) (flow.Record, error) {
 // drivers hand over without a copy.
 func scanRecordRaw(sc scanner) (flow.Record, string, error) {
 	var r flow.Record
-	var ctx sql.NullString
-	var log string
-	var status int
-	var order, le, ct, mt int64
-	err := sc.Scan(&r.TaskID, &r.TaskType, &r.TaskStage, &status, &ctx, &r.Priority, &order, &r.CrtRetryNum, &r.MaxRetryNum,
-		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &le, &log, &ct, &mt, &r.UniqueKey)
-	if err != nil {
-		return r, "", err
+	log, err := newRowScan().scan(sc, &r)
+	return r, log, err
+}
+
+// rowScan scans task rows through one set of destinations, made once per
+// query: Scan's arguments and the values they point to escape to the
+// heap, ten allocations a row, which a hold of 500 rows made 5,000 times.
+type rowScan struct {
+	r                 flow.Record // the columns that scan straight into a record
+	ctx               sql.NullString
+	log               string
+	status            int
+	order, le, ct, mt int64
+	dest              []any
+}
+
+func newRowScan() *rowScan {
+	s := &rowScan{}
+	r := &s.r
+	s.dest = []any{&r.TaskID, &r.TaskType, &r.TaskStage, &s.status, &s.ctx, &r.Priority, &s.order, &r.CrtRetryNum, &r.MaxRetryNum,
+		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &s.le, &s.log, &s.ct, &s.mt, &r.UniqueKey}
+	return s
+}
+
+// scan reads one row (in cols order) into *out and returns its schedule
+// log's text, unparsed.
+func (s *rowScan) scan(sc scanner, out *flow.Record) (string, error) {
+	if err := sc.Scan(s.dest...); err != nil {
+		return "", err
 	}
-	r.Status = flow.Status(status)
-	if ctx.Valid {
-		r.TaskContext = json.RawMessage(ctx.String)
+	*out = s.r
+	out.Status = flow.Status(s.status)
+	if s.ctx.Valid {
+		out.TaskContext = json.RawMessage(s.ctx.String)
 	}
-	r.OrderTime, r.CreateTime, r.ModifyTime = fromUS(order), fromUS(ct), fromUS(mt)
-	if le != 0 {
-		t := fromUS(le)
-		r.LeaseExpiry = &t
+	out.OrderTime, out.CreateTime, out.ModifyTime = fromUS(s.order), fromUS(s.ct), fromUS(s.mt)
+	if s.le != 0 {
+		t := fromUS(s.le)
+		out.LeaseExpiry = &t
 	}
-	return r, log, nil
+	return s.log, nil
 }
 
 // parseRecordLog sets r's schedule log from its stored text.
@@ -413,12 +435,14 @@ func scanHeld(rows *sql.Rows, limit int) ([]flow.Record, []string, error) {
 	// busy type's usually all of them: growing by doubling made a third
 	// of a hold's garbage.
 	out, logs := make([]flow.Record, 0, min(limit, 1024)), make([]string, 0, min(limit, 1024))
+	rs := newRowScan()
 	for rows.Next() {
-		r, log, err := scanRecordRaw(rows)
+		out = append(out, flow.Record{})
+		log, err := rs.scan(rows, &out[len(out)-1])
 		if err != nil {
 			return nil, nil, err
 		}
-		out, logs = append(out, r), append(logs, log)
+		logs = append(logs, log)
 	}
 	return out, logs, rows.Err()
 }
