@@ -258,6 +258,12 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	case flow.HoldTasksResponse:
 		bp := holdBufs.Get().(*[]byte)
 		defer holdBufs.Put(bp)
+		// A buffer of about the answer's size at once: grown by doubling
+		// from what a garbage collection left in the pool (often nothing),
+		// a 500-task answer cost twice its size in garbage.
+		if n := 512 * len(a.Tasks); cap(*bp) < n {
+			*bp = make([]byte, 0, n)
+		}
 		b, ok = appendHoldJSON((*bp)[:0], a)
 		if cap(b) <= 1<<20 { // keep a buffer of usual size, not the largest ever
 			*bp = b

@@ -21,12 +21,14 @@ func decodePlain(body []byte, v any) bool {
 				return false
 			}
 			r.Tasks = make([]flow.SetTaskRequest, 0, 64)
+			var prev flow.SetTaskRequest
 			return p.Array(func() bool {
 				var t flow.SetTaskRequest
-				if !plainSet(&p, &t) {
+				if !plainSet(&p, &t, &prev) {
 					return false
 				}
 				r.Tasks = append(r.Tasks, t)
+				prev = t
 				return true
 			})
 		})
@@ -41,16 +43,18 @@ func decodePlain(body []byte, v any) bool {
 		ok := p.Object(func(key string) bool {
 			if key == "tasks" {
 				r.Tasks = make([]flow.NewTask, 0, 64)
+				var prev flow.NewTask
 				return p.Array(func() bool {
 					var t flow.NewTask
-					if !p.Object(func(key string) bool { return plainNewTaskField(&p, &t, key) }) {
+					if !p.Object(func(key string) bool { return plainNewTaskField(&p, &t, &prev, key) }) {
 						return false
 					}
 					r.Tasks = append(r.Tasks, t)
+					prev = t
 					return true
 				})
 			}
-			return plainNewTaskField(&p, &r.NewTask, key)
+			return plainNewTaskField(&p, &r.NewTask, &flow.NewTask{}, key)
 		})
 		if !ok || !p.End() {
 			return false
@@ -61,20 +65,22 @@ func decodePlain(body []byte, v any) bool {
 	return false
 }
 
-func plainSet(p *plainjson.Parser, t *flow.SetTaskRequest) bool {
+// plainSet reads one set; prev is the batch's element before it, whose
+// lease and stage it mostly repeats.
+func plainSet(p *plainjson.Parser, t, prev *flow.SetTaskRequest) bool {
 	return p.Object(func(key string) bool {
 		var ok bool
 		switch key {
 		case "task_id":
 			t.TaskID, ok = p.Str()
 		case "lease":
-			t.Lease, ok = p.Str()
+			t.Lease, ok = p.StrAs(prev.Lease)
 		case "status":
 			var n int
 			n, ok = p.Int()
 			t.Status = flow.Status(n)
 		case "task_stage":
-			t.TaskStage, ok = p.Str()
+			t.TaskStage, ok = p.StrAs(prev.TaskStage)
 		case "task_context":
 			t.TaskContext, ok = p.Raw()
 		case "error":
@@ -86,13 +92,15 @@ func plainSet(p *plainjson.Parser, t *flow.SetTaskRequest) bool {
 	})
 }
 
-func plainNewTaskField(p *plainjson.Parser, t *flow.NewTask, key string) bool {
+// plainNewTaskField reads one field of a new task; prev is the batch's
+// task before it, whose type and stage it mostly repeats.
+func plainNewTaskField(p *plainjson.Parser, t, prev *flow.NewTask, key string) bool {
 	var ok bool
 	switch key {
 	case "task_type":
-		t.TaskType, ok = p.Str()
+		t.TaskType, ok = p.StrAs(prev.TaskType)
 	case "task_stage":
-		t.TaskStage, ok = p.Str()
+		t.TaskStage, ok = p.StrAs(prev.TaskStage)
 	case "task_context":
 		t.TaskContext, ok = p.Raw()
 	case "priority":

@@ -107,7 +107,9 @@ func TestDecodePlainSameAsEncodingJSON(t *testing.T) {
 func FuzzDecodePlain(f *testing.F) {
 	for _, s := range []string{`{"tasks":[{"task_id":"a","lease":"b","status":3}]}`, `{"tasks":[]}`,
 		`{"task_type":"t","task_stage":"s","task_context":{"n":1}}`, `{"tasks":[{"task_type":"t","delay_ms":5,"priority":-1}]}`,
-		`{"tasks":null}`, `{"tasks":[{"task_id":"a","status":1e2}]}`, `{"Tasks":[]}`, `{"tasks":[]} x`} {
+		`{"tasks":null}`, `{"tasks":[{"task_id":"a","status":1e2}]}`, `{"Tasks":[]}`, `{"tasks":[]} x`,
+		`{"tasks":[{"task_id":"a","lease":"l","status":3,"task_stage":"s"},{"task_id":"b","lease":"l","status":3,"task_stage":"s"},{"task_id":"c","lease":"l\"","status":3}]}`,
+		`{"tasks":[{"task_type":"t","task_stage":"s"},{"task_type":"t","task_stage":"s"},{"task_type":"tt","task_stage":""}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

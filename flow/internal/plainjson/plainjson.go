@@ -60,6 +60,25 @@ func (p *Parser) Str() (string, bool) {
 	return "", false
 }
 
+// StrAs is Str that returns prev, without allocating, when the string
+// read is the same: a batch's elements mostly repeat their neighbour's
+// type, stage and lease.
+func (p *Parser) StrAs(prev string) (string, bool) {
+	if p.I >= len(p.B) || p.B[p.I] != '"' {
+		return "", false
+	}
+	if end := p.I + 1 + len(prev); end < len(p.B) && p.B[end] == '"' && string(p.B[p.I+1:end]) == prev {
+		for j := p.I + 1; j < end; j++ {
+			if c := p.B[j]; c < 0x20 || c > 0x7e || c == '\\' {
+				return "", false
+			}
+		}
+		p.I = end + 1
+		return prev, true
+	}
+	return p.Str()
+}
+
 // Int64 reads a JSON integer (no fraction, no exponent) that fits in bits
 // (as encoding/json refuses one that overflows the field).
 func (p *Parser) Int64(bits int) (int64, bool) {
