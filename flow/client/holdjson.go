@@ -17,7 +17,7 @@ import (
 // caller decodes with encoding/json, which then decides. On true, out holds
 // what json.Unmarshal would have put there.
 func parseHold(data []byte, out *flow.HoldTasksResponse) bool {
-	p := holdParser{plainjson.Parser{B: data}}
+	p := holdParser{Parser: plainjson.Parser{B: data}}
 	if !p.Lit(`{"tasks":`) {
 		return false
 	}
@@ -32,6 +32,7 @@ func parseHold(data []byte, out *flow.HoldTasksResponse) bool {
 				return false
 			}
 			tasks = append(tasks, t)
+			p.prev = t
 			return true
 		}) {
 			return false
@@ -47,8 +48,16 @@ func parseHold(data []byte, out *flow.HoldTasksResponse) bool {
 	return true
 }
 
-// holdParser reads a hold answer's parts.
-type holdParser struct{ plainjson.Parser }
+// holdParser reads a hold answer's parts. The tasks of one answer share
+// most of their strings and times (one type, stage, owner and lease; one
+// claim's lease expiry and modification time; one batch's creation
+// time): each is read as the task before's when its text is the same,
+// without a new string or a parse.
+type holdParser struct {
+	plainjson.Parser
+	prev                       flow.Task
+	order, lease, create, modi plainjson.TimeMemo
+}
 
 func (p *holdParser) task(t *flow.Task) bool {
 	return p.Object(func(key string) bool {
@@ -57,9 +66,9 @@ func (p *holdParser) task(t *flow.Task) bool {
 		case "task_id":
 			t.TaskID, ok = p.Str()
 		case "task_type":
-			t.TaskType, ok = p.Str()
+			t.TaskType, ok = p.StrAs(p.prev.TaskType)
 		case "task_stage":
-			t.TaskStage, ok = p.Str()
+			t.TaskStage, ok = p.StrAs(p.prev.TaskStage)
 		case "status":
 			var n int
 			n, ok = p.Int()
@@ -69,27 +78,27 @@ func (p *holdParser) task(t *flow.Task) bool {
 		case "priority":
 			t.Priority, ok = p.Int()
 		case "order_time":
-			t.OrderTime, ok = p.Time()
+			t.OrderTime, ok = p.TimeAs(&p.order)
 		case "crt_retry_num":
 			t.CrtRetryNum, ok = p.Int()
 		case "max_retry_num":
 			t.MaxRetryNum, ok = p.Int()
 		case "owner":
-			t.Owner, ok = p.Str()
+			t.Owner, ok = p.StrAs(p.prev.Owner)
 		case "lease":
-			t.Lease, ok = p.Str()
+			t.Lease, ok = p.StrAs(p.prev.Lease)
 		case "lease_expiry":
 			var le time.Time
-			le, ok = p.Time()
+			le, ok = p.TimeAs(&p.lease)
 			t.LeaseExpiry = &le
 		case "schedule_log":
 			t.ScheduleLog, ok = p.log()
 		case "create_time":
-			t.CreateTime, ok = p.Time()
+			t.CreateTime, ok = p.TimeAs(&p.create)
 		case "modify_time":
-			t.ModifyTime, ok = p.Time()
+			t.ModifyTime, ok = p.TimeAs(&p.modi)
 		case "unique_key":
-			t.UniqueKey, ok = p.Str()
+			t.UniqueKey, ok = p.StrAs(p.prev.UniqueKey)
 		}
 		return ok // false for an unknown key too
 	})

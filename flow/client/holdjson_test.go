@@ -19,8 +19,14 @@ func randomHold(rng *rand.Rand, plain bool) flow.HoldTasksResponse {
 	ctxs := []string{"", `{"n":1}`, `[1,{"a":"b\"c"}]`, `"s"`, `12`, `-1.5e3`, `true`, `{"a":{"b":[]}}`}
 	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+30*60), time.FixedZone("y", -8*3600)}
 	pick := func() string { return strs[rng.Intn(len(strs))] }
+	var used []time.Time // an answer's tasks share times, which the reader reuses
 	tm := func() time.Time {
-		return time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(zones[rng.Intn(len(zones))])
+		if len(used) > 0 && rng.Intn(2) == 0 {
+			return used[rng.Intn(len(used))]
+		}
+		t := time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(zones[rng.Intn(len(zones))])
+		used = append(used, t)
+		return t
 	}
 	var r flow.HoldTasksResponse
 	if rng.Intn(30) != 0 {

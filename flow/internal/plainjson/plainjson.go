@@ -113,14 +113,54 @@ func (p *Parser) Int() (int, bool) {
 // Time reads a string as time.Time.UnmarshalJSON does.
 func (p *Parser) Time() (time.Time, bool) {
 	start := p.I
-	if _, ok := p.Str(); !ok {
+	if !p.skipStr() {
 		return time.Time{}, false
 	}
 	var t time.Time
 	if t.UnmarshalJSON(p.B[start:p.I]) != nil {
+		p.I = start
 		return time.Time{}, false
 	}
 	return t, true
+}
+
+// TimeMemo is the last time a TimeAs read, and its text.
+type TimeMemo struct {
+	raw []byte // quotes included; a slice of the input
+	t   time.Time
+}
+
+// TimeAs is Time that gives m's time, without parsing, when the text is
+// the one m last read: the tasks of one hold answer share their creation,
+// lease and modification times.
+func (p *Parser) TimeAs(m *TimeMemo) (time.Time, bool) {
+	if n := len(m.raw); n > 0 && len(p.B)-p.I >= n && string(p.B[p.I:p.I+n]) == string(m.raw) {
+		p.I += n
+		return m.t, true
+	}
+	start := p.I
+	t, ok := p.Time()
+	if ok {
+		m.raw, m.t = p.B[start:p.I], t
+	}
+	return t, ok
+}
+
+// skipStr is Str without the string.
+func (p *Parser) skipStr() bool {
+	if p.I >= len(p.B) || p.B[p.I] != '"' {
+		return false
+	}
+	for j := p.I + 1; j < len(p.B); j++ {
+		switch c := p.B[j]; {
+		case c == '"':
+			p.I = j + 1
+			return true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return false
+		}
+	}
+	return false
 }
 
 // Raw reads an object, array, string or number as it stands (a task
