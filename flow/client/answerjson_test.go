@@ -15,7 +15,12 @@ import (
 func agreeAnswer(t *testing.T, data []byte, fresh func() any) bool {
 	t.Helper()
 	fast, std := fresh(), fresh()
-	if !parseAnswer(data[:len(data):len(data)], fast) { // capacity = length: a read past the end panics
+	in := bytes.Clone(data)
+	accepted := parseAnswer(in[:len(in):len(in)], fast) // capacity = length: a read past the end panics
+	for i := range in {                                 // nothing read may point into the input: the client reuses its buffers
+		in[i] = 'x'
+	}
+	if !accepted {
 		if !reflect.DeepEqual(fast, fresh()) {
 			t.Fatalf("declined %q but changed the value: %+v", data, fast)
 		}

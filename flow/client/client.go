@@ -503,7 +503,8 @@ func (c *Client) send(ctx context.Context, server string, cl call, payload []byt
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := readAnswer(resp)
+	data, release, err := readAnswer(resp)
+	defer release()
 	if err != nil {
 		return fmt.Errorf("read answer: %w", err)
 	}
@@ -531,18 +532,35 @@ func (c *Client) send(ctx context.Context, server string, cl call, payload []byt
 // readAnswer reads an answer of up to 64 MiB, into a buffer of its
 // length where the server sent one (hold answers run to hundreds of
 // kilobytes; growing a buffer by doubling made most of the client's
-// garbage).
-func readAnswer(resp *http.Response) ([]byte, error) {
+// garbage). The buffer comes from a pool when it can: call release once
+// nothing refers to data (what the answer is decoded into is copied out
+// of it: strings, contexts).
+func readAnswer(resp *http.Response) (data []byte, release func(), err error) {
 	const most = 64 << 20
+	release = func() {}
 	if n := resp.ContentLength; n >= 0 && n <= most {
-		data := make([]byte, n)
-		if _, err := io.ReadFull(resp.Body, data); err != nil {
-			return nil, err
+		bp := answerBufs.Get().(*[]byte)
+		if cap(*bp) < int(n) {
+			*bp = make([]byte, n)
 		}
-		return data, nil
+		data = (*bp)[:n]
+		release = func() {
+			if cap(*bp) <= 1<<20 { // keep buffers of the usual size, not the largest ever
+				answerBufs.Put(bp)
+			}
+		}
+		if _, err := io.ReadFull(resp.Body, data); err != nil {
+			release()
+			return nil, func() {}, err
+		}
+		return data, release, nil
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, most))
+	data, err = io.ReadAll(io.LimitReader(resp.Body, most))
+	return data, release, err
 }
+
+// answerBufs are readAnswer's buffers.
+var answerBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // markUnhealthy takes a server out of rotation and starts the prober that
 // lets it back in when it answers again. The last server is never taken out:

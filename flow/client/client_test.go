@@ -400,3 +400,41 @@ func TestTokenAndBusyServer(t *testing.T) {
 		t.Fatal("the busy server was never asked; the test shows nothing")
 	}
 }
+
+// A batch with invalid elements: each gets its 400, and the valid ones
+// around them are applied and answered in their places.
+func TestSetTasksInvalidElementsAnsweredInPlace(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, startServer(t, "127.0.0.1:0", ""))
+	if err := c.RegisterTask(ctx, tt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTasks(ctx, []flow.NewTask{{TaskType: "ct", TaskStage: "a"}, {TaskType: "ct", TaskStage: "a"}, {TaskType: "ct", TaskStage: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "ct", Limit: 10, WorkerID: "w1"})
+	if err != nil || len(held) != 3 {
+		t.Fatalf("held %d, %v; want 3", len(held), err)
+	}
+	res, err := c.SetTasks(ctx, []flow.SetTaskRequest{
+		{TaskID: held[0].TaskID, Lease: held[0].Lease, Status: 9}, // no such status
+		{TaskID: held[0].TaskID, Lease: held[0].Lease, Status: flow.StatusSuccess},
+		{TaskID: "not an id", Lease: "x", Status: flow.StatusSuccess},
+		{TaskID: held[1].TaskID, Lease: held[1].Lease, Status: flow.StatusPending, TaskStage: "b"},
+		{TaskID: held[2].TaskID, Lease: "stale", Status: flow.StatusSuccess},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{400, 200, 400, 200, 409}
+	for i, r := range res {
+		if r.Code != want[i] {
+			t.Fatalf("results %+v: want codes %v", res, want)
+		}
+	}
+	for id, st := range map[string]flow.Status{held[0].TaskID: flow.StatusSuccess, held[1].TaskID: flow.StatusPending, held[2].TaskID: flow.StatusProcessing} {
+		if got, err := c.GetTask(ctx, id); err != nil || got.Status != st {
+			t.Fatalf("task %s: %+v, %v; want status %d", id, got, err, st)
+		}
+	}
+}

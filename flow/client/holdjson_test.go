@@ -69,7 +69,13 @@ func TestParseHoldSameAsEncodingJSON(t *testing.T) {
 			t.Helper()
 			var want, got flow.HoldTasksResponse
 			wantErr := json.Unmarshal(data, &want)
-			ok := parseHold(data, &got)
+			in := bytes.Clone(data)
+			ok := parseHold(in, &got)
+			// Nothing read may point into the input: the client reuses its
+			// answer buffers.
+			for i := range in {
+				in[i] = 'x'
+			}
 			if mustParse && !ok {
 				t.Fatalf("round %d: plain answer not read: %s", round, data)
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -255,18 +256,21 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	var b []byte
 	ok := false
 	switch a := v.(type) {
-	case flow.HoldTasksResponse:
+	case heldAnswer:
 		bp := holdBufs.Get().(*[]byte)
 		defer holdBufs.Put(bp)
 		// A buffer of about the answer's size at once: grown by doubling
 		// from what a garbage collection left in the pool (often nothing),
 		// a 500-task answer cost twice its size in garbage.
-		if n := 512 * len(a.Tasks); cap(*bp) < n {
+		if n := 512 * len(a); cap(*bp) < n {
 			*bp = make([]byte, 0, n)
 		}
-		b, ok = appendHoldJSON((*bp)[:0], a)
+		b, ok = appendHeldJSON((*bp)[:0], a)
 		if cap(b) <= 1<<20 { // keep a buffer of usual size, not the largest ever
 			*bp = b
+		}
+		if !ok {
+			v = a.response()
 		}
 	case flow.SetTasksResponse:
 		b, ok = appendSetAnswer(make([]byte, 0, 32+40*len(a.Results)), a), true
@@ -437,7 +441,7 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 			// Nothing is handed out (the claim checks the pause too);
 			// wait for a resume here or a look at the type again.
 			if !s.waitPaused(ctx, woken, deadline) {
-				return flow.HoldTasksResponse{Tasks: []flow.Task{}}, nil
+				return heldAnswer{}, nil
 			}
 			continue
 		}
@@ -456,11 +460,7 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 					wait.Observe(max(t.Sub(recs[i].OrderTime), 0).Seconds())
 				}
 			}
-			out := flow.HoldTasksResponse{Tasks: make([]flow.Task, len(recs))}
-			for i := range recs {
-				out.Tasks[i] = recs[i].Task
-			}
-			return out, nil
+			return heldAnswer(recs), nil
 		}
 		// Nothing due: sleep until a signal, the next delayed task's
 		// order_time, the poll interval or the deadline, whichever is first.
@@ -551,7 +551,10 @@ func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, badRequest("tasks: %d tasks, at most %d in one request", len(req.Tasks), flow.MaxBatch)
 	}
 	out := flow.SetTasksResponse{Results: make([]flow.SetResult, len(req.Tasks))}
-	var valid []flow.SetTaskRequest
+	// valid is the batch itself while every element is (the usual case);
+	// from the first invalid one on, a copy of the valid ones, with at
+	// mapping its positions back to the request's.
+	valid := req.Tasks
 	var at []int
 	for i := range req.Tasks {
 		out.Results[i].TaskID = req.Tasks[i].TaskID
@@ -559,9 +562,17 @@ func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 			err = flow.ValidateSet(fmt.Sprintf("tasks[%d].", i), &req.Tasks[i]) // the path only on the way out
 			s.m.set.WithLabelValues("invalid").Inc()
 			out.Results[i].Code, out.Results[i].Error = http.StatusBadRequest, err.Error()
+			if at == nil {
+				valid, at = slices.Clone(req.Tasks[:i]), make([]int, i)
+				for k := range at {
+					at[k] = k
+				}
+			}
 			continue
 		}
-		valid, at = append(valid, req.Tasks[i]), append(at, i)
+		if at != nil {
+			valid, at = append(valid, req.Tasks[i]), append(at, i)
+		}
 	}
 	if len(valid) > 0 {
 		errs, err := s.st.SetTasks(r.Context(), valid, now())
@@ -570,7 +581,11 @@ func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		for k, e := range errs {
 			s.countSet(e)
-			res := &out.Results[at[k]]
+			i := k
+			if at != nil {
+				i = at[k]
+			}
+			res := &out.Results[i]
 			res.Code = http.StatusOK
 			if e != nil {
 				res.Code, res.Error = statusOf(e), e.Error()

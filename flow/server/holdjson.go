@@ -18,16 +18,38 @@ import (
 // where encoding/json would fail too (a time it cannot encode, a context
 // that is not JSON), and the caller then lets encoding/json answer.
 func appendHoldJSON(b []byte, r flow.HoldTasksResponse) (_ []byte, ok bool) {
-	b = append(b, `{"tasks":`...)
 	if r.Tasks == nil {
-		return append(b, "null}\n"...), true
+		return append(b, "{\"tasks\":null}\n"...), true
 	}
-	b = append(b, '[')
-	for i := range r.Tasks {
+	return appendTasksJSON(b, len(r.Tasks), func(i int) *flow.Task { return &r.Tasks[i] })
+}
+
+// heldAnswer is a hold's answer as the store gave it: written as the
+// flow.HoldTasksResponse of its tasks, which are not copied out of their
+// records for it.
+type heldAnswer []flow.Record
+
+// response is the answer as its API type, for encoding/json.
+func (h heldAnswer) response() flow.HoldTasksResponse {
+	out := flow.HoldTasksResponse{Tasks: make([]flow.Task, len(h))}
+	for i := range h {
+		out.Tasks[i] = h[i].Task
+	}
+	return out
+}
+
+func appendHeldJSON(b []byte, h heldAnswer) (_ []byte, ok bool) {
+	return appendTasksJSON(b, len(h), func(i int) *flow.Task { return &h[i].Task })
+}
+
+// appendTasksJSON writes {"tasks":[...]} and the encoder's newline.
+func appendTasksJSON(b []byte, n int, task func(int) *flow.Task) (_ []byte, ok bool) {
+	b = append(b, `{"tasks":[`...)
+	for i := range n {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if b, ok = appendTaskJSON(b, &r.Tasks[i]); !ok {
+		if b, ok = appendTaskJSON(b, task(i)); !ok {
 			return b, false
 		}
 	}

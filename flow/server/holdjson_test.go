@@ -53,6 +53,15 @@ func TestHoldJSONSameBytes(t *testing.T) {
 		if !ok || !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("round %d: ok %v\ngot  %s\nwant %s", round, ok, got, want.Bytes())
 		}
+		if r.Tasks != nil { // the same tasks as a hold's records
+			h := make(heldAnswer, len(r.Tasks))
+			for i := range h {
+				h[i] = flow.Record{Task: r.Tasks[i], RetryIntervalMS: int64(i + 1), MaxRetryIntervalMS: 99}
+			}
+			if got, ok := appendHeldJSON(nil, h); !ok || !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("round %d, records: ok %v\ngot  %s\nwant %s", round, ok, got, want.Bytes())
+			}
+		}
 	}
 }
 
