@@ -157,7 +157,20 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	release = func() { s.bodyMem.Add(-reserve) }
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	if n >= 0 {
-		body = make([]byte, n)
+		// A pooled buffer: what a request decodes into is copied out of
+		// its body (strings, contexts), so the body is garbage once the
+		// request is answered, and release hands it back.
+		bp := bodyBufs.Get().(*[]byte)
+		if cap(*bp) < int(n) {
+			*bp = make([]byte, n)
+		}
+		body = (*bp)[:n]
+		release = func() {
+			s.bodyMem.Add(-reserve)
+			if cap(*bp) <= 1<<20 { // keep buffers of the usual size, not the largest ever
+				bodyBufs.Put(bp)
+			}
+		}
 		_, err = io.ReadFull(rd, body)
 	} else {
 		body, err = io.ReadAll(rd)
@@ -178,6 +191,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	return nil, release, badRequest("reading the body: %v", err)
 }
+
+// bodyBufs are readBody's buffers.
+var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // memBody is a request body read whole (readBody), kept as bytes for
 // decodePlain.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/internal/plainjson"
 )
@@ -20,7 +22,7 @@ func decodePlain(body []byte, v any) bool {
 			if key != "tasks" {
 				return false
 			}
-			r.Tasks = make([]flow.SetTaskRequest, 0, 64)
+			r.Tasks = make([]flow.SetTaskRequest, 0, bytes.Count(body, []byte(`{"task_id":`))) // every element begins so
 			var prev flow.SetTaskRequest
 			return p.Array(func() bool {
 				var t flow.SetTaskRequest
@@ -42,7 +44,7 @@ func decodePlain(body []byte, v any) bool {
 		p := plainjson.Parser{B: body}
 		ok := p.Object(func(key string) bool {
 			if key == "tasks" {
-				r.Tasks = make([]flow.NewTask, 0, 64)
+				r.Tasks = make([]flow.NewTask, 0, bytes.Count(body, []byte(`{"task_type":`))) // every element the Go client writes begins so
 				var prev flow.NewTask
 				return p.Array(func() bool {
 					var t flow.NewTask
