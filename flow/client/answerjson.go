@@ -23,9 +23,9 @@ func parseAnswer(data []byte, out any) bool {
 			r.Results = make([]flow.SetResult, 0, 64)
 			if !p.Array(func() bool {
 				var res flow.SetResult
-				if !p.Object(func(key string) bool {
+				if !p.Object(func(key []byte) bool {
 					var ok bool
-					switch key {
+					switch string(key) {
 					case "task_id":
 						res.TaskID, ok = p.Str()
 					case "code":
@@ -51,8 +51,8 @@ func parseAnswer(data []byte, out any) bool {
 	case *flow.CreateTaskResponse:
 		var r flow.CreateTaskResponse
 		p := plainjson.Parser{B: data}
-		if !p.Object(func(key string) bool {
-			switch key {
+		if !p.Object(func(key []byte) bool {
+			switch string(key) {
 			case "task_ids":
 				r.TaskIDs = make([]string, 0, 64)
 				return p.Array(func() bool {

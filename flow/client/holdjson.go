@@ -60,9 +60,9 @@ type holdParser struct {
 }
 
 func (p *holdParser) task(t *flow.Task) bool {
-	return p.Object(func(key string) bool {
+	return p.Object(func(key []byte) bool {
 		var ok bool
-		switch key {
+		switch string(key) {
 		case "task_id":
 			t.TaskID, ok = p.Str()
 		case "task_type":
@@ -108,9 +108,9 @@ func (p *holdParser) log() ([]flow.LogEntry, bool) {
 	l := make([]flow.LogEntry, 0, 4)
 	ok := p.Array(func() bool {
 		var e flow.LogEntry
-		if !p.Object(func(key string) bool {
+		if !p.Object(func(key []byte) bool {
 			var ok bool
-			switch key {
+			switch string(key) {
 			case "at":
 				e.At, ok = p.Time()
 			case "worker":

@@ -18,8 +18,8 @@ func decodePlain(body []byte, v any) bool {
 	case *flow.SetTasksRequest:
 		var r flow.SetTasksRequest
 		p := plainjson.Parser{B: body}
-		ok := p.Object(func(key string) bool {
-			if key != "tasks" {
+		ok := p.Object(func(key []byte) bool {
+			if string(key) != "tasks" {
 				return false
 			}
 			r.Tasks = make([]flow.SetTaskRequest, 0, bytes.Count(body, []byte(`{"task_id":`))) // every element begins so
@@ -42,13 +42,13 @@ func decodePlain(body []byte, v any) bool {
 	case *flow.CreateTaskRequest:
 		var r flow.CreateTaskRequest
 		p := plainjson.Parser{B: body}
-		ok := p.Object(func(key string) bool {
-			if key == "tasks" {
+		ok := p.Object(func(key []byte) bool {
+			if string(key) == "tasks" {
 				r.Tasks = make([]flow.NewTask, 0, bytes.Count(body, []byte(`{"task_type":`))) // every element the Go client writes begins so
 				var prev flow.NewTask
 				return p.Array(func() bool {
 					var t flow.NewTask
-					if !p.Object(func(key string) bool { return plainNewTaskField(&p, &t, &prev, key) }) {
+					if !p.Object(func(key []byte) bool { return plainNewTaskField(&p, &t, &prev, key) }) {
 						return false
 					}
 					r.Tasks = append(r.Tasks, t)
@@ -70,9 +70,9 @@ func decodePlain(body []byte, v any) bool {
 // plainSet reads one set; prev is the batch's element before it, whose
 // lease and stage it mostly repeats.
 func plainSet(p *plainjson.Parser, t, prev *flow.SetTaskRequest) bool {
-	return p.Object(func(key string) bool {
+	return p.Object(func(key []byte) bool {
 		var ok bool
-		switch key {
+		switch string(key) {
 		case "task_id":
 			t.TaskID, ok = p.Str()
 		case "lease":
@@ -96,9 +96,9 @@ func plainSet(p *plainjson.Parser, t, prev *flow.SetTaskRequest) bool {
 
 // plainNewTaskField reads one field of a new task; prev is the batch's
 // task before it, whose type and stage it mostly repeats.
-func plainNewTaskField(p *plainjson.Parser, t, prev *flow.NewTask, key string) bool {
+func plainNewTaskField(p *plainjson.Parser, t, prev *flow.NewTask, key []byte) bool {
 	var ok bool
-	switch key {
+	switch string(key) {
 	case "task_type":
 		t.TaskType, ok = p.StrAs(prev.TaskType)
 	case "task_stage":
