@@ -96,9 +96,17 @@ var pgMigrations = [][]string{{
 // entry begins with {"at": (MarshalLog's, jsonb's and these expressions'
 // first key), so counting that string counts entries; the oldest is cut
 // at the second {"at":, whatever separates them.
+//
+// A log shorter than a full one can possibly be is not counted: an entry
+// is at least 40 bytes ({"at":, a quoted RFC 3339 time of 22 or more,
+// ,"event":, a quoted event, and }), so fewer than full entries need
+// nothing more than that length. Counting copies the log (replace), for
+// every hold and set of a task; most logs are a few entries long.
 func pgAppendLog(log, entry string) string {
-	full := strconv.Itoa(6 * flow.ScheduleLogSize) // len(`{"at":`) x entries
+	full := strconv.Itoa(6 * flow.ScheduleLogSize)                            // len(`{"at":`) x entries
+	short := strconv.Itoa(40*flow.ScheduleLogSize + flow.ScheduleLogSize + 1) // shorter than any full log: entries, commas, brackets
 	return "(CASE WHEN " + log + " IN ('[]', '') THEN '['" +
+		" WHEN length(" + log + ") < " + short + " THEN rtrim(" + log + ", ']') || ','" +
 		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
 		" ELSE '[' || rtrim(substr(" + log + ", 2 + strpos(substr(" + log + ", 3), '{\"at\":')), ']') || ',' END) || " + entry + " || ']'"
 }
