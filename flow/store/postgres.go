@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -90,25 +89,11 @@ var pgMigrations = [][]string{{
 	`ALTER TABLE {p}tasks ALTER COLUMN schedule_log TYPE TEXT USING schedule_log::text`,
 }}
 
-// pgAppendLog is log (the schedule-log column) with entry (an expression
-// making one entry's JSON text) appended, the oldest entry dropped when
-// the log is full, by liteAppendLog's text surgery. Every
-// entry begins with {"at": (MarshalLog's, jsonb's and these expressions'
-// first key), so counting that string counts entries; the oldest is cut
-// at the second {"at":, whatever separates them.
-//
-// A log shorter than a full one can possibly be is not counted: an entry
-// is at least 40 bytes ({"at":, a quoted RFC 3339 time of 22 or more,
-// ,"event":, a quoted event, and }), so fewer than full entries need
-// nothing more than that length. Counting copies the log (replace), for
-// every hold and set of a task; most logs are a few entries long.
+// pgAppendLog is appendLog with PostgreSQL's cut of the oldest entry: at
+// the second {"at":, whatever separates the entries (jsonb's text has a
+// space after each comma; MarshalLog's and these expressions' none).
 func pgAppendLog(log, entry string) string {
-	full := strconv.Itoa(6 * flow.ScheduleLogSize)                            // len(`{"at":`) x entries
-	short := strconv.Itoa(40*flow.ScheduleLogSize + flow.ScheduleLogSize + 1) // shorter than any full log: entries, commas, brackets
-	return "(CASE WHEN " + log + " IN ('[]', '') THEN '['" +
-		" WHEN length(" + log + ") < " + short + " THEN rtrim(" + log + ", ']') || ','" +
-		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
-		" ELSE '[' || rtrim(substr(" + log + ", 2 + strpos(substr(" + log + ", 3), '{\"at\":')), ']') || ',' END) || " + entry + " || ']'"
+	return appendLog(log, entry, "'[' || rtrim(substr("+log+", 2 + strpos(substr("+log+", 3), '{\"at\":')), ']')")
 }
 
 // pgLogEntry is one entry's JSON text; at is a timestamp's text (no

@@ -257,6 +257,28 @@ func sqlStatus(sts ...flow.Status) string {
 	return strings.Join(parts, ", ")
 }
 
+// appendLog is log (a schedule-log column, minified JSON text) with entry
+// (an expression making one entry's JSON text) appended by text surgery:
+// the closing bracket cut and ",entry]" added, the oldest entry dropped
+// (dropFirst: the log without it and without its closing bracket) when
+// the log is full. An empty column counts as an empty log; entry appears
+// once, so positional parameters inside it bind once.
+//
+// Every entry begins with {"at": (MarshalLog's, jsonb's and the SQL
+// writers' first key), so counting that string counts entries. Counting
+// copies the log (replace), so a log shorter than any full one skips it:
+// an entry is at least 40 characters ({"at":, a quoted RFC 3339 time of
+// 22 or more, ,"event":, a quoted event, and }), and most logs are a few
+// entries long.
+func appendLog(log, entry, dropFirst string) string {
+	full := strconv.Itoa(6 * flow.ScheduleLogSize)                            // len(`{"at":`) x entries
+	short := strconv.Itoa(40*flow.ScheduleLogSize + flow.ScheduleLogSize + 1) // entries, commas and brackets of the shortest full log
+	return "(CASE WHEN " + log + " IN ('[]', '') THEN '['" +
+		" WHEN length(" + log + ") < " + short + " THEN rtrim(" + log + ", ']') || ','" +
+		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
+		" ELSE " + dropFirst + " || ',' END) || " + entry + " || ']'"
+}
+
 // colsOf is the task columns, each qualified by alias when one is given;
 // with log false an empty string stands in the log's place: a hold asked
 // to leave the logs out (HoldParams.OmitLog) neither reads nor sends them.

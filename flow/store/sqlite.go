@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fulcrum-lb/fulcrum/flow"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
@@ -73,22 +71,12 @@ func liteLog(event string) string {
 	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
 }
 
-// liteAppendLog is log (a schedule-log column) with entry (a json_object)
-// appended, the oldest entry dropped when the log is full. The log is
-// stored as minified JSON text (MarshalLog's and SQLite's JSON functions'
-// output), whose entries each begin with {"at": (the first key of both
-// writers), so counting that string counts entries, and appending is
-// cutting the closing bracket and adding ",entry]". Parsing the array
-// with json_array_length and json_insert and rendering it again cost
-// about a tenth of the writer's time at hold and at set. Only a full log
-// is parsed, to drop its first entry. An empty column counts as an empty
-// log. entry appears once in the result, so positional parameters inside
-// it bind once.
+// liteAppendLog is appendLog with SQLite's cut of the oldest entry: only
+// a full log is parsed, to drop it (json_array_length and json_insert on
+// every append cost about a tenth of the writer's time at hold and at
+// set).
 func liteAppendLog(log, entry string) string {
-	full := strconv.Itoa(6 * flow.ScheduleLogSize) // len(`{"at":`) x entries
-	return "(CASE WHEN " + log + " IN ('[]', '') THEN '['" +
-		" WHEN length(" + log + ") - length(replace(" + log + ", '{\"at\":', '')) < " + full + " THEN rtrim(" + log + ", ']') || ','" +
-		" ELSE rtrim(json_remove(" + log + ", '$[0]'), ']') || ',' END) || " + entry + " || ']'"
+	return appendLog(log, entry, "rtrim(json_remove("+log+", '$[0]'), ']')")
 }
 
 // liteDialect is SQLite's SQL.
