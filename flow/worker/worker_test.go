@@ -227,22 +227,13 @@ func TestHandlerOutcomes(t *testing.T) {
 
 // A stage that runs for several lease lengths keeps its task: the worker
 // renews the lease, so the server never redelivers it.
-func TestLongStageKeepsLease(t *testing.T) {
-	e := newEnv(t)
-	tt := taskType("long")
-	// The worker renews at a third of the lease, so a renewal may come up
-	// to two thirds of it late (1 s here) before the task could be
-	// rescued: a loaded machine delayed 600 ms leases' renewals past that.
-	const lease = 1500 * time.Millisecond
-	tt.MaxProcessingMS = lease.Milliseconds()
-	var runs atomic.Int64
-	w := newWorker(t, e, worker.Config{Concurrency: 2})
-	w.Register(tt)
-	w.Handle("long", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+// outlastLease is a stage that counts its runs and runs until the server
+// has seen three renewals' worth of time past the task's first lease
+// expiry: without renewals the task would be gone by then.
+func outlastLease(e *env, lease time.Duration, runs *atomic.Int64) worker.Handler {
+	return func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
 		runs.Add(1)
 		first := *tk.Raw.LeaseExpiry
-		// Run until the server has seen three renewals' worth of time
-		// past the first expiry: without renewal the task would be gone.
 		for {
 			cur, err := e.c.GetTask(ctx, tk.ID)
 			if err != nil {
@@ -256,7 +247,21 @@ func TestLongStageKeepsLease(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-	})
+	}
+}
+
+func TestLongStageKeepsLease(t *testing.T) {
+	e := newEnv(t)
+	tt := taskType("long")
+	// The worker renews at a third of the lease, so a renewal may come up
+	// to two thirds of it late (1 s here) before the task could be
+	// rescued: a loaded machine delayed 600 ms leases' renewals past that.
+	const lease = 1500 * time.Millisecond
+	tt.MaxProcessingMS = lease.Milliseconds()
+	var runs atomic.Int64
+	w := newWorker(t, e, worker.Config{Concurrency: 2})
+	w.Register(tt)
+	w.Handle("long", "only", outlastLease(e, lease, &runs))
 	stop := start(t, w)
 	if err := e.c.RegisterTask(context.Background(), tt); err != nil {
 		t.Fatal(err)
@@ -295,23 +300,7 @@ func TestShortLeaseHeldAfterLongOneIsRenewed(t *testing.T) {
 		}
 		return worker.Done(nil), nil
 	})
-	w.Handle("shortlease", "only", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
-		runs.Add(1)
-		first := *tk.Raw.LeaseExpiry
-		for {
-			cur, err := e.c.GetTask(ctx, tk.ID)
-			if err != nil {
-				return worker.Result{}, err
-			}
-			if cur.LeaseExpiry != nil && cur.LeaseExpiry.Sub(first) > 3*lease {
-				return worker.Done(nil), nil
-			}
-			if ctx.Err() != nil {
-				return worker.Result{}, context.Cause(ctx)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
+	w.Handle("shortlease", "only", outlastLease(e, lease, &runs))
 	stop := start(t, w)
 	for _, tt := range []flow.TaskType{long, short} {
 		if err := e.c.RegisterTask(context.Background(), tt); err != nil {
