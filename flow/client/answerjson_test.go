@@ -17,7 +17,8 @@ func agreeAnswer(t *testing.T, data []byte, fresh func() any) bool {
 	fast, std := fresh(), fresh()
 	in := bytes.Clone(data)
 	accepted := parseAnswer(in[:len(in):len(in)], fast) // capacity = length: a read past the end panics
-	for i := range in {                                 // nothing read may point into the input: the client reuses its buffers
+	// Nothing read may point into the input: the client reuses its buffers.
+	for i := range in {
 		in[i] = 'x'
 	}
 	if !accepted {

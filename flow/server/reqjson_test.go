@@ -24,7 +24,8 @@ func agree(t *testing.T, body []byte, fresh func() any) (accepted bool) {
 	fast, std := fresh(), fresh()
 	in := bytes.Clone(body)
 	accepted = decodePlain(in[:len(in):len(in)], fast) // capacity = length: a read past the end panics
-	for i := range in {                                // nothing read may point into the body: the server reuses its buffers
+	// Nothing read may point into the body: the server reuses its buffers.
+	for i := range in {
 		in[i] = 'x'
 	}
 	if !accepted {
