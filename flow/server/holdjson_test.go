@@ -25,10 +25,7 @@ func TestHoldJSONSameBytes(t *testing.T) {
 		return time.Unix(rng.Int63n(4e9), rng.Int63n(1e9)*int64(rng.Intn(2))).In(zones[rng.Intn(len(zones))])
 	}
 	for round := 0; round < 2000; round++ {
-		var r flow.HoldTasksResponse
-		if round%50 != 0 {
-			r.Tasks = make([]flow.Task, rng.Intn(4))
-		}
+		r := flow.HoldTasksResponse{Tasks: make([]flow.Task, rng.Intn(4))}
 		for i := range r.Tasks {
 			task := flow.Task{TaskID: pick(), TaskType: pick(), TaskStage: pick(), Status: flow.Status(rng.Intn(7) - 1),
 				Priority: rng.Intn(2000) - 1000, OrderTime: tm(), CrtRetryNum: rng.Intn(5), MaxRetryNum: rng.Intn(5),
@@ -49,18 +46,9 @@ func TestHoldJSONSameBytes(t *testing.T) {
 		if err := json.NewEncoder(&want).Encode(r); err != nil {
 			t.Fatal(err)
 		}
-		got, ok := appendHoldJSON(nil, r)
-		if !ok || !bytes.Equal(got, want.Bytes()) {
+		// The records' own fields (retry intervals) stay out of the answer.
+		if got, ok := appendHeldJSON(nil, held(r.Tasks)); !ok || !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("round %d: ok %v\ngot  %s\nwant %s", round, ok, got, want.Bytes())
-		}
-		if r.Tasks != nil { // the same tasks as a hold's records
-			h := make(heldAnswer, len(r.Tasks))
-			for i := range h {
-				h[i] = flow.Record{Task: r.Tasks[i], RetryIntervalMS: int64(i + 1), MaxRetryIntervalMS: 99}
-			}
-			if got, ok := appendHeldJSON(nil, h); !ok || !bytes.Equal(got, want.Bytes()) {
-				t.Fatalf("round %d, records: ok %v\ngot  %s\nwant %s", round, ok, got, want.Bytes())
-			}
 		}
 	}
 }
@@ -75,7 +63,7 @@ func TestHoldJSONRefusesWhatEncodingJSONRefuses(t *testing.T) {
 	} {
 		r := flow.HoldTasksResponse{Tasks: []flow.Task{task}}
 		_, encErr := json.Marshal(r)
-		_, ok := appendHoldJSON(nil, r)
+		_, ok := appendHeldJSON(nil, held(r.Tasks))
 		if name == "bad context" {
 			// Contexts are checked when written; a plain one is copied.
 			if encErr == nil {
@@ -87,6 +75,15 @@ func TestHoldJSONRefusesWhatEncodingJSONRefuses(t *testing.T) {
 			t.Errorf("%s: fast path ok %v, encoding/json error %v; want both to refuse", name, ok, encErr)
 		}
 	}
+}
+
+// held makes a hold's records of tasks.
+func held(tasks []flow.Task) heldAnswer {
+	h := make(heldAnswer, len(tasks))
+	for i := range h {
+		h[i] = flow.Record{Task: tasks[i], RetryIntervalMS: int64(i + 1), MaxRetryIntervalMS: 99}
+	}
+	return h
 }
 
 func BenchmarkHoldJSON(b *testing.B) {
@@ -105,9 +102,10 @@ func BenchmarkHoldJSON(b *testing.B) {
 		}
 	})
 	b.Run("append", func(b *testing.B) {
+		h := held(r.Tasks)
 		var buf []byte
 		for i := 0; i < b.N; i++ {
-			buf, _ = appendHoldJSON(buf[:0], r)
+			buf, _ = appendHeldJSON(buf[:0], h)
 		}
 	})
 }

@@ -368,7 +368,7 @@ func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
 	mris, mri := i64(func(r *recordT) int64 { return r.MaxRetryIntervalMS })
 	owners, owner := str(func(r *recordT) string { return r.Owner })
 	leases, lease := str(func(r *recordT) string { return r.Lease })
-	les, le := i64(func(*recordT) int64 { return 0 }) // a created task holds no lease
+	les, le := []int64{}, int64(0) // a created task holds no lease
 	cts, ct := i64(func(r *recordT) int64 { return us(r.CreateTime) })
 	mts, mt := i64(func(r *recordT) int64 { return us(r.ModifyTime) })
 	keys, key := str(func(r *recordT) string { return r.UniqueKey })
