@@ -286,9 +286,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer hardCancel()
 	// Handlers' contexts hang off one that never ends rather than off
 	// hardCtx: a child of a shared cancelable context registers with it,
-	// and unregisters, under its lock at every stage's start and end (7 %
-	// of the process's CPU end to end). The hard stop cancels each running
-	// handler itself.
+	// and unregisters, under its lock at every stage's start and end
+	// (6.6 % of the process's CPU in a profile of the end-to-end
+	// benchmark; 146 against 53 ns in a parallel microbenchmark). The
+	// hard stop cancels each running handler itself.
 	w.handlerBase = context.WithoutCancel(hardCtx)
 	defer context.AfterFunc(hardCtx, func() { w.cancelRunning(context.Cause(hardCtx)) })()
 
