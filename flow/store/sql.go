@@ -36,13 +36,11 @@ type SQLStore struct {
 	gate chan struct{}
 	// prepared hot statements (SQLite): parsing the hold query cost about
 	// a tenth of the CPU of an end-to-end run when prepared per call.
-	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt *sql.Stmt
-	holdNoLogStmt, holdOneNoLogStmt                              *sql.Stmt
-	insMu                                                        sync.Mutex
-	insStmts                                                     map[int]*sql.Stmt // SQLite: multi-row INSERTs by row count
-	lw                                                           *liteWriter       // SQLite: group commit of writes
-	walPath                                                      string            // SQLite with synchronous=FULL: the WAL the group commit fsyncs
-	claims                                                       sync.Map          // task type -> chan struct{} (capacity 1): this store's holds of a type, one at a time (see Hold)
+	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt, insertStmt *sql.Stmt
+	holdNoLogStmt, holdOneNoLogStmt                                          *sql.Stmt
+	lw                                                                       *liteWriter // SQLite: group commit of writes
+	walPath                                                                  string      // SQLite with synchronous=FULL: the WAL the group commit fsyncs
+	claims                                                                   sync.Map    // task type -> chan struct{} (capacity 1): this store's holds of a type, one at a time (see Hold)
 }
 
 // enter takes the writer in turn (a no-op without a gate); call the
@@ -177,6 +175,9 @@ func (s *SQLStore) prepare(ctx context.Context) error {
 	if s.setOneStmt, err = s.w.PrepareContext(ctx, liteSetOne(s.p+"tasks")); err != nil {
 		return fmt.Errorf("store: prepare set (one): %w", err)
 	}
+	if s.insertStmt, err = s.w.PrepareContext(ctx, liteInsert(s.p+"tasks")); err != nil {
+		return fmt.Errorf("store: prepare create: %w", err)
+	}
 	return nil
 }
 
@@ -186,17 +187,11 @@ func (s *SQLStore) Close() error {
 	if s.lw != nil {
 		s.lw.close()
 	}
-	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.holdNoLogStmt, s.holdOneNoLogStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt} {
+	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.holdNoLogStmt, s.holdOneNoLogStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt, s.insertStmt} {
 		if st != nil {
 			st.Close()
 		}
 	}
-	s.insMu.Lock()
-	for _, st := range s.insStmts {
-		st.Close()
-	}
-	s.insStmts = nil
-	s.insMu.Unlock()
 	if s.closer != nil {
 		errs = append(errs, s.closer())
 	}
@@ -608,38 +603,26 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 		err = s.createUnique(ctx, recs)
 	case s.q.insert != "": // one statement for the batch
 		err = s.insertPG(ctx, recs)
-	default:
-		// The statements and their arguments are made here, outside
-		// SQLite's one writer; what runs in its turn is only the inserts.
-		const chunk = 500
-		type part struct {
-			stmt *sql.Stmt // prepared once for this row count (SQLite), or nil
-			text string
-			args []any
-		}
-		var parts []part
-		for i := 0; i < len(recs); i += chunk {
-			rs := recs[i:min(i+chunk, len(recs))]
-			p := part{text: insertText(s.p, len(rs)), args: make([]any, 0, len(rs)*ncols)}
-			for k := range rs {
-				p.args = append(p.args, insertArgs(&rs[k])...)
-			}
-			if s.lw != nil {
-				if p.stmt, err = s.liteInsertStmt(ctx, len(rs), p.text); err != nil {
-					return fmt.Errorf("create %d tasks: %w", len(recs), err)
-				}
-			}
-			parts = append(parts, p)
+	case s.insertStmt != nil: // SQLite: one statement for the batch
+		// Encoded here, outside the one writer.
+		rows, shared, jerr := liteInsertArgs(recs)
+		if jerr != nil {
+			return fmt.Errorf("create %d tasks: %w", len(recs), jerr)
 		}
 		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			for _, p := range parts {
-				var err error
-				if p.stmt != nil {
-					_, err = tx.StmtContext(ctx, p.stmt).ExecContext(ctx, p.args...)
-				} else {
-					_, err = tx.ExecContext(ctx, p.text, p.args...)
+			_, err := tx.StmtContext(ctx, s.insertStmt).ExecContext(ctx, append([]any{rows}, shared...)...)
+			return err
+		})
+	default: // MySQL: multi-row INSERTs of up to 500 rows
+		const chunk = 500
+		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			for i := 0; i < len(recs); i += chunk {
+				rs := recs[i:min(i+chunk, len(recs))]
+				args := make([]any, 0, len(rs)*ncols)
+				for k := range rs {
+					args = append(args, insertArgs(&rs[k])...)
 				}
-				if err != nil {
+				if _, err := tx.ExecContext(ctx, insertText(s.p, len(rs)), args...); err != nil {
 					return err
 				}
 			}
@@ -665,43 +648,6 @@ func insertText(prefix string, n int) string {
 		b.WriteString(row)
 	}
 	return b.String()
-}
-
-// maxInsertStmts bounds the multi-row INSERTs kept prepared (SQLite), one
-// per row count: parsing a 500-row INSERT cost about a quarter of the
-// insert. Batch sizes past the first few seen are parsed per call.
-const maxInsertStmts = 8
-
-// liteInsertStmt returns the INSERT of n rows prepared on the writer, or
-// nil once maxInsertStmts sizes are kept. It must not be called in the
-// writer's turn (it waits for the one connection).
-func (s *SQLStore) liteInsertStmt(ctx context.Context, n int, text string) (*sql.Stmt, error) {
-	s.insMu.Lock()
-	st, ok := s.insStmts[n]
-	full := len(s.insStmts) >= maxInsertStmts
-	s.insMu.Unlock()
-	if ok || full {
-		return st, nil
-	}
-	st, err := s.w.PrepareContext(ctx, text)
-	if err != nil {
-		return nil, err
-	}
-	s.insMu.Lock()
-	defer s.insMu.Unlock()
-	if old, ok := s.insStmts[n]; ok { // prepared meanwhile by another caller
-		st.Close()
-		return old, nil
-	}
-	if len(s.insStmts) >= maxInsertStmts {
-		st.Close()
-		return nil, nil
-	}
-	if s.insStmts == nil {
-		s.insStmts = map[int]*sql.Stmt{}
-	}
-	s.insStmts[n] = st
-	return st, nil
 }
 
 func insertArgs(r *flow.Record) []any {
