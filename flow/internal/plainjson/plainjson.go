@@ -44,39 +44,25 @@ func (p *Parser) End() bool {
 
 // Str reads a string of printable ASCII without escapes.
 func (p *Parser) Str() (string, bool) {
-	if p.I >= len(p.B) || p.B[p.I] != '"' {
+	start := p.I
+	if !p.skipStr() {
 		return "", false
 	}
-	for j := p.I + 1; j < len(p.B); j++ {
-		switch c := p.B[j]; {
-		case c == '"':
-			s := string(p.B[p.I+1 : j])
-			p.I = j + 1
-			return s, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return "", false
-		}
-	}
-	return "", false
+	return string(p.B[start+1 : p.I-1]), true
 }
 
 // StrAs is Str that returns prev, without allocating, when the string
 // read is the same: a batch's elements mostly repeat their neighbour's
 // type, stage and lease.
 func (p *Parser) StrAs(prev string) (string, bool) {
-	if p.I >= len(p.B) || p.B[p.I] != '"' {
+	start := p.I
+	if !p.skipStr() {
 		return "", false
 	}
-	if end := p.I + 1 + len(prev); end < len(p.B) && p.B[end] == '"' && string(p.B[p.I+1:end]) == prev {
-		for j := p.I + 1; j < end; j++ {
-			if c := p.B[j]; c < 0x20 || c > 0x7e || c == '\\' {
-				return "", false
-			}
-		}
-		p.I = end + 1
-		return prev, true
+	if s := p.B[start+1 : p.I-1]; string(s) != prev {
+		return string(s), true
 	}
-	return p.Str()
+	return prev, true
 }
 
 // Int64 reads a JSON integer (no fraction, no exponent) that fits in bits
