@@ -28,6 +28,22 @@ func printTable(w io.Writer, rep *Report) {
 			pct2(r.IdlePermits), pct2(r.BusyConns))
 	}
 	tw.Flush()
+	if q := queueingLine(rep); q != "" {
+		fmt.Fprintln(w, q)
+	}
+}
+
+// queueingLine says what the scenario forces on a queue
+// (Scenario.ForcedWait), or "" where the permits always exceed the
+// connections.
+func queueingLine(rep *Report) string {
+	q := rep.Queueing
+	if q.MeanWait <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("Little's law: a balancer that refuses nothing holds the connections beyond the permits in its queue, "+
+		"%.1f ms a success here; spread evenly, that puts the p99 at %.1f ms against %.1f ms with no wait (+%.1f ms)",
+		ms(q.MeanWait.D()), ms(q.P99Spread.D()), ms(q.P99.D()), ms(q.P99Spread.D()-q.P99.D()))
 }
 
 // pct writes a share as a percentage, or "-" when unknown (0).
@@ -67,6 +83,9 @@ func markdownTable(rep *Report) string {
 		fmt.Fprintf(&b, "| %s | %d | %.1f%% | %s | %d | %.1f | %.1f | %.1f | %s | %s | %s |\n",
 			r.Contender, r.Successes, 100*r.Share, pct(r.ShareOfOracle), r.Errors, r.P50ms, r.P99ms, r.P999ms, ratio(r.RatioToBestPeer),
 			pct2(r.IdlePermits), pct2(r.BusyConns))
+	}
+	if q := queueingLine(rep); q != "" {
+		b.WriteString("\n" + q + ".\n")
 	}
 	return b.String()
 }

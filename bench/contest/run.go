@@ -81,7 +81,10 @@ type Report struct {
 	CPUs           int       `json:"cpus"`
 	LoadAvg        string    `json:"loadavg_before"`
 	Rounds         int       `json:"rounds"`
-	Records        []Record  `json:"records"`
+	// Queueing is what the scenario forces on a balancer that refuses
+	// nothing (Scenario.ForcedWait).
+	Queueing Queueing `json:"queueing"`
+	Records  []Record `json:"records"`
 }
 
 // runAll runs every contender whose name matches only, in turn, against
@@ -99,6 +102,7 @@ func runAll(ctx context.Context, sc *Scenario, short bool, rounds int, cs []cont
 	rep := &Report{
 		Scenario: sc, Short: short, TheoreticalMax: sc.TheoreticalMax(), MaxPerSecond: sc.MaxSeries(),
 		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), Rounds: max(rounds, 1),
+		Queueing: sc.ForcedWait(),
 	}
 	var sel []contender
 	for _, c := range cs {

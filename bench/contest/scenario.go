@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -325,4 +326,122 @@ func (sc *Scenario) MaxSeries() []float64 {
 		out[i] = sc.integrate(time.Duration(i)*time.Second, time.Duration(i+1)*time.Second)
 	}
 	return out
+}
+
+// Queueing is what Little's law makes a balancer that refuses nothing
+// pay where the connections exceed the permits (ForcedWait).
+type Queueing struct {
+	// MeanWait is the wait per success over the measured phase.
+	MeanWait Duration `json:"mean_wait"`
+	// P99 is the 99th percentile of success latency with no wait at all:
+	// a sprayer's, whose excess connections bounce as refusals (errors).
+	P99 Duration `json:"p99_no_wait"`
+	// P99Spread is the same with the forced wait spread evenly over the
+	// successes of each moment (a first-come, first-served queue).
+	P99Spread Duration `json:"p99_wait_spread"`
+}
+
+// ForcedWait computes Queueing from the scenario alone. Where C
+// connections exceed the providers' P permits, C-P requests are at no
+// provider: a balancer that answers no request with an error holds them
+// in its queue, while the permits complete X = RateAt successes a
+// second, so spread evenly each request of that moment waits (C-P)/X.
+// The service times are exponential (as the providers draw them), mixed
+// over the measured phase by where and when successes complete (the
+// fastest providers' permits first, as RateAt fills them). No balancer
+// is involved: this is the p99 the goal's error cap leaves a queue, the
+// oracle's included. Concentrating the wait on fewer requests (newest
+// first) leaves those few waiting for seconds, which the p99 counts too
+// once they exceed a percent of the successes, unless they are failed.
+func (sc *Scenario) ForcedWait() Queueing {
+	type part struct{ weight, wait, mean float64 } // successes, s, s
+	var parts []part
+	var waited, served float64
+	from := sc.Load.Warmup.D()
+	to := from + sc.Load.Duration.D()
+	pts := append(sc.changePoints(), to)
+	cur := from
+	for _, p := range pts {
+		if p <= cur {
+			continue
+		}
+		end := min(p, to)
+		span := (end - cur).Seconds()
+		type slot struct {
+			permits int
+			rtt     float64
+		}
+		var slots []slot
+		for i := range sc.Providers {
+			s := sc.Providers[i].stageAt(cur)
+			if s.Permits > 0 && s.AvgRTT > 0 {
+				slots = append(slots, slot{s.Permits, s.AvgRTT.D().Seconds()})
+			}
+		}
+		sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
+		left := sc.Load.Connections
+		var x float64
+		first := len(parts)
+		for _, s := range slots {
+			n := min(left, s.permits)
+			if n > 0 {
+				parts = append(parts, part{weight: float64(n) / s.rtt * span, mean: s.rtt})
+				x += float64(n) / s.rtt
+			}
+			left -= n
+		}
+		if x > 0 {
+			w := float64(left) / x // left: the connections beyond the permits
+			for i := first; i < len(parts); i++ {
+				parts[i].wait = w
+			}
+			waited += float64(left) * span
+			served += x * span
+		}
+		cur = end
+		if cur >= to {
+			break
+		}
+	}
+	if served == 0 {
+		return Queueing{}
+	}
+	// quantile finds the latency that a share q of the successes exceed
+	// (bisection on the mixture's tail).
+	quantile := func(q float64, withWait bool) float64 {
+		tail := func(x float64) float64 {
+			var above float64
+			for _, p := range parts {
+				w := 0.0
+				if withWait {
+					w = p.wait
+				}
+				if x < w {
+					above += p.weight
+				} else {
+					above += p.weight * math.Exp(-(x-w)/p.mean)
+				}
+			}
+			return above / served
+		}
+		lo, hi := 0.0, 1.0
+		for tail(hi) > q {
+			hi *= 2
+		}
+		for range 64 {
+			mid := (lo + hi) / 2
+			if tail(mid) > q {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		return hi
+	}
+	sec := func(s float64) Duration { return Duration(time.Duration(s * float64(time.Second))) }
+	return Queueing{
+		MeanWait:  sec(waited / served),
+		P99:       sec(quantile(0.01, false)),
+		P99Spread: sec(quantile(0.01, true)),
+	}
 }

@@ -91,6 +91,59 @@ func TestTheoreticalMax(t *testing.T) {
 	}
 }
 
+// TestForcedWait checks Little's law's wait and the p99s it gives against
+// figures worked by hand: exponential service with mean m exceeds
+// m*ln(100) one time in a hundred.
+func TestForcedWait(t *testing.T) {
+	ms := time.Millisecond
+	st := func(at time.Duration, permits int, rtt time.Duration) Stage {
+		return Stage{At: Duration(at), Permits: permits, AvgRTT: Duration(rtt)}
+	}
+	one := func(conns int, stages ...Stage) *Scenario {
+		return &Scenario{Load: Load{Connections: conns, Duration: Duration(2 * time.Second)},
+			Providers: []Provider{{Name: "p", Stages: stages}}}
+	}
+	near := func(what string, got Duration, want float64) {
+		t.Helper()
+		if g := float64(got.D()) / float64(ms); math.Abs(g-want) > 0.01 {
+			t.Errorf("%s: %.3f ms, want %.3f", what, g, want)
+		}
+	}
+	p99 := 50 * math.Log(100) // 230.26 ms
+
+	// 150 connections on 100 permits of 50 ms: 2,000 successes a second,
+	// 50 connections waiting, 25 ms each.
+	q := one(150, st(0, 100, 50*ms)).ForcedWait()
+	near("overloaded: mean wait", q.MeanWait, 25)
+	near("overloaded: p99 with no wait", q.P99, p99)
+	near("overloaded: p99 with the wait", q.P99Spread, p99+25)
+
+	// Fewer connections than permits: nothing waits.
+	q = one(80, st(0, 100, 50*ms)).ForcedWait()
+	near("underloaded: mean wait", q.MeanWait, 0)
+	near("underloaded: p99", q.P99Spread, p99)
+
+	// Overloaded for the first of two seconds (the same rate in both):
+	// half the successes wait 25 ms, and the p99 is where the two halves'
+	// tails together hold 1 %.
+	q = one(150, st(0, 100, 50*ms), st(time.Second, 150, 75*ms)).ForcedWait()
+	near("half overloaded: mean wait", q.MeanWait, 12.5)
+	x := float64(q.P99Spread.D()) / float64(ms)
+	if tail := (math.Exp(-(x-25)/50) + math.Exp(-x/75)) / 2; math.Abs(tail-0.01) > 1e-6 {
+		t.Errorf("half overloaded: %.6f of the successes above the p99 %.2f ms, want 0.01", tail, x)
+	}
+
+	// The shipped contest: the queue's share of the p99 gap to a sprayer
+	// (docs/benchmarks.md, adaptive balancing).
+	sc, err := LoadScenario("scenarios/contest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := sc.ForcedWait(); q.MeanWait.D() < 5*ms || q.P99Spread.D()-q.P99.D() < 5*ms {
+		t.Errorf("contest: mean wait %v, p99 %v against %v with no wait: want over 5 ms each", q.MeanWait.D(), q.P99Spread.D(), q.P99.D())
+	}
+}
+
 func TestScenarioErrorsNameTheField(t *testing.T) {
 	base := `load: {connections: 10, warmup: 1s, duration: 5s}
 providers:
