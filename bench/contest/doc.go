@@ -25,7 +25,11 @@
 // and the client's time, and waits in a queue that should not stand).
 // Library contenders also record a
 // per-target timeline (limit against the provider's real permits), drawn
-// for the learned row as <scenario>-timeline.svg.
+// for the learned row as <scenario>-timeline.svg. Under the table a line
+// says what the scenario alone forces on a balancer that refuses
+// nothing (Scenario.ForcedWait): by Little's law the connections beyond
+// the permits wait in its queue, so many milliseconds a success, and
+// what that wait, spread evenly, does to the p99 against a sprayer's.
 //
 //	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short] [-out out/]
 //
