@@ -236,24 +236,41 @@ func (p *Provider) stageIndex(t time.Duration) int {
 // fastest providers' permits first (a balancer that never idles a permit
 // and never sends to a full one).
 func (sc *Scenario) RateAt(t time.Duration) float64 {
-	type slot struct {
-		permits int
-		rtt     time.Duration
-	}
-	slots := make([]slot, 0, len(sc.Providers))
-	for i := range sc.Providers {
-		s := sc.Providers[i].stageAt(t)
-		slots = append(slots, slot{s.Permits, s.AvgRTT.D()})
-	}
-	sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
-	left := sc.Load.Connections
+	busy, _ := sc.fill(t)
 	var rate float64
-	for _, s := range slots {
-		n := min(left, s.permits)
-		rate += float64(n) / s.rtt.Seconds()
-		left -= n
+	for _, s := range busy {
+		rate += s.rate()
 	}
 	return rate
+}
+
+// held is a provider's share of the connections in fill.
+type held struct {
+	conns int
+	rtt   time.Duration
+}
+
+func (h held) rate() float64 { return float64(h.conns) / h.rtt.Seconds() }
+
+// fill places the connections at offset t as a balancer that never idles
+// a permit and never sends to a full one would: the fastest providers'
+// permits first. It returns the providers that hold some, and the
+// connections left beyond every permit.
+func (sc *Scenario) fill(t time.Duration) (busy []held, left int) {
+	slots := make([]held, 0, len(sc.Providers))
+	for i := range sc.Providers {
+		s := sc.Providers[i].stageAt(t)
+		slots = append(slots, held{s.Permits, s.AvgRTT.D()})
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
+	left = sc.Load.Connections
+	for _, s := range slots {
+		if n := min(left, s.conns); n > 0 {
+			busy = append(busy, held{n, s.rtt})
+			left -= n
+		}
+	}
+	return busy, left
 }
 
 // OverloadedAt says whether at offset t the connections exceed the
@@ -300,21 +317,25 @@ func (sc *Scenario) TheoreticalMax() float64 {
 }
 
 func (sc *Scenario) integrate(from, to time.Duration) float64 {
-	pts := append(sc.changePoints(), to)
 	var total float64
+	sc.spans(from, to, func(at, d time.Duration) { total += sc.RateAt(at) * d.Seconds() })
+	return total
+}
+
+// spans calls f for each stretch of [from, to) in which no provider
+// changes stage, with its start and length.
+func (sc *Scenario) spans(from, to time.Duration, f func(at, d time.Duration)) {
 	cur := from
-	for _, p := range pts {
+	for _, p := range append(sc.changePoints(), to) {
 		if p <= cur {
 			continue
 		}
 		end := min(p, to)
-		total += sc.RateAt(cur) * (end - cur).Seconds()
-		cur = end
-		if cur >= to {
-			break
+		f(cur, end-cur)
+		if cur = end; cur >= to {
+			return
 		}
 	}
-	return total
 }
 
 // MaxSeries is the theoretical rate for each whole second of the run (for
@@ -348,61 +369,29 @@ type Queueing struct {
 // second, so spread evenly each request of that moment waits (C-P)/X.
 // The service times are exponential (as the providers draw them), mixed
 // over the measured phase by where and when successes complete (the
-// fastest providers' permits first, as RateAt fills them). No balancer
-// is involved: this is the p99 the goal's error cap leaves a queue, the
-// oracle's included. Concentrating the wait on fewer requests (newest
-// first) leaves those few waiting for seconds, which the p99 counts too
-// once they exceed a percent of the successes, unless they are failed.
+// fastest providers' permits first, as fill places them). No balancer
+// is involved: a queue that refuses nothing pays this whatever it picks,
+// the oracle's included. Concentrating the wait on fewer requests
+// (newest first) leaves those few waiting for seconds, which the p99
+// counts too once they exceed a percent of the successes, unless they
+// are failed.
 func (sc *Scenario) ForcedWait() Queueing {
 	type part struct{ weight, wait, mean float64 } // successes, s, s
 	var parts []part
 	var waited, served float64
 	from := sc.Load.Warmup.D()
-	to := from + sc.Load.Duration.D()
-	pts := append(sc.changePoints(), to)
-	cur := from
-	for _, p := range pts {
-		if p <= cur {
-			continue
+	sc.spans(from, from+sc.Load.Duration.D(), func(at, d time.Duration) {
+		busy, left := sc.fill(at)
+		var x float64 // successes a second
+		for _, h := range busy {
+			x += h.rate()
 		}
-		end := min(p, to)
-		span := (end - cur).Seconds()
-		type slot struct {
-			permits int
-			rtt     float64
+		for _, h := range busy {
+			parts = append(parts, part{weight: h.rate() * d.Seconds(), wait: float64(left) / x, mean: h.rtt.Seconds()})
 		}
-		var slots []slot
-		for i := range sc.Providers {
-			s := sc.Providers[i].stageAt(cur)
-			if s.Permits > 0 && s.AvgRTT > 0 {
-				slots = append(slots, slot{s.Permits, s.AvgRTT.D().Seconds()})
-			}
-		}
-		sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
-		left := sc.Load.Connections
-		var x float64
-		first := len(parts)
-		for _, s := range slots {
-			n := min(left, s.permits)
-			if n > 0 {
-				parts = append(parts, part{weight: float64(n) / s.rtt * span, mean: s.rtt})
-				x += float64(n) / s.rtt
-			}
-			left -= n
-		}
-		if x > 0 {
-			w := float64(left) / x // left: the connections beyond the permits
-			for i := first; i < len(parts); i++ {
-				parts[i].wait = w
-			}
-			waited += float64(left) * span
-			served += x * span
-		}
-		cur = end
-		if cur >= to {
-			break
-		}
-	}
+		waited += float64(left) * d.Seconds()
+		served += x * d.Seconds()
+	})
 	if served == 0 {
 		return Queueing{}
 	}
