@@ -260,7 +260,7 @@ func (sc *Scenario) fill(t time.Duration) (busy []held, left int) {
 	slots := make([]held, 0, len(sc.Providers))
 	for i := range sc.Providers {
 		s := sc.Providers[i].stageAt(t)
-		slots = append(slots, held{s.Permits, s.AvgRTT.D()})
+		slots = append(slots, held{s.Permits, s.AvgRTT.D()}) // room for this many
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
 	left = sc.Load.Connections
