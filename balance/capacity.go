@@ -22,8 +22,14 @@ import (
 // Little's law (in-flight over success rate, a window of 32 successes)
 // is above 1.5 times its mean or below two thirds of it is ranked by that
 // instead, for a few latencies: the mean of finished requests lags a
-// change by hundreds of milliseconds (little). When no permit is free,
-// Wait blocks until one returns.
+// change by hundreds of milliseconds (little). Neither says what a pick
+// sent now would cost at a target that still drains picks sent before a
+// change: those that come back last are the long ones (the requests in
+// flight at a given moment average twice the mean), so a provider that
+// turned fast looks slower the more it drains. Such a target, with room
+// and passed over for a quarter of its mean, gets one pick ranked first
+// (measure), and a short answer ranks it as a stale target's does. When
+// no permit is free, Wait blocks until one returns.
 //
 // A target without MaxConcurrency gets a learned limit instead, because a
 // balancer often cannot read its upstreams' settings (the contest forbade
@@ -238,6 +244,13 @@ type capState struct {
 	littleTil atomic.Int64 // clock until which littleLat ranks the target
 	trial     atomic.Int64 // picks it holds ranked by one faster sample (trialFrom); 0 = none
 	trialLat  atomic.Int64 // its mean before that sample: its rank past trial picks
+	fresh     atomic.Int64 // picks in flight sent since freshFrom, counted while trial is on
+	freshFrom atomic.Int64 // send clock of the last re-measuring sample: earlier picks' latencies are older news
+	picked    atomic.Int64 // clock of its last pick
+	freed     atomic.Int64 // clock of its first outcome since then
+	measure   atomic.Int64 // clock of the last re-measuring pick of a busy target
+	measuring atomic.Bool  // that pick's outcome has not come back
+	successes atomic.Int64 // successes seen, counted up to measureFrom
 	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
 
 	mu         sync.Mutex
@@ -291,9 +304,27 @@ const rejectMemory = 30 * time.Second
 // sample is trusted for picking.
 const staleAfter = 16
 
+// measure: a target with a free permit, at least littleBusy picks in
+// flight and measureFrom successes behind its mean, that picks have
+// passed over (passedOver) for a quarter of its mean, is draining picks
+// sent before, and their latencies are old news. Its mean climbs as it
+// drains (the long requests come back last), and so does Little's law
+// over a window of them. On bench/contest's swap, the provider that
+// turned fast showed 150-235 ms against its 20 ms for about 200 ms after
+// each swap, and held 10-15 of its 30 permits while the other filled to
+// 90. The next pick there is ranked first, at most once per two means:
+// its answer, under half the mean, replaces the mean (within a quarter
+// of it, as for a stale target), and the outcomes of picks sent before
+// it no longer move the mean (freshFrom), nor does Little's law rank the
+// target during the trial that follows. A refused measurement (it still
+// holds more of the old load than it has permits) re-arms at once.
+//
 // A target that one re-measuring sample ranks faster than it was is
-// ranked by that sample for trialFrom picks in flight, one more per
-// success after it, until trialTo; past those, by its mean from before.
+// ranked by that sample for trialFrom picks in flight (measureTrial for
+// a busy target's measure, which has proved room: a draining target
+// refuses it otherwise), one more per success after it, until trialTo;
+// past those, by its mean from before. Picks in flight count those sent
+// since the sample (fresh), not the old ones a busy target drains.
 // Slow start for the ranking: its own next outcomes judge the sample
 // before the load follows it. An exponential draw is below a third of
 // its mean more than one time in four: on bench/contest's underload a
@@ -306,9 +337,29 @@ const staleAfter = 16
 // caller wait (picks held for minutes, as WebSockets are, would otherwise
 // keep it capped).
 const (
-	trialFrom = 2
-	trialTo   = 2 + littleN
+	trialFrom    = 2
+	measureTrial = 8
+	trialTo      = 2 + littleN
+	// measureFrom is the successes a target's mean must have seen
+	// before measure judges it: the first to come back are the short
+	// ones, and a mean of 0.3 ms for a 100 ms target made a quarter of it
+	// pass between any two picks, and its measurements ranked it first.
+	measureFrom = 2 * littleN
 )
+
+// passedOver reports whether picks have gone elsewhere for a quarter of
+// lat since the target's first outcome after its last pick: from then on
+// it had a permit back, or was draining a load it had more of than
+// permits. Not merely no pick for that long, which a full target also
+// sees between two completions.
+func passedOver(c *capState, now, lat int64) bool {
+	pk, fr := c.picked.Load(), c.freed.Load()
+	return fr > pk && now-fr > lat/4
+}
+
+// pickedGrain is the precision of capState.picked, far below the
+// quarter of a mean that measure compares it with.
+const pickedGrain = int64(100 * time.Microsecond)
 
 // capTie is the latency ratio within which two targets tie in Pick.
 const capTie = 1 + 1.0/16
@@ -329,7 +380,8 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	var best *Endpoint
 	var bestRate float64
 	var bestFree int64
-	var now int64   // read only when a target is parked or idle
+	bestJ, bestMeasure := 0, false
+	var now int64   // read when a target needs it, else once for the pick
 	var freed int64 // permits that unparking or reviving made free here
 	var probe *Endpoint
 	// A retry leaves a down target's probe to a first attempt: refused,
@@ -392,6 +444,7 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			free = unlimitedFree
 		}
 		lat := p.st[j].lat.Load()
+		measure := false
 		if lat <= 0 {
 			lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
 		} else if e.InFlight() == 0 {
@@ -405,15 +458,23 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			if now-p.st[j].seen.Load() > staleAfter*lat {
 				lat = int64(time.Millisecond)
 			}
-		} else if w := p.st[j].littleLat.Load(); w > 0 {
+		} else {
 			if now == 0 {
 				now = info.Now()
 			}
-			if now < p.st[j].littleTil.Load() {
-				lat = w // the mean lags a change that Little's law shows (little)
+			c := p.st[j]
+			if !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 && c.successes.Load() >= measureFrom &&
+				passedOver(c, now, lat) && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
+				lat, measure = int64(time.Millisecond), true // (measure)
+			} else if w := c.littleLat.Load(); w > 0 && now < c.littleTil.Load() && c.trial.Load() == 0 {
+				// The mean lags a change that Little's law shows
+				// (little). Not during a trial: a busy target's window
+				// still counts the old picks that the trial's sample
+				// has outdated.
+				lat = w
 			}
 		}
-		if t := p.st[j].trial.Load(); t != 0 && e.InFlight() >= t {
+		if t := p.st[j].trial.Load(); !measure && t != 0 && p.st[j].fresh.Load() >= t {
 			// One sample ranks it this fast: past the picks that sample
 			// earned, its mean from before ranks it (trialFrom).
 			lat = max(lat, p.st[j].trialLat.Load())
@@ -428,12 +489,29 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		// equal targets by their capacity.
 		rate := info.Weight(e) / float64(lat)
 		if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
-			best, bestRate, bestFree = e, rate, free
+			best, bestRate, bestFree, bestJ, bestMeasure = e, rate, free, j, measure
 		}
 	}
 	if probe != nil {
 		best = probe
 		freed-- // the permit this pick takes
+	} else if best != nil {
+		// What measure reads: when each target was last picked, and
+		// whether this pick is the measurement.
+		c := p.st[bestJ]
+		if now == 0 {
+			now = info.Now()
+		}
+		if pk := c.picked.Load(); now-pk >= pickedGrain || pk < c.freed.Load() {
+			c.picked.Store(now) // not every pick: a shared line written per pick costs on many cores
+		}
+		if bestMeasure {
+			c.measure.Store(now)
+			c.measuring.Store(true)
+		}
+		if c.trial.Load() != 0 {
+			c.fresh.Add(1)
+		}
 	}
 	if freed > 0 && info.snap != nil {
 		// Permits that came back here, not through a pick's end: wake
@@ -513,6 +591,25 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	c := capacityOf(e)
 	lat := int64(o.Latency)
 	learn := e.t.MaxConcurrency == 0
+	sent := o.Now - lat
+	ff := c.freshFrom.Load()
+	fresh := ff == 0 || sent >= ff
+	if fresh && c.trial.Load() != 0 && c.fresh.Add(-1) < 0 {
+		c.fresh.Store(0)
+	}
+	if c.freed.Load() <= c.picked.Load() {
+		c.freed.Store(o.Now)
+	}
+	// The first outcome of a pick sent since the measuring one claims
+	// the measurement (outcomes run concurrently; one sample each).
+	m := c.measure.Load()
+	measured := sent >= m && c.measuring.Load() && c.measuring.CompareAndSwap(true, false)
+	if measured && o.Err != nil {
+		// Refused or failed (a target that turned fast may still hold
+		// more of the old load than it now has permits): the next pass
+		// over it measures again.
+		c.measure.Store(0)
+	}
 	if o.Err == nil && lat > 0 {
 		// alpha 1/16: exponential service times are noisy, and a stage
 		// change still shows within a few dozen outcomes. A sample that
@@ -527,12 +624,22 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 		// staleAfter of the new mean later).
 		if old := c.lat.Load(); old == 0 {
 			c.lat.Store(lat)
-		} else if o.Now-c.seen.Load() > staleAfter*old {
+		} else if measured && lat < old/2 || o.Now-c.seen.Load() > staleAfter*old {
 			c.lat.Store(min(max(lat, old/4), 2*old))
+			c.freshFrom.Store(sent)
 			if lat < old {
+				c.fresh.Store(0)
 				c.trialLat.Store(old)
-				c.trial.Store(trialFrom)
+				if measured {
+					c.trial.Store(measureTrial)
+				} else {
+					c.trial.Store(trialFrom)
+				}
 			}
+		} else if !fresh {
+			// Sent before the last re-measuring pick: the state that
+			// sample replaced (a draining target's old requests are the
+			// long ones, and would pull the mean back to the old rate).
 		} else {
 			c.lat.Store(old + (lat-old)/16)
 			if t := c.trial.Load(); t+1 >= trialTo {
@@ -542,6 +649,9 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 			}
 		}
 		c.seen.Store(o.Now)
+		if c.successes.Load() < measureFrom {
+			c.successes.Add(1)
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1280,11 +1280,74 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 	// It drains its 70 long requests to below 30 in about 150 ms. Ranked
 	// by the mean alone it held 14 on average over these samples (most
 	// often the 10 picks the slow one had no room for, until 300-350 ms
-	// after the swap); with Little's law, 20-23.
+	// after the swap); with Little's law, 20-23; with a measuring pick
+	// once it has room, 29.
 	mean := float64(sum) / (4 * swaps)
 	t.Logf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap", mean)
-	if mean < 18 {
-		t.Errorf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap; want 18 or more", mean)
+	if mean < 27 {
+		t.Errorf("the target that turned fast held %.1f of its 30 permits on average 150-300 ms after a swap; want 27 or more", mean)
+	}
+}
+
+// TestCapacityMeasuresABusyTargetPassedOver: a target that still drains
+// picks sent before, has room, and has been passed over for a quarter of
+// its mean gets one pick ranked first. A short answer ranks it by that
+// answer, and the old picks that come back after it (the long ones) no
+// longer pull its mean back.
+func TestCapacityMeasuresABusyTargetPassedOver(t *testing.T) {
+	ms := time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := taughtPairAt(t, clk, "drained", 100, 100*ms, "other", 100, 40*ms)
+	teachLatency(t, b, "drained", 100*ms, measureFrom) // a mean past its first, short samples
+	latOf := func(addr string) time.Duration { return time.Duration(stateOf(t, b, addr).lat.Load()) }
+	var old []Pick
+	for range 20 {
+		p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, "drained")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, p)
+	}
+	clk.ns.Add(int64(10 * ms))
+	old[0].Report(100*ms, nil) // a permit back: from now on, a pick elsewhere passes it over
+	old = old[1:]
+	clk.ns.Add(int64(10 * ms))
+	if got, held := pickN(t, b, 1); got[0] != "other" {
+		t.Fatalf("10 ms after drained had a permit back, a pick went to %s; want other (40 ms against 100 ms)", got[0])
+	} else {
+		held[0].Report(0, nil)
+	}
+	clk.ns.Add(int64(20 * ms)) // passed over for 30 ms: past a quarter of 100 ms
+	got, held := pickN(t, b, 2)
+	if got[0] != "drained" || got[1] != "other" {
+		t.Fatalf("picks after drained was passed over for 30 ms went to %v; want [drained other]: one measuring pick", got)
+	}
+	held[1].Report(0, nil)
+	clk.ns.Add(int64(5 * ms))
+	held[0].Report(5*ms, nil)
+	if got := latOf("drained"); got != 25*ms {
+		t.Fatalf("after a 5 ms measurement, drained's mean is %v; want 25ms (a quarter of 100 ms)", got)
+	}
+	for _, p := range old {
+		p.Report(200*ms, nil) // sent before the measurement
+	}
+	if got := latOf("drained"); got != 25*ms {
+		t.Errorf("after the picks sent before the measurement came back at 200 ms, drained's mean is %v; want 25ms still", got)
+	}
+	got, held = pickN(t, b, measureTrial+1)
+	for i, a := range got {
+		want := "drained"
+		if i == measureTrial {
+			want = "other" // past its trial picks, its old mean ranks it
+		}
+		if a != want {
+			t.Errorf("pick %d after the measurement went to %s, want %s (all: %v)", i, a, want, got)
+			break
+		}
+	}
+	for _, p := range held {
+		p.Done(nil)
 	}
 }
 
