@@ -357,8 +357,11 @@ func passedOver(c *capState, now, lat int64) bool {
 	return fr > pk && now-fr > lat/4
 }
 
-// pickedGrain is the precision of capState.picked, far below the
-// quarter of a mean that measure compares it with.
+// pickedGrain is the precision of capState.freed, far below the quarter
+// of a mean that measure compares it with. Pick stamps picked only after
+// an outcome stamped freed, and an outcome stamps freed only pickedGrain
+// after that: a clock read and a shared write per pick and per outcome
+// would cost every pick for the few that measure.
 const pickedGrain = int64(100 * time.Microsecond)
 
 // capTie is the latency ratio within which two targets tie in Pick.
@@ -381,7 +384,7 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 	var bestRate float64
 	var bestFree int64
 	bestJ, bestMeasure := 0, false
-	var now int64   // read when a target needs it, else once for the pick
+	var now int64   // read only when a target needs it
 	var freed int64 // permits that unparking or reviving made free here
 	var probe *Endpoint
 	// A retry leaves a down target's probe to a first attempt: refused,
@@ -459,19 +462,27 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 				lat = int64(time.Millisecond)
 			}
 		} else {
-			if now == 0 {
-				now = info.Now()
-			}
 			c := p.st[j]
-			if !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 && c.successes.Load() >= measureFrom &&
-				passedOver(c, now, lat) && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
-				lat, measure = int64(time.Millisecond), true // (measure)
-			} else if w := c.littleLat.Load(); w > 0 && now < c.littleTil.Load() && c.trial.Load() == 0 {
+			if !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 &&
+				c.successes.Load() >= measureFrom && c.freed.Load() > c.picked.Load() {
+				if now == 0 {
+					now = info.Now()
+				}
+				if passedOver(c, now, lat) && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
+					lat, measure = int64(time.Millisecond), true // (measure)
+				}
+			}
+			if w := c.littleLat.Load(); !measure && w > 0 && c.trial.Load() == 0 {
 				// The mean lags a change that Little's law shows
 				// (little). Not during a trial: a busy target's window
 				// still counts the old picks that the trial's sample
 				// has outdated.
-				lat = w
+				if now == 0 {
+					now = info.Now()
+				}
+				if now < c.littleTil.Load() {
+					lat = w
+				}
 			}
 		}
 		if t := p.st[j].trial.Load(); !measure && t != 0 && p.st[j].fresh.Load() >= t {
@@ -499,11 +510,13 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		// What measure reads: when each target was last picked, and
 		// whether this pick is the measurement.
 		c := p.st[bestJ]
-		if now == 0 {
-			now = info.Now()
-		}
-		if pk := c.picked.Load(); now-pk >= pickedGrain || pk < c.freed.Load() {
-			c.picked.Store(now) // not every pick: a shared line written per pick costs on many cores
+		if c.picked.Load() <= c.freed.Load() || bestMeasure {
+			// The first pick since an outcome stamped freed: not every
+			// pick (a clock read and a shared write each).
+			if now == 0 {
+				now = info.Now()
+			}
+			c.picked.Store(now)
 		}
 		if bestMeasure {
 			c.measure.Store(now)
@@ -597,8 +610,8 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	if fresh && c.trial.Load() != 0 && c.fresh.Add(-1) < 0 {
 		c.fresh.Store(0)
 	}
-	if c.freed.Load() <= c.picked.Load() {
-		c.freed.Store(o.Now)
+	if pk := c.picked.Load(); c.freed.Load() <= pk && o.Now-pk >= pickedGrain {
+		c.freed.Store(o.Now) // the first outcome since the stamped pick, to pickedGrain
 	}
 	// The first outcome of a pick sent since the measuring one claims
 	// the measurement (outcomes run concurrently; one sample each).
