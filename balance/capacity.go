@@ -357,12 +357,12 @@ func passedOver(c *capState, now, lat int64) bool {
 	return fr > pk && now-fr > lat/4
 }
 
-// pickedGrain is the precision of capState.freed, far below the quarter
+// freedGrain is the precision of capState.freed, far below the quarter
 // of a mean that measure compares it with. Pick stamps picked only after
-// an outcome stamped freed, and an outcome stamps freed only pickedGrain
+// an outcome stamped freed, and an outcome stamps freed only freedGrain
 // after that: a clock read and a shared write per pick and per outcome
 // would cost every pick for the few that measure.
-const pickedGrain = int64(100 * time.Microsecond)
+const freedGrain = int64(100 * time.Microsecond)
 
 // capTie is the latency ratio within which two targets tie in Pick.
 const capTie = 1 + 1.0/16
@@ -510,7 +510,7 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 		// What measure reads: when each target was last picked, and
 		// whether this pick is the measurement.
 		c := p.st[bestJ]
-		if c.picked.Load() <= c.freed.Load() || bestMeasure {
+		if c.picked.Load() <= c.freed.Load() {
 			// The first pick since an outcome stamped freed: not every
 			// pick (a clock read and a shared write each).
 			if now == 0 {
@@ -610,8 +610,8 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 	if fresh && c.trial.Load() != 0 && c.fresh.Add(-1) < 0 {
 		c.fresh.Store(0)
 	}
-	if pk := c.picked.Load(); c.freed.Load() <= pk && o.Now-pk >= pickedGrain {
-		c.freed.Store(o.Now) // the first outcome since the stamped pick, to pickedGrain
+	if pk := c.picked.Load(); c.freed.Load() <= pk && o.Now-pk >= freedGrain {
+		c.freed.Store(o.Now) // the first outcome since the stamped pick, to freedGrain
 	}
 	// The first outcome of a pick sent since the measuring one claims
 	// the measurement (outcomes run concurrently; one sample each).
