@@ -14,7 +14,12 @@
 // so a run's luck in the draws moves its score less; the stream restarts
 // wherever any provider changes stage, so an earlier segment's placement
 // does not decide which draws a later one gets ("draws", the mean service time a contender
-// drew as a multiple of the stages' means, says how lucky it was). A
+// drew as a multiple of the stages' means, says how lucky it was).
+// Service times end on a thread of their own that sleeps to the
+// nanosecond (alarm), not on the runtime's timers, which fire up to a
+// millisecond late while the process idles and sooner the busier it is;
+// "overrun", how much longer than drawn a request held its permit, says
+// what lateness is left (the machine's CPUs busy with the contender). A
 // table of successes per stage, Fulcrum's rows against the best peer of
 // each stage, says which stage a score was lost in. Two more
 // diagnostics say where: "idle permits", the share of permit-time left

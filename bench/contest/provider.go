@@ -17,6 +17,7 @@ import (
 type provider struct {
 	spec  Provider
 	url   string
+	alarm *alarm // ends service times (shared by the providers)
 	srv   *http.Server
 	start atomic.Int64 // unix ns when the current run started
 
@@ -32,6 +33,13 @@ type provider struct {
 	// each as a multiple of its stage's mean: the luck of the draws.
 	drawSum float64
 	drawN   int64
+	// How much longer than drawn the served requests of the measured
+	// phase held their permits (the timer fired late, the process was
+	// not scheduled): a busy harness stretches every service time alike
+	// for whoever balances, so a contender whose own work shares this
+	// process pays for it here.
+	overNs atomic.Int64
+	overN  atomic.Int64
 
 	// Permit accounting while the scenario's connections exceed its
 	// permits (every free permit is then one a perfect balancer fills):
@@ -53,11 +61,16 @@ type provider struct {
 // providers are the scenario's providers, started once and reset before
 // each contender.
 type providers struct {
-	list []*provider
+	list  []*provider
+	alarm *alarm
 }
 
 func startProviders(sc *Scenario) (*providers, error) {
-	ps := &providers{}
+	al, err := newAlarm()
+	if err != nil {
+		return nil, fmt.Errorf("providers' alarm: %w", err)
+	}
+	ps := &providers{alarm: al}
 	for i, spec := range sc.Providers {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -66,6 +79,7 @@ func startProviders(sc *Scenario) (*providers, error) {
 		}
 		p := &provider{
 			spec:       spec,
+			alarm:      al,
 			url:        "http://" + ln.Addr().String(),
 			seed:       [2]uint64{sc.Seed, uint64(i) + 1},
 			segs:       sc.segments(),
@@ -106,6 +120,8 @@ func (ps *providers) Reset(start time.Time) {
 		p.start.Store(start.UnixNano())
 		p.served.Store(0)
 		p.rejected.Store(0)
+		p.overNs.Store(0)
+		p.overN.Store(0)
 		p.acct.Lock()
 		p.last, p.idleNs, p.permitNs, p.heldNs, p.spareNs = start.UnixNano(), 0, 0, 0, 0
 		p.acct.Unlock()
@@ -190,6 +206,20 @@ func (ps *providers) DrawMean() float64 {
 	return sum / float64(n)
 }
 
+// Overrun is the mean time by which the measured phase's served requests
+// held their permits beyond their drawn service times.
+func (ps *providers) Overrun() time.Duration {
+	var sum, n int64
+	for _, p := range ps.list {
+		sum += p.overNs.Load()
+		n += p.overN.Load()
+	}
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(sum / n)
+}
+
 // account records a change of delta permits taken at now (unix ns).
 func (p *provider) account(now, delta int64) {
 	p.acct.Lock()
@@ -237,6 +267,7 @@ func (ps *providers) Close() {
 		cancel()
 		_ = p.srv.Close()
 	}
+	ps.alarm.close()
 }
 
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -256,7 +287,8 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	p.account(time.Now().UnixNano(), 1)
+	took := time.Now()
+	p.account(took.UnixNano(), 1)
 	p.mu.Lock()
 	f := p.rngs[p.segment(at)].ExpFloat64()
 	if at >= p.warmup && at < p.end {
@@ -265,18 +297,21 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	d := time.Duration(f * float64(st.AvgRTT))
-	t := time.NewTimer(d)
 	select {
-	case <-t.C:
+	case <-p.alarm.after(d):
 	case <-r.Context().Done():
-		t.Stop()
 		p.busy.Add(-1)
 		p.account(time.Now().UnixNano(), -1)
 		return
 	}
 	p.busy.Add(-1)
-	p.account(time.Now().UnixNano(), -1)
+	done := time.Now()
+	p.account(done.UnixNano(), -1)
 	p.served.Add(1)
+	if at >= p.warmup && at < p.end {
+		p.overNs.Add(int64(done.Sub(took) - d))
+		p.overN.Add(1)
+	}
 	w.Header().Set("Content-Length", "2")
 	_, _ = w.Write([]byte("ok"))
 }

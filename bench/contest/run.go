@@ -63,7 +63,11 @@ type Record struct {
 	BusyConns float64 `json:"busy_connections_underloaded"`
 	// DrawMean is the mean service time drawn in the measured phase, as
 	// a multiple of the stages' means: above 1, the draws were unlucky.
-	DrawMean  float64   `json:"service_draw_mean"`
+	DrawMean float64 `json:"service_draw_mean"`
+	// OverrunUs is how many microseconds longer than drawn a served
+	// request held its permit on average (measured phase): the
+	// providers' process was late to end it.
+	OverrunUs float64   `json:"service_overrun_us"`
 	PerSecond []float64 `json:"per_second"`
 	Timeline  *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
 	Skipped   string    `json:"skipped,omitempty"`
@@ -182,6 +186,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	res := runLoad(ctx, url, rep.Scenario.Load, start)
 	rec.IdlePermits, rec.BusyConns = ps.Shares(time.Now(), rep.Scenario.Load.Connections)
 	rec.DrawMean = ps.DrawMean()
+	rec.OverrunUs = float64(ps.Overrun()) / 1e3
 	stop()
 	for _, p := range ps.list {
 		rec.ProviderServed += p.served.Load()
@@ -193,8 +198,8 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	rec.PerSecond = res.PerSecond
 	rec.Timeline = env.timeline
 	rec.LoadAvg = loadAvg()
-	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  (providers rejected %d; load %s)\n",
-		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.ProviderRejected, rec.LoadAvg)
+	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  overrun %.0f µs  (providers rejected %d; load %s)\n",
+		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.OverrunUs, rec.ProviderRejected, rec.LoadAvg)
 	return rec, nil
 }
 

@@ -266,8 +266,13 @@ providers:
       - {at: 0s, permits: 10, avg_rtt: 1ms}
       - {at: 1s, permits: 0, avg_rtt: 1ms}
 `)
-	p := &provider{spec: sc.Providers[0], seed: [2]uint64{3, 1}, segs: sc.segments(), overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
-	ps := &providers{list: []*provider{p}}
+	al, err := newAlarm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer al.close()
+	p := &provider{spec: sc.Providers[0], alarm: al, seed: [2]uint64{3, 1}, segs: sc.segments(), overloaded: sc.OverloadedAt, warmup: time.Second, end: 5 * time.Second}
+	ps := &providers{list: []*provider{p}, alarm: al}
 	serve := func(n int) {
 		for range n {
 			p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
