@@ -25,11 +25,13 @@ type alarm struct {
 	armed int64 // the deadline the sleeper sleeps towards; 0 when none
 	done  bool  // closed: the sleeper ends
 	wake  func()
+	fired []dueEntry // the sleeper's scratch: the entries due
 }
 
 type dueEntry struct {
-	at int64 // unix ns
-	ch chan struct{}
+	at  int64  // unix ns
+	end func() // run by the sleeper when due, before ch closes
+	ch  chan struct{}
 }
 
 type dueHeap []dueEntry
@@ -45,13 +47,16 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-// after returns a channel closed d from now. A caller that stops waiting
-// leaves it to be closed unread.
-func (a *alarm) after(d time.Duration) <-chan struct{} {
+// at runs end at t, on the sleeper's thread, and then closes the channel
+// it returns. end runs however busy the process is with other work (it
+// need not wait for the caller's goroutine to be scheduled), so it should
+// be short; a caller that stops waiting leaves the channel to be closed
+// unread.
+func (a *alarm) at(t time.Time, end func()) <-chan struct{} {
 	ch := make(chan struct{})
-	at := time.Now().Add(d).UnixNano()
+	at := t.UnixNano()
 	a.mu.Lock()
-	heap.Push(&a.due, dueEntry{at, ch})
+	heap.Push(&a.due, dueEntry{at, end, ch})
 	wake := a.armed == 0 || at < a.armed
 	if wake {
 		a.armed = at
@@ -76,16 +81,27 @@ func (a *alarm) close() {
 // closed.
 func (a *alarm) fire(now int64) int64 {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.done {
+		a.mu.Unlock()
 		return -1
 	}
+	due := a.fired[:0]
 	for len(a.due) > 0 && a.due[0].at <= now {
-		close(heap.Pop(&a.due).(dueEntry).ch)
+		due = append(due, heap.Pop(&a.due).(dueEntry))
 	}
 	a.armed = 0
 	if len(a.due) > 0 {
 		a.armed = a.due[0].at
 	}
-	return a.armed
+	next := a.armed
+	a.mu.Unlock()
+	for i, e := range due {
+		if e.end != nil {
+			e.end()
+		}
+		close(e.ch)
+		due[i] = dueEntry{}
+	}
+	a.fired = due[:0]
+	return next
 }

@@ -1,42 +1,59 @@
 package main
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
 
-// The providers' service times end through alarm: every channel closes,
-// in the order of its deadline whatever the order of the calls, and a
-// closed alarm stops its sleeper.
-func TestAlarmClosesInDeadlineOrder(t *testing.T) {
+// The providers' permits go back through alarm: every end runs, in the
+// order of its deadline whatever the order of the calls, before its
+// channel closes, and a closed alarm stops its sleeper.
+func TestAlarmEndsInDeadlineOrder(t *testing.T) {
 	a, err := newAlarm()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.close()
+	var mu sync.Mutex
+	var ended []int
 	delays := []time.Duration{30, 5, 20, 1, 10} // ms, out of order
-	order := make(chan int, len(delays))
+	chans := make([]<-chan struct{}, len(delays))
+	now := time.Now()
 	for i, d := range delays {
-		ch := a.after(d * time.Millisecond)
-		go func() {
-			<-ch
-			order <- i
-		}()
+		chans[i] = a.at(now.Add(d*time.Millisecond), func() {
+			mu.Lock()
+			ended = append(ended, i)
+			mu.Unlock()
+		})
+	}
+	for i, ch := range chans {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("channel %d (%v) not closed in 10s", i, delays[i])
+		}
+		mu.Lock()
+		found := false
+		for _, e := range ended {
+			found = found || e == i
+		}
+		mu.Unlock()
+		if !found {
+			t.Fatalf("channel %d closed before its end ran", i)
+		}
 	}
 	want := []int{3, 1, 4, 2, 0}
-	for k, w := range want {
-		select {
-		case got := <-order:
-			if got != w {
-				t.Fatalf("closing %d: channel %d (%v), want %d (%v)", k, got, delays[got], w, delays[w])
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("closing %d: nothing in 10s", k)
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range want {
+		if ended[k] != want[k] {
+			t.Fatalf("ends ran in the order %v, want %v (delays %v ms)", ended, want, delays)
 		}
 	}
 	// A deadline added while the sleeper waits for a later one wakes it.
-	late := a.after(time.Hour)
-	soon := a.after(time.Millisecond)
+	late := a.at(time.Now().Add(time.Hour), nil)
+	soon := a.at(time.Now().Add(time.Millisecond), nil)
 	select {
 	case <-soon:
 	case <-late:

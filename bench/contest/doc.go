@@ -15,11 +15,14 @@
 // wherever any provider changes stage, so an earlier segment's placement
 // does not decide which draws a later one gets ("draws", the mean service time a contender
 // drew as a multiple of the stages' means, says how lucky it was).
-// Service times end on a thread of their own that sleeps to the
-// nanosecond (alarm), not on the runtime's timers, which fire up to a
-// millisecond late while the process idles and sooner the busier it is;
-// "overrun", how much longer than drawn a request held its permit, says
-// what lateness is left (the machine's CPUs busy with the contender). A
+// A permit goes back when its draw ends, from a thread of its own that
+// sleeps to the nanosecond at the highest CPU priority (alarm), not from
+// the request's goroutine after a runtime timer: those fire up to a
+// millisecond late while the process idles and sooner the busier it is,
+// and the goroutine then waits its turn behind the refused attempts a
+// sprayer sends. "overrun", how much longer than drawn a request held
+// its permit, says what lateness is left (the thread waiting for a CPU
+// or for the Go scheduler while the contender keeps the machine busy). A
 // table of successes per stage, Fulcrum's rows against the best peer of
 // each stage, says which stage a score was lost in. Two more
 // diagnostics say where: "idle permits", the share of permit-time left

@@ -291,27 +291,40 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.account(took.UnixNano(), 1)
 	p.mu.Lock()
 	f := p.rngs[p.segment(at)].ExpFloat64()
-	if at >= p.warmup && at < p.end {
+	measured := at >= p.warmup && at < p.end
+	if measured {
 		p.drawSum += f
 		p.drawN++
 	}
 	p.mu.Unlock()
-	d := time.Duration(f * float64(st.AvgRTT))
-	select {
-	case <-p.alarm.after(d):
-	case <-r.Context().Done():
+	// The permit goes back at took + the draw, from the alarm's thread,
+	// or when the client leaves, whichever comes first: how soon this
+	// goroutine runs again depends on how busy the process is, which a
+	// contender's refused attempts decide.
+	var held atomic.Bool
+	held.Store(true)
+	release := func() bool {
+		if !held.CompareAndSwap(true, false) {
+			return false
+		}
 		p.busy.Add(-1)
 		p.account(time.Now().UnixNano(), -1)
+		return true
+	}
+	due := took.Add(time.Duration(f * float64(st.AvgRTT)))
+	end := func() {
+		if release() && measured {
+			p.overNs.Add(int64(time.Since(due)))
+			p.overN.Add(1)
+		}
+	}
+	select {
+	case <-p.alarm.at(due, end):
+	case <-r.Context().Done():
+		release()
 		return
 	}
-	p.busy.Add(-1)
-	done := time.Now()
-	p.account(done.UnixNano(), -1)
 	p.served.Add(1)
-	if at >= p.warmup && at < p.end {
-		p.overNs.Add(int64(done.Sub(took) - d))
-		p.overN.Add(1)
-	}
 	w.Header().Set("Content-Length", "2")
 	_, _ = w.Write([]byte("ok"))
 }
