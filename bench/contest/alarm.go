@@ -18,13 +18,15 @@ import (
 // overran by 390 µs, the oracle's (whose forwarder waits, quietly) by
 // 500 µs, 0.2 % of the score on every scenario that keeps the permits
 // full. One thread of our own sleeps with nanosecond timeouts (ppoll, no
-// timer slack) until the earliest deadline and wakes the requests due.
+// timer slack) until the earliest deadline and runs what is due there:
+// the provider gives the permit back on that thread, not on the
+// request's goroutine, which waits its turn behind a sprayer's refusals.
 type alarm struct {
 	mu    sync.Mutex
 	due   dueHeap
-	armed int64 // the deadline the sleeper sleeps towards; 0 when none
-	done  bool  // closed: the sleeper ends
-	wake  func()
+	armed int64      // the deadline the sleeper sleeps towards; 0 when none
+	done  bool       // closed: the sleeper ends
+	wake  func()     // called with mu held, never after done is set
 	fired []dueEntry // the sleeper's scratch: the entries due
 }
 
@@ -52,33 +54,45 @@ func (h *dueHeap) Pop() any {
 // need not wait for the caller's goroutine to be scheduled), so it should
 // be short; a caller that stops waiting leaves the channel to be closed
 // unread.
+//
+// On a closed alarm end runs at once: a provider's handler may outlive
+// the server's Close.
 func (a *alarm) at(t time.Time, end func()) <-chan struct{} {
 	ch := make(chan struct{})
 	at := t.UnixNano()
 	a.mu.Lock()
-	heap.Push(&a.due, dueEntry{at, end, ch})
-	wake := a.armed == 0 || at < a.armed
-	if wake {
-		a.armed = at
+	if a.done {
+		a.mu.Unlock()
+		if end != nil {
+			end()
+		}
+		close(ch)
+		return ch
 	}
-	a.mu.Unlock()
-	if wake {
+	heap.Push(&a.due, dueEntry{at, end, ch})
+	if a.armed == 0 || at < a.armed {
+		a.armed = at
 		a.wake()
 	}
+	a.mu.Unlock()
 	return ch
 }
 
-// close ends the sleeper; channels not yet due stay open.
+// close ends the sleeper; channels not yet due stay open. A second close
+// does nothing.
 func (a *alarm) close() {
 	a.mu.Lock()
-	a.done = true
+	if !a.done {
+		a.done = true
+		a.wake()
+	}
 	a.mu.Unlock()
-	a.wake()
 }
 
-// fire closes the channels due by now and returns the next deadline (0:
-// none), which the sleeper then sleeps towards; -1 once the alarm is
-// closed.
+// fire runs the ends due by now, closes their channels, and returns the
+// next deadline (0: none), which the sleeper then sleeps towards; -1 once
+// the alarm is closed (no wake comes after that, so the sleeper may
+// release what wake uses).
 func (a *alarm) fire(now int64) int64 {
 	a.mu.Lock()
 	if a.done {

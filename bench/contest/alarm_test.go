@@ -8,7 +8,8 @@ import (
 
 // The providers' permits go back through alarm: every end runs, in the
 // order of its deadline whatever the order of the calls, before its
-// channel closes, and a closed alarm stops its sleeper.
+// channel closes; an earlier deadline wakes a sleeper waiting for a later
+// one; and on a closed alarm an end runs at once.
 func TestAlarmEndsInDeadlineOrder(t *testing.T) {
 	a, err := newAlarm()
 	if err != nil {
@@ -60,5 +61,15 @@ func TestAlarmEndsInDeadlineOrder(t *testing.T) {
 		t.Fatal("the hour's channel closed first")
 	case <-time.After(10 * time.Second):
 		t.Fatal("an earlier deadline did not wake the sleeper")
+	}
+	a.close()
+	ran := false
+	select {
+	case <-a.at(time.Now().Add(time.Hour), func() { ran = true }):
+	default:
+		t.Fatal("on a closed alarm the channel is not closed at once")
+	}
+	if !ran {
+		t.Fatal("on a closed alarm the end did not run")
 	}
 }

@@ -34,10 +34,8 @@ type provider struct {
 	drawSum float64
 	drawN   int64
 	// How much longer than drawn the served requests of the measured
-	// phase held their permits (the timer fired late, the process was
-	// not scheduled): a busy harness stretches every service time alike
-	// for whoever balances, so a contender whose own work shares this
-	// process pays for it here.
+	// phase held their permits: the alarm's thread waited for a CPU or
+	// for the Go scheduler, the machine busy with the contender's work.
 	overNs atomic.Int64
 	overN  atomic.Int64
 
