@@ -306,7 +306,7 @@ const staleAfter = 16
 
 // measure: a target with a free permit, at least littleBusy picks in
 // flight and measureFrom successes behind its mean, that picks have
-// passed over (passedOver) for a quarter of its mean, is draining picks
+// passed over for a quarter of its mean, is draining picks
 // sent before, and their latencies are old news. Its mean climbs as it
 // drains (the long requests come back last), and so does Little's law
 // over a window of them. On bench/contest's swap, the provider that
@@ -346,16 +346,6 @@ const (
 	// pass between any two picks, and its measurements ranked it first.
 	measureFrom = 2 * littleN
 )
-
-// passedOver reports whether picks have gone elsewhere for a quarter of
-// lat since the target's first outcome after its last pick: from then on
-// it had a permit back, or was draining a load it had more of than
-// permits. Not merely no pick for that long, which a full target also
-// sees between two completions.
-func passedOver(c *capState, now, lat int64) bool {
-	pk, fr := c.picked.Load(), c.freed.Load()
-	return fr > pk && now-fr > lat/4
-}
 
 // freedGrain is the precision of capState.freed, far below the quarter
 // of a mean that measure compares it with. Pick stamps picked only after
@@ -463,12 +453,17 @@ func (p *capacityPicker) Pick(info PickInfo) *Endpoint {
 			}
 		} else {
 			c := p.st[j]
-			if !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 &&
-				c.successes.Load() >= measureFrom && c.freed.Load() > c.picked.Load() {
+			// Passed over: picks have gone elsewhere for a quarter of
+			// its mean since its first outcome after its last pick
+			// (from then on it had a permit back, or drained a load it
+			// had more of than permits); not merely no pick for that
+			// long, which a full target sees between two completions.
+			if fr := c.freed.Load(); !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 &&
+				c.successes.Load() >= measureFrom && fr > c.picked.Load() {
 				if now == 0 {
 					now = info.Now()
 				}
-				if passedOver(c, now, lat) && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
+				if now-fr > lat/4 && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
 					lat, measure = int64(time.Millisecond), true // (measure)
 				}
 			}
@@ -649,11 +644,11 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 					c.trial.Store(trialFrom)
 				}
 			}
-		} else if !fresh {
-			// Sent before the last re-measuring pick: the state that
-			// sample replaced (a draining target's old requests are the
-			// long ones, and would pull the mean back to the old rate).
-		} else {
+		} else if fresh {
+			// A pick sent before the last re-measuring one reports the
+			// state that sample replaced (a draining target's old
+			// requests are the long ones, and would pull the mean back
+			// to the old rate): it does not move the mean.
 			c.lat.Store(old + (lat-old)/16)
 			if t := c.trial.Load(); t+1 >= trialTo {
 				c.trial.Store(0)
