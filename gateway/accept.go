@@ -49,7 +49,8 @@ type clientConn struct {
 	g    *Gateway
 	c    net.Conn
 	br   *bufio.Reader
-	bw   *bufio.Writer
+	bw   *bufio.Writer // writes into sp
+	sp   spool
 	idle atomic.Bool
 	// busy is the target connection of the exchange in flight, so a
 	// shutdown past its grace can end a wait on a target too.
@@ -82,7 +83,8 @@ type clientConn struct {
 }
 
 func (g *Gateway) newClientConn(c net.Conn) *clientConn {
-	size := int(g.cfg().MaxHeaderSize)
+	cfg := g.cfg()
+	size := int(cfg.MaxHeaderSize)
 	cc, _ := g.ccPool.Get().(*clientConn)
 	if cc == nil || cc.br.Size() != size {
 		cc = &clientConn{g: g, br: bufio.NewReaderSize(nil, size), bw: bufio.NewWriterSize(nil, 4<<10)}
@@ -91,7 +93,8 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 	cc.deadline = time.Time{}
 	cc.linger = false
 	cc.br.Reset(c)
-	cc.bw.Reset(c)
+	cc.sp.reset(c, cfg)
+	cc.bw.Reset(&cc.sp)
 	cc.ip = cc.ip[:0]
 	cc.ipStr = ""
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
@@ -121,6 +124,8 @@ func (g *Gateway) release(cc *clientConn, handedOff bool) {
 	}
 	cc.c.Close()
 	cc.c = nil
+	cc.sp.drop()
+	cc.sp.c = nil
 	cc.br.Reset(nil)
 	cc.bw.Reset(nil)
 	if cap(cc.body) > 1<<20 {
@@ -191,14 +196,19 @@ func (g *Gateway) serveConn(cc *clientConn) {
 	defer func() { g.release(cc, handedOff) }()
 	cfg := g.cfg()
 	idleTO := cfg.Timeouts.Idle.D()
+	// A new connection gets read_header for its first byte, not idle: a
+	// client that connects and sends nothing is not a keep-alive client
+	// between requests, and would otherwise hold a connection for idle.
+	now := time.Now()
+	cc.deadline = now.Add(cfg.Timeouts.ReadHeader.D())
+	_ = cc.c.SetReadDeadline(cc.deadline)
 	// Deadlines are moved only when less than half of them is left: a
 	// keep-alive connection then costs a deadline update every idle/2
 	// instead of two per request (timers are a visible share of a proxy's
 	// CPU), and a timeout fires between half and all of its length.
-	now := time.Now()
-	for {
+	for first := true; ; first = false {
 		if cc.br.Buffered() == 0 {
-			if cc.deadline.Sub(now) < idleTO/2 {
+			if !first && cc.deadline.Sub(now) < idleTO/2 {
 				cc.deadline = now.Add(idleTO)
 				_ = cc.c.SetReadDeadline(cc.deadline)
 			}
@@ -229,7 +239,11 @@ func (g *Gateway) serveConn(cc *clientConn) {
 
 // handOff gives the connection, with what is buffered, to net/http.
 func (g *Gateway) handOff(cc *clientConn) bool {
+	if cc.flushOut() != nil { // a pipelined answer before it goes first
+		return false
+	}
 	_ = cc.c.SetReadDeadline(time.Time{})
+	_ = cc.c.SetWriteDeadline(time.Time{})
 	br := cc.br
 	cc.br = bufio.NewReaderSize(nil, br.Size()) // the pooled struct needs a fresh one
 	return g.handoff.give(&bufferedConn{Conn: cc.c, r: br})

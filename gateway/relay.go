@@ -9,14 +9,24 @@ import (
 // Relay: the target's response to the client on the fast path (headers
 // filtered, body streamed), and the responses the gateway makes itself.
 
-// relay writes the response to the client, leaving the tail in cc.bw for
-// flush. keep: the client connection
-// stays open; upKeep: the target connection may go back to the pool.
-func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bool) (keep, upKeep bool, err error) {
+// relay copies the response into cc.bw and the spool behind it (spool.go),
+// for flush to send once the target is done; a streamed response (stream:
+// the path is one of buffering.stream_paths) goes to the client as it
+// comes. keep: the client connection stays open; upKeep: the target
+// connection may go back to the pool.
+func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, stream bool) (keep, upKeep bool, err error) {
 	bw := cc.bw
 	noBody := h1.NoBody(res.Status, isHead)
 	untilEOF := !noBody && res.ContentLength < 0 && !res.Chunked
 	closeClient := clientClose || untilEOF || cc.g.draining.Load()
+	if !noBody && !stream {
+		stream = streams(res)
+	}
+	if stream {
+		if err := cc.sp.stream(); err != nil {
+			return false, false, &h1.WriteError{Err: err}
+		}
+	}
 	bw.Write(res.StatusLine)
 	bw.WriteString("\r\n")
 	hasRID := false
@@ -26,6 +36,9 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bo
 		}
 		if len(h.Name) == 12 && h1.EqFold(h.Name, "x-request-id") {
 			hasRID = true
+		}
+		if len(h.Name) == 17 && h1.EqFold(h.Name, "x-accel-buffering") {
+			continue // for the proxy, as nginx keeps it
 		}
 		bw.Write(h.Name)
 		bw.WriteString(": ")
@@ -59,13 +72,33 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose bo
 	return !closeClient, upKeep, nil
 }
 
+// streams reports whether a response must reach the client as it comes:
+// server-sent events, or the target asked (X-Accel-Buffering: no, as
+// nginx reads it).
+func streams(res *h1.Response) bool {
+	for _, h := range res.Headers {
+		switch {
+		case len(h.Name) == 12 && h1.EqFold(h.Name, "content-type"):
+			if len(h.Value) >= 17 && h1.EqFold(h.Value[:17], "text/event-stream") {
+				return true
+			}
+		case len(h.Name) == 17 && h1.EqFold(h.Name, "x-accel-buffering"):
+			if len(h.Value) == 2 && h1.EqFold(h.Value, "no") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // flush sends what relay left buffered, unless the client already sent
-// its next request (pipelining): then two responses leave in one write.
+// its next request (pipelining) and the response is still in cc.bw: then
+// two responses leave in one write.
 func (cc *clientConn) flush(keep bool) bool {
-	if keep && cc.br.Buffered() > 0 {
+	if keep && cc.br.Buffered() > 0 && cc.sp.empty() {
 		return true
 	}
-	return cc.bw.Flush() == nil && keep
+	return cc.flushOut() == nil && keep
 }
 
 // skipBody reads and drops an unread request body so the connection can
@@ -108,5 +141,5 @@ func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte)
 	b = append(b, body...)
 	cc.scr = b
 	_, _ = cc.bw.Write(b)
-	return cc.bw.Flush() == nil && !closeConn
+	return cc.flushOut() == nil && !closeConn
 }

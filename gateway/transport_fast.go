@@ -58,6 +58,7 @@ func (cc *clientConn) serveOne() bool {
 		rq.key = cc.hashKey(up)
 	}
 	idem := isIdempotent(r.Method)
+	stream := streamPath(cfg.Buffering.StreamPaths, r.URI)
 	cc.isHead = string(r.Method) == "HEAD"
 	cc.buildHead(r)
 	_, _ = cc.br.Discard(r.Size) // r's slices are invalid from here on
@@ -101,7 +102,7 @@ func (cc *clientConn) serveOne() bool {
 	}
 	uc := cc.uc
 	cc.uc = nil
-	keep, upKeep, rerr := cc.relay(uc, &cc.res, cc.isHead, clientClose)
+	keep, upKeep, rerr := cc.relay(uc, &cc.res, cc.isHead, clientClose, stream)
 	var targetErr error
 	if rerr != nil {
 		var we *h1.WriteError
@@ -122,12 +123,25 @@ func (cc *clientConn) serveOne() bool {
 	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(start).Seconds())
 	line.target = res.t.addr
-	// The pick ended before the last bytes leave, so a client's next
-	// request already sees the target's permit back; the access line is
-	// written after them, so its write is not in the response's way.
+	// The pick ended before the response leaves for the client (relay
+	// left it in the spool, unless it streamed): a slow client holds no
+	// permit, and its next request already sees the target's permit
+	// back. The access line is written after the response, so its write
+	// is not in the response's way.
+	cc.sp.now = end
 	ok := cc.flush(keep && rerr == nil)
 	cc.logLine(&line, res.status)
 	return ok
+}
+
+// streamPath reports whether uri is under one of buffering.stream_paths.
+func streamPath(paths []string, uri []byte) bool {
+	for _, p := range paths {
+		if len(uri) >= len(p) && string(uri[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
 }
 
 // exchange sends cc's request to t and reads the response head into

@@ -33,6 +33,8 @@ type Config struct {
 	AccessLog AccessLog `yaml:"access_log"`
 	// Timeouts bound each phase of a request.
 	Timeouts Timeouts `yaml:"timeouts"`
+	// Buffering decouples a target from a slow client: see Buffering.
+	Buffering Buffering `yaml:"buffering"`
 	// MaxBodySize limits a request body (default 10MiB; 0 after parsing
 	// never happens: use a large value to lift it).
 	MaxBodySize Size `yaml:"max_body_size"`
@@ -91,6 +93,41 @@ type Timeouts struct {
 	// UpstreamIdle closes a pooled target connection idle this long
 	// (default 90s).
 	UpstreamIdle Duration `yaml:"upstream_idle"`
+	// Send closes a client connection that accepts no byte of a response
+	// for this long (default 60s; nginx's send_timeout, HAProxy's
+	// timeout client).
+	Send Duration `yaml:"send"`
+}
+
+// Buffering is how a target's response reaches a slow client, after
+// nginx's proxy_buffering: the response is read from the target into
+// memory, then a temporary file, and the target's connection and permit
+// go back as soon as the target is done; the client then reads at its
+// own pace, bounded by timeouts.send. A response larger than both limits
+// relays the rest at the client's pace, holding the target, as nginx
+// does past proxy_max_temp_file_size.
+type Buffering struct {
+	// Memory is how much of one response is held in memory (default
+	// 64KiB).
+	Memory Size `yaml:"memory"`
+	// MaxTempFile is how much more goes to a temporary file (default
+	// 1GiB; 0: no file).
+	MaxTempFile *Size `yaml:"max_temp_file"`
+	// TempDir holds the temporary files (default: the system's, $TMPDIR).
+	TempDir string `yaml:"temp_dir"`
+	// StreamPaths are path prefixes whose responses are relayed as they
+	// come, unbuffered (long polls, streamed downloads). A response with
+	// Content-Type text/event-stream or X-Accel-Buffering: no streams
+	// anywhere.
+	StreamPaths []string `yaml:"stream_paths"`
+}
+
+// TempFileLimit is MaxTempFile with its default applied.
+func (b Buffering) TempFileLimit() int64 {
+	if b.MaxTempFile == nil {
+		return 1 << 30
+	}
+	return int64(*b.MaxTempFile)
 }
 
 // Upstream is a named group of targets with a strategy.
@@ -366,6 +403,23 @@ func (v *validator) config(c *Config) {
 	def(&t.Idle, 60*time.Second)
 	def(&t.ReadHeader, 10*time.Second)
 	def(&t.UpstreamIdle, 90*time.Second)
+	def(&t.Send, 60*time.Second)
+	if c.Buffering.Memory == 0 {
+		c.Buffering.Memory = 64 << 10
+	}
+	if c.Buffering.Memory < 4<<10 || c.Buffering.Memory > 64<<20 {
+		v.fail(p("buffering", "memory"), "%d is outside 4KiB..64MiB", c.Buffering.Memory)
+	}
+	if c.Buffering.TempDir != "" {
+		if fi, err := os.Stat(c.Buffering.TempDir); err != nil || !fi.IsDir() {
+			v.fail(p("buffering", "temp_dir"), "%q is not a directory", c.Buffering.TempDir)
+		}
+	}
+	for i, sp := range c.Buffering.StreamPaths {
+		if !strings.HasPrefix(sp, "/") {
+			v.fail(p("buffering", "stream_paths", i), "%q must start with /", sp)
+		}
+	}
 	def(&c.ShutdownGrace, 10*time.Second)
 	if c.MaxBodySize == 0 {
 		c.MaxBodySize = 10 << 20
