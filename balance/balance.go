@@ -532,8 +532,16 @@ func (p Pick) finish(lat, now int64, err error) {
 	}
 	b, st := p.s.b, p.e.s
 	inflight := p.release()
-	st.requests.Add(1)
-	if err != nil {
+	class := ClassOf(err)
+	if class == ClientGone {
+		// Nothing was learned of the target: no request, failure or
+		// latency counts, and passive health neither counts a failure
+		// nor clears a run of them.
+		lat = 0
+	} else {
+		st.requests.Add(1)
+	}
+	if class == Failed || class == Refused {
 		st.failures.Add(1)
 	}
 	if lat > 0 {
@@ -553,12 +561,12 @@ func (p Pick) finish(lat, now int64, err error) {
 			now = b.now()
 		}
 		before := st.limit.Load()
-		p.s.observer.Observe(p.e, Outcome{Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now, Waiting: int(b.wq.n.Load())})
+		p.s.observer.Observe(p.e, Outcome{Class: class, Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now, Waiting: int(b.wq.n.Load())})
 		if after := st.limit.Load(); before > 0 && after > before {
 			raised = after - before // a learner grew the limit: more waiters may go
 		}
 	}
-	if b.opts.Passive.MaxFailures > 0 {
+	if b.opts.Passive.MaxFailures > 0 && class != ClientGone {
 		b.passive(st, err, now)
 	}
 	freed := raised + 1

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,10 +163,8 @@ func newCapacity(set Settings) (Strategy, error) {
 var ErrRejected = errors.New("balance: target rejected the request (no permit)")
 
 // IsRejection reports whether err says a target had no capacity: it wraps
-// ErrRejected, has a method Rejected() bool that returns true, or its text
-// names an overload ("no permit", "too many requests", "service
-// unavailable", "overload", "rejected", "status 503", "status 429"), for
-// errors from code that knows nothing of this package.
+// ErrRejected, or has a method Rejected() bool that returns true. The
+// error's text is not read: a refusal is a type (see Class).
 func IsRejection(err error) bool {
 	if err == nil {
 		return false
@@ -176,16 +173,7 @@ func IsRejection(err error) bool {
 		return true
 	}
 	var r interface{ Rejected() bool }
-	if errors.As(err, &r) {
-		return r.Rejected()
-	}
-	msg := strings.ToLower(err.Error())
-	for _, s := range [...]string{"no permit", "too many requests", "service unavailable", "overload", "rejected", "status 503", "status 429"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &r) && r.Rejected()
 }
 
 func (s capacityStrategy) Build(eps []*Endpoint) Picker {
@@ -668,7 +656,7 @@ func (p *capacityPicker) Observe(e *Endpoint, o Outcome) {
 		return // a configured limit, or not built by this strategy yet
 	}
 	if o.Err != nil {
-		if IsRejection(o.Err) {
+		if o.Class == Refused {
 			c.reject(e, o, p.cfg)
 		}
 		return

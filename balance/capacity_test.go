@@ -469,7 +469,7 @@ func TestCapacityRejections(t *testing.T) {
 		held = append(held, mustPickCapacity(t, b))
 	}
 	// One rejection with 20 in flight: the target has at most 19 permits.
-	held[19].Report(time.Millisecond, errors.New("upstream: 503 Service Unavailable"))
+	held[19].Report(time.Millisecond, fmt.Errorf("upstream: %w", ErrRejected))
 	if l := limitOf(b, "a"); l != 19 {
 		t.Fatalf("limit %d after one rejection at 20 in flight, want 19", l)
 	}
@@ -516,9 +516,10 @@ func TestIsRejection(t *testing.T) {
 		{nil, false},
 		{ErrRejected, true},
 		{fmt.Errorf("attempt 2: %w", ErrRejected), true},
-		{errors.New("HTTP 503 Service Unavailable"), true},
-		{errors.New("429 Too Many Requests"), true},
-		{errors.New("pool: no permit"), true},
+		// A refusal is a type: no error text makes one.
+		{errors.New("HTTP 503 Service Unavailable"), false},
+		{errors.New("status 429"), false},
+		{errors.New("pool: no permit"), false},
 		{errors.New("dial tcp 127.0.0.1:5030: connection refused"), false},
 		{context.DeadlineExceeded, false},
 		{rejectedErr(true), true},
@@ -532,6 +533,48 @@ func TestIsRejection(t *testing.T) {
 }
 
 type rejectedErr bool
+
+func TestClassOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want Class
+	}{
+		{nil, Succeeded},
+		{ErrRejected, Refused},
+		{fmt.Errorf("try 2: %w", ErrRejected), Refused},
+		{rejectedErr(true), Refused},
+		{rejectedErr(false), Failed},
+		{errors.New("status 503"), Failed},
+		{ErrClientGone, ClientGone},
+		{fmt.Errorf("relay: %w", ErrClientGone), ClientGone},
+		{context.DeadlineExceeded, Failed},
+	} {
+		if got := ClassOf(tc.err); got != tc.want {
+			t.Errorf("ClassOf(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A client that left says nothing of the target: its pick's permit goes
+// back, and no request, failure or latency is counted.
+func TestClientGoneCountsNothing(t *testing.T) {
+	b, err := New("round_robin", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update([]Target{{Addr: "a", Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Pick("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Report(time.Second, ErrClientGone)
+	e := b.Endpoints()[0]
+	if e.InFlight != 0 || e.Requests != 0 || e.Failures != 0 || e.AvgLatency != 0 {
+		t.Fatalf("after a client left: %+v", e)
+	}
+}
 
 func (r rejectedErr) Error() string  { return "custom" }
 func (r rejectedErr) Rejected() bool { return bool(r) }
@@ -1125,7 +1168,7 @@ func TestCapacityRevivalIsTimedByRefusals(t *testing.T) {
 		obs.Observe(e, Outcome{Latency: 80 * time.Millisecond, InFlight: 1, Now: b.now()})
 	}
 	for range 4 { // 4 -> 3 -> 2 -> 1, then parked
-		obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 4, Now: b.now()})
+		obs.Observe(e, Outcome{Class: Refused, Err: ErrRejected, Latency: time.Millisecond, InFlight: 4, Now: b.now()})
 	}
 	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
 		t.Fatalf("pick on a parked target = %v, want ErrAtCapacity", err)
@@ -1228,7 +1271,7 @@ func refusedAt20(t *testing.T) (*Balancer, *capClock, *Endpoint, Observer) {
 	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
 	s := b.snap.Load()
 	e, obs := s.eps[0], s.observer
-	obs.Observe(e, Outcome{Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+	obs.Observe(e, Outcome{Class: Refused, Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
 	return b, clk, e, obs
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,10 +90,57 @@ func StateOf[T any](e *Endpoint) *T {
 	return v
 }
 
+// Class is how a pick's request ended, as every strategy reads it: a
+// type, not an error's text, so that a caller's wording cannot change what
+// a strategy learns.
+type Class uint8
+
+const (
+	Succeeded  Class = iota // the target answered
+	Failed                  // the target failed it: an error, or a status counted as failure
+	Refused                 // the target had no capacity for it (HTTP 503 or 429, a full pool): capacity cuts its limit
+	ClientGone              // the caller's client left first: nothing learned of the target
+)
+
+func (c Class) String() string {
+	switch c {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	case Refused:
+		return "refused"
+	case ClientGone:
+		return "client_gone"
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// ErrClientGone is what a caller reports (wrapped or not) when its client
+// left before the target answered: the permit goes back, and neither a
+// failure nor a latency is recorded.
+var ErrClientGone = errors.New("balance: the client left before the target answered")
+
+// ClassOf classifies a reported error: nil succeeded; ErrClientGone, the
+// client left; ErrRejected or an error with a Rejected() bool method that
+// returns true, refused; anything else failed.
+func ClassOf(err error) Class {
+	switch {
+	case err == nil:
+		return Succeeded
+	case errors.Is(err, ErrClientGone):
+		return ClientGone
+	case IsRejection(err):
+		return Refused
+	}
+	return Failed
+}
+
 // Outcome is what Done reports about one pick.
 type Outcome struct {
-	Latency  time.Duration // zero when unknown
-	Err      error
+	Class    Class
+	Latency  time.Duration // zero when unknown, and for ClientGone
+	Err      error         // the error reported, nil when it succeeded
 	InFlight int64 // in-flight on the endpoint just before this pick ended (this pick included)
 	Now      int64 // the balancer's clock (ns) when the pick ended
 	Waiting  int   // callers queued in Wait when the pick ended: demand no free permit could take

@@ -77,6 +77,10 @@ type errStatus int
 
 func (e errStatus) Error() string { return "status " + strconv.Itoa(int(e)) }
 
+// Rejected: a 503 or 429 says the target had no capacity for the request
+// (balance.Refused), which the capacity strategy learns its limit from.
+func (e errStatus) Rejected() bool { return e == 503 || e == 429 }
+
 var errTimeout = errors.New("response header timeout")
 
 // errSwitched is a 101 the request did not ask for (or to another
@@ -168,7 +172,7 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 				return result{t: t, pick: pick, tstart: tstart, status: status, outcome: fail}
 			}
 			if errors.Is(err, errClientGone) {
-				fail = nil // the client's side broke, not the target's
+				fail = balance.ErrClientGone // the client's side broke, not the target's
 			}
 			up.report(g, pick, t, time.Since(tstart), fail)
 			why, code := classify(err)
