@@ -26,10 +26,9 @@ var (
 // Balancer picks targets with one strategy. It is safe for concurrent use.
 type Balancer struct {
 	name  string
-	opts  Options
-	strat Strategy
+	opts  Options // Clock, Registry, TrackLatency: fixed at New; the rest is live's
 	epoch time.Time
-	warm  warmup
+	live  atomic.Pointer[liveOpts]
 
 	mu      sync.Mutex // serialises changes to the set and snapshot builds
 	targets []Target
@@ -55,8 +54,37 @@ type snapshot struct {
 	warmDone atomic.Bool
 }
 
+// liveOpts are the options Reconfigure may change, with the strategy
+// built from its settings; replaced whole, read without a lock.
+type liveOpts struct {
+	strat   Strategy
+	warm    warmup
+	passive Passive
+}
+
 // New builds a balancer for the named strategy.
 func New(strategy string, opts Options) (*Balancer, error) {
+	l, err := compile(strategy, &opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Balancer{
+		name:   strategy,
+		opts:   opts,
+		epoch:  opts.Clock(),
+		states: map[string]*state{},
+	}
+	b.live.Store(l)
+	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
+	b.wq.now = b.now
+	b.mu.Lock()
+	b.rebuild()
+	b.mu.Unlock()
+	return b, nil
+}
+
+// compile checks opts (normalising them) and builds the strategy.
+func compile(strategy string, opts *Options) (*liveOpts, error) {
 	if err := opts.normalize(); err != nil {
 		return nil, err
 	}
@@ -72,20 +100,42 @@ func New(strategy string, opts Options) (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("balance: strategy %q: %w", strategy, err)
 	}
-	b := &Balancer{
-		name:   strategy,
-		opts:   opts,
-		strat:  st,
-		epoch:  opts.Clock(),
-		warm:   warmup{envoy: opts.Warmup == "envoy", aggression: opts.Aggression, minFactor: opts.MinWeightPercent / 100},
-		states: map[string]*state{},
+	return &liveOpts{
+		strat:   st,
+		warm:    warmup{envoy: opts.Warmup == "envoy", aggression: opts.Aggression, minFactor: opts.MinWeightPercent / 100},
+		passive: opts.Passive,
+	}, nil
+}
+
+// CheckOptions reports whether New(strategy, opts) would succeed,
+// building nothing that lasts: a caller validates a whole configuration
+// before it changes a live balancer (Reconfigure).
+func CheckOptions(strategy string, opts Options) error {
+	_, err := compile(strategy, &opts)
+	return err
+}
+
+// Reconfigure hands new options to the live balancer, as grpc's
+// UpdateClientConnState hands a new config to a live LB policy: the
+// strategy is built again from the new settings over the same endpoints,
+// and every target keeps what it has (picks in flight, latency means,
+// learned limits and what the learner knows, warm-up, health, ejections).
+// Warm-up formula, passive health, LIFOAfter and the strategy's settings
+// change; Clock, Registry and TrackLatency stay as New set them. A
+// strategy of another name needs a new Balancer. An invalid opts changes
+// nothing.
+func (b *Balancer) Reconfigure(opts Options) error {
+	opts.Clock, opts.Registry, opts.TrackLatency = b.opts.Clock, b.opts.Registry, b.opts.TrackLatency
+	l, err := compile(b.name, &opts)
+	if err != nil {
+		return err
 	}
-	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
-	b.wq.now = b.now
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.live.Store(l)
+	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
 	b.rebuild()
-	b.mu.Unlock()
-	return b, nil
+	return nil
 }
 
 // Strategy returns the strategy name the balancer was built with.
@@ -94,7 +144,7 @@ func (b *Balancer) Strategy() string { return b.name }
 // UsesKey reports whether the strategy picks by PickInfo.Key (it
 // implements KeyUser), so callers know whether to compute a key.
 func (b *Balancer) UsesKey() bool {
-	k, ok := b.strat.(KeyUser)
+	k, ok := b.live.Load().strat.(KeyUser)
 	return ok && k.UsesKey()
 }
 
@@ -226,7 +276,7 @@ func (b *Balancer) rebuild() {
 			}
 		}
 	}
-	s.picker = b.strat.Build(s.eps)
+	s.picker = b.live.Load().strat.Build(s.eps)
 	s.observer, _ = s.picker.(Observer)
 	s.tracker, _ = s.picker.(Tracker)
 	if c, ok := s.picker.(InFlightCounter); ok {
@@ -432,7 +482,7 @@ func (b *Balancer) Endpoints() []EndpointStats {
 		warming := false
 		if usable && e.t.Warmup > 0 && now-e.s.upSince.Load() < int64(e.t.Warmup) {
 			warming = true
-			ew = int(b.warm.weight(e, now) + 0.5)
+			ew = int(b.live.Load().warm.weight(e, now) + 0.5)
 		}
 		if !usable || e.t.Disabled {
 			ew = 0
@@ -566,7 +616,7 @@ func (p Pick) finish(lat, now int64, err error) {
 			raised = after - before // a learner grew the limit: more waiters may go
 		}
 	}
-	if b.opts.Passive.MaxFailures > 0 && class != ClientGone {
+	if b.live.Load().passive.MaxFailures > 0 && class != ClientGone {
 		b.passive(st, err, now)
 	}
 	freed := raised + 1
@@ -592,6 +642,7 @@ func (b *Balancer) wakeWaiters(n int64) {
 // passive counts consecutive failures and ejects a target that reaches
 // MaxFailures within the window.
 func (b *Balancer) passive(st *state, err error, now int64) {
+	pv := &b.live.Load().passive
 	if err == nil {
 		if st.consecFails.Load() != 0 {
 			st.consecFails.Store(0)
@@ -605,10 +656,10 @@ func (b *Balancer) passive(st *state, err error, now int64) {
 	if n == 1 {
 		st.firstFailAt.Store(now)
 	}
-	if int(n) < b.opts.Passive.MaxFailures {
+	if int(n) < pv.MaxFailures {
 		return
 	}
-	if now-st.firstFailAt.Load() > int64(b.opts.Passive.Window) {
+	if now-st.firstFailAt.Load() > int64(pv.Window) {
 		// Too spread out: start counting again from this failure.
 		st.consecFails.Store(1)
 		st.firstFailAt.Store(now)
@@ -629,10 +680,10 @@ func (b *Balancer) eject(st *state, now int64) {
 			ejected++
 		}
 	}
-	if ejected > 0 && (ejected+1)*100 > b.opts.Passive.MaxEjectedPercent*len(b.states) {
+	p := b.live.Load().passive
+	if ejected > 0 && (ejected+1)*100 > p.MaxEjectedPercent*len(b.states) {
 		return
 	}
-	p := b.opts.Passive
 	// Repeat offenders stay out longer; a long clean spell forgives.
 	if last := st.lastEnd.Load(); last != 0 && now-last > int64(p.MaxEjectFor) {
 		st.ejections.Store(0)

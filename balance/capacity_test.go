@@ -1618,3 +1618,35 @@ func TestCapacityTrialNeverMakesACallerWait(t *testing.T) {
 		p.Done(nil)
 	}
 }
+
+// Reconfigure builds the strategy again from new settings over the same
+// endpoints: a learned limit and the picks in flight stay; invalid
+// options change nothing.
+func TestReconfigureKeepsLearnedState(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	var held []Pick
+	for range 20 {
+		held = append(held, mustPickCapacity(t, b))
+	}
+	held[19].Report(time.Millisecond, ErrRejected)
+	if l := limitOf(b, "a"); l != 19 {
+		t.Fatalf("limit %d, want 19", l)
+	}
+	if err := b.Reconfigure(Options{Settings: SettingsFrom(map[string]float64{"tolerance": 0.5})}); err == nil {
+		t.Fatal("an invalid setting was accepted")
+	}
+	if err := b.Reconfigure(Options{Settings: SettingsFrom(map[string]float64{"tolerance": 3}), Passive: Passive{MaxFailures: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if l, n := limitOf(b, "a"), b.Endpoints()[0].InFlight; l != 19 || n != 19 {
+		t.Fatalf("after Reconfigure: limit %d, in flight %d; want 19, 19", l, n)
+	}
+	if got := b.live.Load().passive.MaxFailures; got != 2 {
+		t.Fatalf("passive.max_failures %d after Reconfigure, want 2", got)
+	}
+	for _, p := range held[:19] {
+		p.Done(nil)
+	}
+}

@@ -287,7 +287,7 @@ func TestWarmupFollowsFormula(t *testing.T) {
 				}
 				s := b.snap.Load()
 				e := s.eps[1]
-				got := b.warm.weight(e, b.now())
+				got := b.live.Load().warm.weight(e, b.now())
 				if math.Abs(got-want) > 1e-6*want+1e-9 {
 					rt.Fatalf("uptime %v of %v, weight %d: effective %v, want %v", up, window, weight, got, want)
 				}

@@ -141,9 +141,9 @@ type Outcome struct {
 	Class    Class
 	Latency  time.Duration // zero when unknown, and for ClientGone
 	Err      error         // the error reported, nil when it succeeded
-	InFlight int64 // in-flight on the endpoint just before this pick ended (this pick included)
-	Now      int64 // the balancer's clock (ns) when the pick ended
-	Waiting  int   // callers queued in Wait when the pick ended: demand no free permit could take
+	InFlight int64         // in-flight on the endpoint just before this pick ended (this pick included)
+	Now      int64         // the balancer's clock (ns) when the pick ended
+	Waiting  int           // callers queued in Wait when the pick ended: demand no free permit could take
 }
 
 // PickInfo is what a Picker knows about one pick.
@@ -176,7 +176,7 @@ func (in *PickInfo) Weight(e *Endpoint) float64 {
 	if in.now == 0 {
 		return float64(e.t.Weight)
 	}
-	return in.snap.b.warm.weight(e, in.now)
+	return in.snap.b.live.Load().warm.weight(e, in.now)
 }
 
 // Warming reports whether some endpoint of the snapshot is still warming

@@ -403,7 +403,23 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 		}
 	}
 	for _, u := range rt.order {
-		if ou := old.ups[u.name]; ou != nil && ou.bal == u.bal {
+		ou := old.ups[u.name]
+		switch {
+		case u.reconfigure:
+			o := balanceOptions(u.cfg)
+			o.Clock = g.opts.Clock
+			if err := u.bal.Reconfigure(o); err != nil {
+				// Not reached after build's check.
+				g.log.Error("reload: strategy settings", "upstream", u.name, "err", err)
+			} else {
+				g.log.Info("reload: strategy settings applied", "upstream", u.name, "strategy", u.cfg.Strategy,
+					"kept", "learned limits, latency means, warm-up, health and ejections")
+			}
+		case ou != nil && ou.bal != u.bal:
+			g.log.Info("reload: balancer rebuilt", "upstream", u.name, "strategy", u.cfg.Strategy,
+				"cause", "strategy changed from "+ou.cfg.Strategy+": learned limits, latency means and warm-up start over")
+		}
+		if ou != nil && ou.bal == u.bal {
 			u.bal.SetLIFOAfter(u.cfg.Queue.LIFO())
 			u.targets.Store(ou.targets.Load()) // keep pools and metric handles
 			// and the active checks: startChecks keeps them if the check

@@ -34,6 +34,9 @@ type upstream struct {
 	set      atomic.Pointer[targetSet] // live targets and their source (sources.go)
 	tls      *http.Transport           // for https targets; nil for http (upstream_tls.go)
 	m        *metrics
+	// reconfigure: the balancer is the old config's, kept for what it
+	// learned, and ApplyConfig hands it this config's options.
+	reconfigure bool
 }
 
 // target is one target's connection pool and metric handles.
@@ -85,6 +88,14 @@ func sameBalancer(a, b *config.Upstream) bool {
 	return pa == nil || *pa == *pb
 }
 
+// upstream is the named upstream of rt; nil when rt is nil or has none.
+func (rt *liveConfig) upstream(name string) *upstream {
+	if rt == nil {
+		return nil
+	}
+	return rt.ups[name]
+}
+
 // build makes a liveConfig from cfg, reusing old's balancers (and so their
 // target state) where compatible. Nothing is started; nothing of old is
 // changed, so a failure leaves the running gateway untouched.
@@ -104,14 +115,21 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 			}
 			u.tls = tr
 		}
-		if old != nil {
-			if ou := old.ups[name]; ou != nil && sameBalancer(ou.cfg, uc) {
-				u.bal = ou.bal
+		o := balanceOptions(uc)
+		o.Clock = g.opts.Clock
+		if ou := old.upstream(name); ou != nil && ou.cfg.Strategy == uc.Strategy {
+			// The same strategy keeps its balancer and so everything its
+			// targets learned; new settings are checked here and handed
+			// to it by ApplyConfig (build changes nothing live).
+			if !sameBalancer(ou.cfg, uc) {
+				if err := balance.CheckOptions(uc.Strategy, o); err != nil {
+					return nil, fmt.Errorf("upstreams.%s: %w", name, err)
+				}
+				u.reconfigure = true
 			}
+			u.bal = ou.bal
 		}
 		if u.bal == nil {
-			o := balanceOptions(uc)
-			o.Clock = g.opts.Clock
 			b, err := balance.New(uc.Strategy, o)
 			if err != nil {
 				return nil, fmt.Errorf("upstreams.%s: %w", name, err)
