@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
@@ -121,12 +122,17 @@ func TestQueueOnCapacity(t *testing.T) {
 	b := newBackend(t, "b1")
 	hold := make(chan struct{})
 	b.hold.Store(&hold)
-	g := start(t, base+`upstreams:
+	conf := func(maxWait string) string {
+		return base + `upstreams:
   api:
     targets:
-      - {url: "`+b.url()+`", max_concurrency: 2}
-    queue: {max_wait: 300ms}
-`)
+      - {url: "` + b.url() + `", max_concurrency: 2}
+    queue: {max_wait: ` + maxWait + `}
+`
+	}
+	// A max_wait no step of the test can outlast on a busy machine, until
+	// the part that waits it out.
+	g := start(t, conf("10m"))
 	url := "http://" + g.Addr() + "/"
 	c := client()
 	results := make(chan resp, 3)
@@ -158,7 +164,14 @@ func TestQueueOnCapacity(t *testing.T) {
 		t.Fatalf("target saw %d requests at once, above max_concurrency 2", p)
 	}
 
-	// Now hold both permits past max_wait.
+	// Now hold both permits past a short max_wait (a reload changes it).
+	cfg, err := config.Parse([]byte(conf("300ms")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.ApplyConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	hold2 := make(chan struct{})
 	b.hold.Store(&hold2)
 	for range 2 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // bigBody is a response larger than buffering.memory and than the
@@ -76,17 +77,6 @@ func stalledClient(t *testing.T, addr, path string) net.Conn {
 	return c
 }
 
-// await polls cond until it holds; a condition that never holds fails
-// the test after a bound far beyond any timing in it.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("still waiting for %s", what)
-		}
-	}
-}
-
 func inFlight(g *Gateway) int64 {
 	var n int64
 	for _, u := range g.Upstreams() {
@@ -138,7 +128,7 @@ func TestStalledClientsHoldNoPermit(t *testing.T) {
 	}
 	// Every stalled request took a permit (the queue served all four);
 	// none holds one now.
-	await(t, "the stalled clients' permits back", func() bool {
+	testenv.Eventually(t, "the stalled clients' permits back", func() bool {
 		return done.Load() == 4 && inFlight(g) == 0
 	})
 	c := &http.Client{Timeout: 10 * time.Second}
@@ -168,8 +158,8 @@ func TestSendTimeoutEndsAStalledClient(t *testing.T) {
 		"timeouts: {send: 200ms}\nbuffering: {temp_dir: "+strconv.Quote(t.TempDir())+"}\n"+
 			"upstreams:\n  api:\n    targets: [{url: \"http://"+up+"\"}]\n")
 	sc := stalledClient(t, g.Addr(), "/big")
-	await(t, "the gateway to serve the request", func() bool { return done.Load() == 1 })
-	await(t, "the stalled connection closed", func() bool { return openConns(g) == 0 })
+	testenv.Eventually(t, "the gateway to serve the request", func() bool { return done.Load() == 1 })
+	testenv.Eventually(t, "the stalled connection closed", func() bool { return openConns(g) == 0 })
 	_ = sc.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got, err := io.Copy(io.Discard, sc)
 	if int(got) >= len(bigBody) {
