@@ -453,7 +453,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 			ou.tls.CloseIdleConnections()
 		}
 	}
-	g.log.Info("config applied", "upstreams", len(rt.order), "routes", len(rt.routes))
+	g.log.Info("config applied", "upstreams", len(rt.order), "routes", len(rt.router.all))
 	return nil
 }
 

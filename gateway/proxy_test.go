@@ -278,6 +278,56 @@ routes:
 	}
 }
 
+// Matches on exact path, methods, headers and query pick the first route
+// in file order that matches all its conditions, the same on the fast
+// path and on net/http's (a chunked upload is handed over).
+func TestRouteMatches(t *testing.T) {
+	bs := backends(t, 5)
+	g := start(t, base+`upstreams:
+  exact: {targets: [{url: "`+bs[0].url()+`"}]}
+  post: {targets: [{url: "`+bs[1].url()+`"}]}
+  canary: {targets: [{url: "`+bs[2].url()+`"}]}
+  v2: {targets: [{url: "`+bs[3].url()+`"}]}
+  rest: {targets: [{url: "`+bs[4].url()+`"}]}
+routes:
+  - {match: {path: /api/health}, upstream: exact}
+  - {match: {path_prefix: /api/, methods: [post, PUT]}, upstream: post}
+  - {match: {path_prefix: /api/, headers: {X-Env: canary}}, upstream: canary}
+  - {match: {path_prefix: /api/, headers: {X-Beta: "*"}, query: {v: "2"}}, upstream: v2}
+  - {match: {path_prefix: /}, upstream: rest}
+`)
+	c := client()
+	cases := []struct {
+		method, path string
+		hdr          []string
+		want         string
+	}{
+		{"GET", "/api/health", nil, "b1"},
+		{"GET", "/api/health/x", nil, "b5"},
+		{"POST", "/api/health", nil, "b1"}, // the earlier route wins
+		{"POST", "/api/orders", nil, "b2"},
+		{"PUT", "/api/orders", []string{"X-Env", "canary"}, "b2"},
+		{"GET", "/api/orders", []string{"X-Env", "canary"}, "b3"},
+		{"GET", "/api/orders", []string{"x-env", "prod"}, "b5"},
+		{"GET", "/api/orders?v=2", []string{"X-Beta", "yes"}, "b4"},
+		{"GET", "/api/orders?a=1&v=2", []string{"X-Beta", ""}, "b4"},
+		{"GET", "/api/orders?v=2", nil, "b5"},
+		{"GET", "/api/orders?v=3", []string{"X-Beta", "1"}, "b5"},
+	}
+	for _, chunked := range []bool{false, true} {
+		for _, tc := range cases {
+			var body io.Reader
+			if chunked {
+				body = io.MultiReader(strings.NewReader("x")) // unknown length: chunked, served by net/http
+			}
+			r := do(t, c, tc.method, "http://"+g.Addr()+tc.path, body, tc.hdr...)
+			if r.body != tc.want {
+				t.Errorf("chunked %v: %s %s %v went to %q, want %s", chunked, tc.method, tc.path, tc.hdr, r.body, tc.want)
+			}
+		}
+	}
+}
+
 // Status retries go to another target only when safe: GETs and small
 // buffered bodies are retried; a streamed body is not.
 func TestStatusRetriesOnlyWhenSafe(t *testing.T) {

@@ -8,33 +8,15 @@ import (
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
 )
 
-// Route: a request's host and path name its upstream (the first route
-// that matches wins), and the upstream's strategy may want a hash key
-// from the request.
+// Route: a request's host, path, method, headers and query name its
+// upstream (the first route that matches wins; router.go compiles the
+// lookup), and the upstream's strategy may want a hash key from the
+// request.
 
-type route struct {
-	host   string // exact host, "" any
-	suffix string // ".example.com" for "*.example.com"
-	prefix string
-	up     *upstream
-}
-
-// match finds the upstream for a host (without port) and path.
-func (rt *liveConfig) match(host, path []byte) *upstream {
-	for i := range rt.routes {
-		r := &rt.routes[i]
-		if r.host != "" && !eqFoldStr(host, r.host) {
-			continue
-		}
-		if r.suffix != "" && (len(host) <= len(r.suffix) || !eqFoldStr(host[len(host)-len(r.suffix):], r.suffix)) {
-			continue
-		}
-		if len(path) < len(r.prefix) || string(path[:len(r.prefix)]) != r.prefix {
-			continue
-		}
-		return r.up
-	}
-	return nil
+// match finds the upstream for a host (without port), a path (without
+// query) and the rest of the request (router.go).
+func (rt *liveConfig) match(host, path []byte, q reqView) *upstream {
+	return rt.router.find(host, path, q)
 }
 
 func eqFoldStr(b []byte, s string) bool {
@@ -67,7 +49,7 @@ func (rt *liveConfig) route(r *h1.Request) *upstream {
 	if i := bytes.LastIndexByte(host, ':'); i >= 0 && bytes.IndexByte(host[i:], ']') < 0 {
 		host = host[:i]
 	}
-	return rt.match(host, path)
+	return rt.match(host, path, (*h1View)(r))
 }
 
 // routeHTTP is route for a net/http request.
@@ -76,7 +58,7 @@ func (rt *liveConfig) routeHTTP(r *http.Request) *upstream {
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
 	}
-	return rt.match([]byte(host), []byte(r.URL.Path))
+	return rt.match([]byte(host), []byte(r.URL.Path), (*httpView)(r))
 }
 
 // hashKey extracts the request's hash key as configured.

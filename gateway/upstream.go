@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
@@ -16,7 +15,7 @@ import (
 // the admin API swaps atomically.
 type liveConfig struct {
 	cfg    *config.Config
-	routes []route
+	router *router
 	ups    map[string]*upstream
 	order  []*upstream // by name
 }
@@ -140,15 +139,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 		rt.ups[name] = u
 		rt.order = append(rt.order, u)
 	}
-	for _, r := range cfg.Routes {
-		ro := route{prefix: r.Match.PathPrefix, up: rt.ups[r.Upstream]}
-		if h, ok := strings.CutPrefix(r.Match.Host, "*"); ok {
-			ro.suffix = h
-		} else {
-			ro.host = r.Match.Host
-		}
-		rt.routes = append(rt.routes, ro)
-	}
+	rt.router = newRouter(cfg.Routes, rt.ups)
 	return rt, nil
 }
 

@@ -273,13 +273,23 @@ type Route struct {
 	Upstream string `yaml:"upstream"`
 }
 
-// Match selects requests; empty fields match everything.
+// Match selects requests; empty fields match everything, and a request
+// must match every field that is set.
 type Match struct {
 	// Host matches the Host header without port ("" any; "*.example.com"
 	// any subdomain).
 	Host string `yaml:"host"`
-	// PathPrefix matches the path's start (default /).
+	// PathPrefix matches the path's start (default /, unless Path is set).
 	PathPrefix string `yaml:"path_prefix"`
+	// Path matches the whole path exactly (without the query).
+	Path string `yaml:"path"`
+	// Methods lists the request methods that match (upper case).
+	Methods []string `yaml:"methods"`
+	// Headers maps a header name to its exact value, or "*" for present.
+	Headers map[string]string `yaml:"headers"`
+	// Query maps a query parameter to its exact value as sent (not
+	// decoded), or "*" for present.
+	Query map[string]string `yaml:"query"`
 }
 
 // HashKey is where a request's hash key comes from.
@@ -461,16 +471,61 @@ func (v *validator) config(c *Config) {
 		} else if _, ok := c.Upstreams[r.Upstream]; !ok {
 			v.fail(p("routes", i, "upstream"), "no upstream named %q (have %v)", r.Upstream, names)
 		}
-		if r.Match.PathPrefix == "" {
-			r.Match.PathPrefix = "/"
+		m := &r.Match
+		switch {
+		case m.Path != "" && m.PathPrefix != "":
+			v.fail(p("routes", i, "match", "path"), "set path or path_prefix, not both")
+		case m.Path != "":
+			if !strings.HasPrefix(m.Path, "/") || strings.ContainsAny(m.Path, "?# ") {
+				v.fail(p("routes", i, "match", "path"), "%q must start with / and hold no query, fragment or space", m.Path)
+			}
+		case m.PathPrefix == "":
+			m.PathPrefix = "/"
 		}
-		if !strings.HasPrefix(r.Match.PathPrefix, "/") {
-			v.fail(p("routes", i, "match", "path_prefix"), "%q must start with /", r.Match.PathPrefix)
+		if m.PathPrefix != "" && !strings.HasPrefix(m.PathPrefix, "/") {
+			v.fail(p("routes", i, "match", "path_prefix"), "%q must start with /", m.PathPrefix)
+		}
+		for j, meth := range m.Methods {
+			if meth == "" || !isToken(meth) {
+				v.fail(p("routes", i, "match", "methods", j), "%q is not a method", meth)
+			}
+			m.Methods[j] = strings.ToUpper(meth)
+		}
+		for _, name := range sortedKeys(m.Headers) {
+			if !isToken(name) {
+				v.fail(p("routes", i, "match", "headers", name), "%q is not a header name", name)
+			}
+		}
+		for _, name := range sortedKeys(m.Query) {
+			if name == "" || strings.ContainsAny(name, "&=#") {
+				v.fail(p("routes", i, "match", "query", name), "%q is not a query parameter name", name)
+			}
 		}
 		if h := r.Match.Host; strings.ContainsAny(h, "/: ") || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
 			v.fail(p("routes", i, "match", "host"), "%q is not a host name (a leading *. is allowed)", h)
 		}
 	}
+}
+
+// isToken reports whether s is an RFC 9110 token (a method or a header
+// name).
+func isToken(s string) bool {
+	for i := range len(s) {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func def(d *Duration, v time.Duration) {
