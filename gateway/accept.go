@@ -60,7 +60,8 @@ type clientConn struct {
 	ipStr string // made on first use by a hash key
 	req   h1.Request
 	lc    *liveConfig // the config req was routed with (parse.go)
-	up    *upstream   // req's upstream, nil when no route matched
+	rte   *route      // req's route, nil when none matched
+	up    *upstream   // rte's upstream
 	res   h1.Response
 	out   []byte // the head sent upstream
 	body  []byte // a buffered request body

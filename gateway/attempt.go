@@ -64,12 +64,13 @@ type result struct {
 
 // Reasons a gateway-made answer gives, in its body and the access log.
 const (
-	reasonConnect    = "connect_error"
-	reasonReset      = "reset"
-	reasonTimeout    = "timeout"
-	reasonAtCapacity = "at_capacity"
-	reasonNoTarget   = "no_target"
-	reasonBudget     = "budget"
+	reasonConnect     = "connect_error"
+	reasonReset       = "reset"
+	reasonTimeout     = "timeout"
+	reasonAtCapacity  = "at_capacity"
+	reasonNoTarget    = "no_target"
+	reasonBudget      = "budget"
+	reasonRateLimited = "rate_limited"
 )
 
 // errStatus marks a response whose status counts as a failure.
@@ -318,7 +319,7 @@ func failureBody(code int, reason string) string {
 	return statusText[code] + ": " + reason + "\n"
 }
 
-var statusText = map[int]string{400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 431: "Request Header Fields Too Large",
+var statusText = map[int]string{400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
 	502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 func isIdempotent(m []byte) bool {

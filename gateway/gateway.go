@@ -352,6 +352,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		p.close()
 	}
 	g.poolMu.Unlock()
+	g.rt.Load().closeLimiters(nil)
 	if err == nil && slowErr != nil {
 		err = fmt.Errorf("gateway: drain: %w", slowErr)
 	}
@@ -399,6 +400,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 	// Check every target set before changing anything.
 	for _, u := range rt.order {
 		if err := checkTargets(u.cfg.Targets); err != nil {
+			rt.closeLimiters(old) // the rate limiters this config made
 			return fmt.Errorf("upstreams.%s.targets: %w", u.name, err)
 		}
 	}
@@ -443,6 +445,7 @@ func (g *Gateway) ApplyConfig(cfg *config.Config) error {
 		g.setSlowTransport(cfg)
 	}
 	g.rt.Store(rt)
+	old.closeLimiters(rt)
 	g.syncWatchers(rt, ps)
 	for _, ou := range old.order {
 		ou.checker.Swap(nil).Stop()

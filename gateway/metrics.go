@@ -21,6 +21,8 @@ type metrics struct {
 	checks      *prometheus.CounterVec
 	ejections   *prometheus.CounterVec
 	discovery   *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	rateDropped *prometheus.CounterVec
 }
 
 func newMetrics(targets func() []*upstream) *metrics {
@@ -69,7 +71,15 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_queue_waiting",
 		Help: "Requests waiting for capacity now, by upstream.",
 	}, []string{"upstream"})
-	m.reg.MustRegister(m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulcrum_gateway_rate_limited_total",
+		Help: "Requests a route's rate limit answered with 429, by route (its index in the file) and upstream.",
+	}, []string{"route", "upstream"})
+	m.rateDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulcrum_gateway_rate_limit_keys_dropped_total",
+		Help: "Rate-limit buckets dropped to keep a route under its max_keys (least recently seen first), by route.",
+	}, []string{"route"})
+	m.reg.MustRegister(m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
 		&targetCollector{targets: targets},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

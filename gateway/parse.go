@@ -53,9 +53,10 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 	// serveOne uses, so a reload in between cannot send a request it
 	// routed to an https upstream over the cleartext fast path.
 	cc.lc = cc.g.rt.Load()
-	cc.up = cc.lc.route(r)
+	cc.rte = cc.lc.route(r)
+	cc.up = cc.rte.upstream()
 	if cc.up != nil && cc.up.tls != nil {
-		cc.lc, cc.up = nil, nil
+		cc.lc, cc.rte, cc.up = nil, nil, nil
 		return parseHandOff // https targets: net/http sends it (upstream_tls.go)
 	}
 	return parseServe

@@ -278,6 +278,40 @@ routes:
 	}
 }
 
+// A request no route matches is answered once: the next request on the
+// same keep-alive connection is served as itself.
+func TestNoRouteKeepsTheConnection(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+`upstreams:
+  api: {targets: [{url: "`+b.url()+`"}]}
+routes:
+  - {match: {path_prefix: /api/}, upstream: api}
+`)
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for _, want := range []struct {
+		path string
+		code int
+	}{{"/nope", 404}, {"/api/x", 200}, {"/nope", 404}, {"/api/y", 200}} {
+		if _, err := io.WriteString(c, "GET "+want.path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != want.code {
+			t.Fatalf("GET %s: %d, want %d", want.path, res.StatusCode, want.code)
+		}
+	}
+}
+
 // Matches on exact path, methods, headers and query pick the first route
 // in file order that matches all its conditions, the same on the fast
 // path and on net/http's (a chunked upload is handed over).

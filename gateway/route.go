@@ -15,7 +15,7 @@ import (
 
 // match finds the upstream for a host (without port), a path (without
 // query) and the rest of the request (router.go).
-func (rt *liveConfig) match(host, path []byte, q reqView) *upstream {
+func (rt *liveConfig) match(host, path []byte, q reqView) *route {
 	return rt.router.find(host, path, q)
 }
 
@@ -40,7 +40,7 @@ func eqFoldStr(b []byte, s string) bool {
 
 // route finds the fast-path request's upstream: the host without its
 // port, the path without its query.
-func (rt *liveConfig) route(r *h1.Request) *upstream {
+func (rt *liveConfig) route(r *h1.Request) *route {
 	path := r.URI
 	if i := bytes.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -53,7 +53,7 @@ func (rt *liveConfig) route(r *h1.Request) *upstream {
 }
 
 // routeHTTP is route for a net/http request.
-func (rt *liveConfig) routeHTTP(r *http.Request) *upstream {
+func (rt *liveConfig) routeHTTP(r *http.Request) *route {
 	host := r.Host
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
@@ -67,10 +67,7 @@ func (cc *clientConn) hashKey(up *upstream) string {
 	k := up.cfg.Key
 	switch k.Kind {
 	case "client_ip":
-		if cc.ipStr == "" {
-			cc.ipStr = string(cc.ip)
-		}
-		return cc.ipStr
+		return cc.clientIP()
 	case "path":
 		p := r.URI
 		if i := bytes.IndexByte(p, '?'); i >= 0 {
@@ -97,6 +94,15 @@ func (cc *clientConn) hashKey(up *upstream) string {
 		}
 	}
 	return ""
+}
+
+// clientIP is the client's address as a string, made once per
+// connection.
+func (cc *clientConn) clientIP() string {
+	if cc.ipStr == "" {
+		cc.ipStr = string(cc.ip)
+	}
+	return cc.ipStr
 }
 
 func cookieValue(v []byte, name string) (string, bool) {
@@ -147,16 +153,21 @@ func cut(s string, c byte) (string, string, bool) {
 	return s, "", false
 }
 
+// slowClientIP is the client's address of a net/http request.
+func slowClientIP(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return h
+}
+
 // slowHashKey is hashKey for a net/http request.
 func slowHashKey(r *http.Request, up *upstream) string {
 	k := up.cfg.Key
 	switch k.Kind {
 	case "client_ip":
-		h, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			return r.RemoteAddr
-		}
-		return h
+		return slowClientIP(r)
 	case "path":
 		return r.URL.Path
 	case "header":

@@ -2,9 +2,13 @@ package gateway
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
@@ -22,6 +26,9 @@ import (
 type route struct {
 	index   int // in the file: the lowest matching one wins
 	up      *upstream
+	cfg     *config.Route
+	limit   *rateLimiter // rate_limit, nil when none
+	limited prometheus.Counter
 	methods []string
 	headers []kv // lower-case name, value ("*": present)
 	query   []kv // name, value ("*": present)
@@ -82,7 +89,11 @@ type pathSet struct {
 	prefix radix
 }
 
-func newRouter(routes []config.Route, ups map[string]*upstream) *router {
+// newRouter compiles routes. A route whose rate_limit is unchanged from
+// old's route at the same place keeps its limiter (its buckets); the
+// limiters made new are in made, for the caller to close should the
+// configuration not go live.
+func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *Gateway) (_ *router, made []*rateLimiter, _ error) {
 	rt := &router{hosts: map[string]*pathSet{}, wild: map[string]*pathSet{}}
 	set := func(m map[string]*pathSet, k string) *pathSet {
 		if m[k] == nil {
@@ -91,7 +102,25 @@ func newRouter(routes []config.Route, ups map[string]*upstream) *router {
 		return m[k]
 	}
 	for i, rc := range routes {
-		r := &route{index: i, up: ups[rc.Upstream], methods: rc.Match.Methods}
+		r := &route{index: i, up: ups[rc.Upstream], cfg: &routes[i], methods: rc.Match.Methods}
+		if rl := rc.RateLimit; rl != nil {
+			if old != nil && i < len(old.all) && old.all[i].limit != nil && *old.all[i].cfg.RateLimit == *rl {
+				r.limit = old.all[i].limit
+			} else {
+				idx := strconv.Itoa(i)
+				dropped := g.metrics.rateDropped.WithLabelValues(idx)
+				l, err := newRateLimiter(rl, i, g.log, dropped.Inc)
+				if err != nil {
+					for _, m := range made {
+						m.close()
+					}
+					return nil, nil, fmt.Errorf("routes[%d].rate_limit: %w", i, err)
+				}
+				r.limit = l
+				made = append(made, l)
+			}
+			r.limited = g.metrics.rateLimited.WithLabelValues(strconv.Itoa(i), rc.Upstream)
+		}
 		for name, v := range rc.Match.Headers {
 			r.headers = append(r.headers, kv{strings.ToLower(name), v})
 		}
@@ -124,12 +153,12 @@ func newRouter(routes []config.Route, ups map[string]*upstream) *router {
 			ps.prefix.insert(rc.Match.PathPrefix, r)
 		}
 	}
-	return rt
+	return rt, made, nil
 }
 
-// find returns the upstream of the first route, in file order, that
+// find returns the route of the first route, in file order, that
 // matches host (without port), path (without query) and q; nil if none.
-func (rt *router) find(host, path []byte, q reqView) *upstream {
+func (rt *router) find(host, path []byte, q reqView) *route {
 	var buf [128]byte
 	lh := lower(buf[:0], host)
 	best := (*route)(nil)
@@ -151,10 +180,26 @@ func (rt *router) find(host, path []byte, q reqView) *upstream {
 	if rt.any != nil {
 		best = rt.any.find(path, q, best)
 	}
-	if best == nil {
+	return best
+}
+
+// upstream is the route's upstream; nil for no route.
+func (r *route) upstream() *upstream {
+	if r == nil {
 		return nil
 	}
-	return best.up
+	return r.up
+}
+
+// limiters lists the rate limiters in use.
+func (rt *router) limiters() map[*rateLimiter]bool {
+	m := map[*rateLimiter]bool{}
+	for _, r := range rt.all {
+		if r.limit != nil {
+			m[r.limit] = true
+		}
+	}
+	return m
 }
 
 // find returns best or an earlier route of ps that matches.

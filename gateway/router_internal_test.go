@@ -85,7 +85,7 @@ func TestRouterMatchesTheLinearScan(t *testing.T) {
 			}
 			routes = append(routes, config.Route{Match: m, Upstream: name})
 		}
-		rt := newRouter(routes, ups)
+		rt := mustRouter(t, routes, ups)
 		for range 50 {
 			host := strings.TrimPrefix(pick(hosts...), "*.")
 			if host == "" {
@@ -97,7 +97,7 @@ func TestRouterMatchesTheLinearScan(t *testing.T) {
 			meth := pick("GET", "POST", "PUT", "DELETE")
 			r := parseReq(t, meth+" "+path+query+" HTTP/1.1\r\nHost: "+host+"\r\n"+hdr+"Content-Length: 0\r\n\r\n")
 			want := naiveFind(routes, host, path, (*h1View)(r))
-			got := rt.find([]byte(host), []byte(path), (*h1View)(r))
+			got := rt.find([]byte(host), []byte(path), (*h1View)(r)).upstream()
 			wantUp := (*upstream)(nil)
 			if want >= 0 {
 				wantUp = ups[routes[want].Upstream]
@@ -135,7 +135,7 @@ func BenchmarkRouter(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprint("routes=", n), func(b *testing.B) {
 			routes, ups := routeTable(n)
-			rt := newRouter(routes, ups)
+			rt := mustRouter(b, routes, ups)
 			host := fmt.Sprintf("h%d.example.com", (n/100)/2)
 			r := parseReq(b, "GET /svc40/items?id=7 HTTP/1.1\r\nHost: "+host+"\r\nX-Env: prod\r\nContent-Length: 0\r\n\r\n")
 			path := []byte("/svc40/items")
@@ -154,7 +154,7 @@ func BenchmarkRouter(b *testing.B) {
 // Finding a route allocates nothing, at 10,000 routes too.
 func TestRouterAllocatesNothing(t *testing.T) {
 	routes, ups := routeTable(10000)
-	rt := newRouter(routes, ups)
+	rt := mustRouter(t, routes, ups)
 	r := parseReq(t, "GET /svc40/items?id=7 HTTP/1.1\r\nHost: H50.w50.Example.com\r\nX-Env: canary\r\nContent-Length: 0\r\n\r\n")
 	host, path := []byte("H50.w50.Example.com"), []byte("/svc40/items")
 	if a := testing.AllocsPerRun(1000, func() { rt.find(host, path, (*h1View)(r)) }); a != 0 {
@@ -178,3 +178,12 @@ func TestRouteMatchConfigErrors(t *testing.T) {
 }
 
 func bufioReader(s string) *bufio.Reader { return bufio.NewReaderSize(strings.NewReader(s), 64<<10) }
+
+func mustRouter(t testing.TB, routes []config.Route, ups map[string]*upstream) *router {
+	t.Helper()
+	rt, _, err := newRouter(routes, ups, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}

@@ -31,8 +31,8 @@ func (cc *clientConn) serveOne() bool {
 	g := cc.g
 	start := time.Now()
 	cc.now = time.Time{}
-	cfg, up := cc.lc.cfg, cc.up // routed by parse
-	cc.lc, cc.up = nil, nil     // a pooled clientConn holds no old config
+	cfg, rte, up := cc.lc.cfg, cc.rte, cc.up // routed by parse
+	cc.lc, cc.rte, cc.up = nil, nil, nil     // a pooled clientConn holds no old config
 	r := &cc.req
 	line := accessLine{start: start}
 	if g.access != nil {
@@ -43,9 +43,25 @@ func (cc *clientConn) serveOne() bool {
 	if up == nil {
 		cc.buildRID()
 		cc.logLine(&line, 404)
+		_, _ = cc.br.Discard(r.Size) // the head is answered: the next one follows it
 		return cc.skipBody(n) && cc.local(404, "no route\n", clientClose, nil)
 	}
 	line.up = up
+	if rte.limit != nil {
+		key := cc.clientIP()
+		if h := rte.limit.header; h != "" {
+			v, _ := (*h1View)(r).header(h)
+			key = string(v)
+		}
+		if ok, wait := rte.limit.allow(key, start); !ok {
+			rte.limited.Inc()
+			cc.buildRID()
+			line.reason = reasonRateLimited
+			cc.logLine(&line, 429)
+			_, _ = cc.br.Discard(r.Size)
+			return cc.skipBody(n) && cc.local(429, failureBody(429, reasonRateLimited), clientClose, retryAfter(wait))
+		}
+	}
 	if n > int64(cfg.MaxBodySize) {
 		cc.buildRID()
 		cc.logLine(&line, 413)

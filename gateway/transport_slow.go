@@ -137,7 +137,8 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", rid)
 	sw := &statusWriter{ResponseWriter: w}
-	up := rt.routeHTTP(r)
+	ro := rt.routeHTTP(r)
+	up := ro.upstream()
 	sr := &slowReq{line: accessLine{start: start, rid: rid, client: r.RemoteAddr, proto: r.Proto,
 		method: r.Method, path: r.URL.RequestURI(), up: up}}
 	defer func() {
@@ -147,6 +148,20 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if up == nil {
 		http.Error(sw, "no route", http.StatusNotFound)
 		return
+	}
+	if ro.limit != nil {
+		key := slowClientIP(r)
+		if k := ro.limit.cfg.KeyParsed; k.Kind == "header" {
+			key = r.Header.Get(k.Name)
+		}
+		if ok, wait := ro.limit.allow(key, start); !ok {
+			ro.limited.Inc()
+			sr.line.reason = reasonRateLimited
+			ra := retryAfter(wait)
+			sw.Header()["Retry-After"] = []string{string(bytes.TrimSpace(ra[len("Retry-After: "):]))}
+			http.Error(sw, strings.TrimSuffix(failureBody(429, reasonRateLimited), "\n"), http.StatusTooManyRequests)
+			return
+		}
 	}
 	if r.ContentLength > int64(cfg.MaxBodySize) {
 		http.Error(sw, "request body too large", http.StatusRequestEntityTooLarge)

@@ -87,6 +87,21 @@ func sameBalancer(a, b *config.Upstream) bool {
 	return pa == nil || *pa == *pb
 }
 
+// closeLimiters closes the rate limiters of rt that keep is not using
+// (keep may be nil): those of a config that did not go live, or of one
+// replaced.
+func (rt *liveConfig) closeLimiters(keep *liveConfig) {
+	var used map[*rateLimiter]bool
+	if keep != nil {
+		used = keep.router.limiters()
+	}
+	for l := range rt.router.limiters() {
+		if !used[l] {
+			l.close()
+		}
+	}
+}
+
 // upstream is the named upstream of rt; nil when rt is nil or has none.
 func (rt *liveConfig) upstream(name string) *upstream {
 	if rt == nil {
@@ -139,7 +154,14 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 		rt.ups[name] = u
 		rt.order = append(rt.order, u)
 	}
-	rt.router = newRouter(cfg.Routes, rt.ups)
+	var oldRouter *router
+	if old != nil {
+		oldRouter = old.router
+	}
+	var err error
+	if rt.router, _, err = newRouter(cfg.Routes, rt.ups, oldRouter, g); err != nil {
+		return nil, err
+	}
 	return rt, nil
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -271,6 +272,34 @@ func (q Queue) LIFO() time.Duration {
 type Route struct {
 	Match    Match  `yaml:"match"`
 	Upstream string `yaml:"upstream"`
+	// RateLimit caps the requests per key that the route lets through.
+	RateLimit *RateLimit `yaml:"rate_limit"`
+}
+
+// RateLimit is a token bucket per key (nginx's limit_req, Envoy's local
+// rate limit): Burst requests at once, refilled at PerSecond. A request
+// over it is answered 429 with Retry-After.
+type RateLimit struct {
+	// Key is what a bucket belongs to: client_ip (default) or header:NAME
+	// (a missing header is the empty key).
+	Key string `yaml:"key"`
+	// PerSecond is the refill rate (required; fractions allowed).
+	PerSecond float64 `yaml:"per_second"`
+	// Burst is the bucket's size (default: PerSecond rounded up, at least 1).
+	Burst int `yaml:"burst"`
+	// MaxKeys bounds the buckets kept (default 100000): past it the least
+	// recently seen key is dropped (and counted); it starts full again.
+	MaxKeys int `yaml:"max_keys"`
+	// Shared ("redis://host:port/db") shares the buckets across gateways
+	// through Redis; empty keeps them in this gateway.
+	Shared string `yaml:"shared"`
+	// Gateways is how many gateways share the limit: while Redis is
+	// unreachable each one allows PerSecond/Gateways (and Burst/Gateways,
+	// at least 1) on its own (default 1).
+	Gateways int `yaml:"gateways"`
+
+	// KeyParsed is Key parsed.
+	KeyParsed HashKey `yaml:"-"`
 }
 
 // Match selects requests; empty fields match everything, and a request
@@ -485,6 +514,9 @@ func (v *validator) config(c *Config) {
 		if m.PathPrefix != "" && !strings.HasPrefix(m.PathPrefix, "/") {
 			v.fail(p("routes", i, "match", "path_prefix"), "%q must start with /", m.PathPrefix)
 		}
+		if rl := r.RateLimit; rl != nil {
+			v.rateLimit(p("routes", i, "rate_limit"), rl)
+		}
 		for j, meth := range m.Methods {
 			if meth == "" || !isToken(meth) {
 				v.fail(p("routes", i, "match", "methods", j), "%q is not a method", meth)
@@ -503,6 +535,47 @@ func (v *validator) config(c *Config) {
 		}
 		if h := r.Match.Host; strings.ContainsAny(h, "/: ") || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
 			v.fail(p("routes", i, "match", "host"), "%q is not a host name (a leading *. is allowed)", h)
+		}
+	}
+}
+
+func (v *validator) rateLimit(at []any, rl *RateLimit) {
+	field := func(name string) []any { return append(append([]any{}, at...), name) }
+	if rl.Key == "" {
+		rl.Key = "client_ip"
+	}
+	k, err := ParseHashKey(rl.Key)
+	switch {
+	case err != nil:
+		v.fail(field("key"), "%v", err)
+	case k.Kind != "client_ip" && k.Kind != "header":
+		v.fail(field("key"), "%q: a rate limit's key is client_ip or header:NAME", rl.Key)
+	}
+	rl.KeyParsed = k
+	if !(rl.PerSecond > 0) || rl.PerSecond > 1e9 {
+		v.fail(field("per_second"), "%v must be above 0 (and at most 1e9)", rl.PerSecond)
+	}
+	if rl.Burst == 0 {
+		rl.Burst = max(1, int(math.Ceil(rl.PerSecond)))
+	}
+	if rl.Burst < 0 || rl.Burst > 1e9 {
+		v.fail(field("burst"), "%d is outside 1..1e9", rl.Burst)
+	}
+	if rl.MaxKeys == 0 {
+		rl.MaxKeys = 100000
+	}
+	if rl.MaxKeys < 0 {
+		v.fail(field("max_keys"), "%d is negative", rl.MaxKeys)
+	}
+	if rl.Gateways == 0 {
+		rl.Gateways = 1
+	}
+	if rl.Gateways < 0 {
+		v.fail(field("gateways"), "%d is negative", rl.Gateways)
+	}
+	if rl.Shared != "" {
+		if u, err := url.Parse(rl.Shared); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			v.fail(field("shared"), "%q is not a redis:// URL", rl.Shared)
 		}
 	}
 }
