@@ -29,10 +29,10 @@ import (
 // rateLimiter answers whether a request with key may pass now, and if
 // not, after how long it would.
 type rateLimiter struct {
-	cfg   config.RateLimit
+	cfg config.RateLimit
 	// header is the key's header name in lower case; "" keys by client IP.
 	header string
-	local *localBuckets // the limit itself, or the fallback share of a shared one
+	local  *localBuckets // the limit itself, or the fallback share of a shared one
 	// shared, when set: Redis holds the buckets.
 	shared *redis_rate.Limiter
 	client *redis.Client
