@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -34,6 +35,11 @@ func (g *Gateway) acceptLoop(ln net.Listener) {
 			continue
 		}
 		delay = 0
+		if g.tlsConf != nil {
+			// The handshake runs on the connection's own goroutine
+			// (serveConn), not here: a slow client must not stall Accept.
+			c = tls.Server(c, g.tlsConf)
+		}
 		cc := g.newClientConn(c)
 		if cc == nil {
 			c.Close()
@@ -47,7 +53,9 @@ func (g *Gateway) acceptLoop(ln net.Listener) {
 // buffers; the whole struct is pooled between connections.
 type clientConn struct {
 	g    *Gateway
-	c    net.Conn
+	c    net.Conn // the client's connection: a *tls.Conn over TLS
+	raw  net.Conn // the TCP connection under c (c itself in cleartext)
+	tls  bool     // c is a *tls.Conn: X-Forwarded-Proto is https
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	idle atomic.Bool
@@ -87,7 +95,10 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 	if cc == nil || cc.br.Size() != size {
 		cc = &clientConn{g: g, br: bufio.NewReaderSize(nil, size), bw: bufio.NewWriterSize(nil, 4<<10)}
 	}
-	cc.c = c
+	cc.c, cc.raw, cc.tls = c, c, false
+	if tc, ok := c.(*tls.Conn); ok {
+		cc.raw, cc.tls = tc.NetConn(), true
+	}
 	cc.deadline = time.Time{}
 	cc.linger = false
 	cc.br.Reset(c)
@@ -120,7 +131,7 @@ func (g *Gateway) release(cc *clientConn, handedOff bool) {
 		return // net/http owns the conn and its reader now
 	}
 	cc.c.Close()
-	cc.c = nil
+	cc.c, cc.raw = nil, nil
 	cc.br.Reset(nil)
 	cc.bw.Reset(nil)
 	if cap(cc.body) > 1<<20 {
@@ -179,6 +190,10 @@ func (cc *clientConn) lingerClose(g *Gateway) {
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader
+	// tls is the connection state when Conn is a *tls.Conn: net/http
+	// sees only the wrapper, so the gateway gives each request its r.TLS
+	// back (handedOffTLS in accept_tls.go).
+	tls *tls.ConnectionState
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
@@ -190,6 +205,17 @@ func (g *Gateway) serveConn(cc *clientConn) {
 	handedOff := false
 	defer func() { g.release(cc, handedOff) }()
 	cfg := g.cfg()
+	if cc.tls {
+		switch cc.handshake(cfg.Timeouts.ReadHeader.D()) {
+		case handshakeFailed:
+			return
+		case handshakeH2:
+			// The *tls.Conn itself, unwrapped: net/http recognises it
+			// and runs its HTTP/2 server (TLSNextProto) on it.
+			handedOff = g.handoff.give(cc.c)
+			return
+		}
+	}
 	idleTO := cfg.Timeouts.Idle.D()
 	// Deadlines are moved only when less than half of them is left: a
 	// keep-alive connection then costs a deadline update every idle/2
@@ -232,7 +258,12 @@ func (g *Gateway) handOff(cc *clientConn) bool {
 	_ = cc.c.SetReadDeadline(time.Time{})
 	br := cc.br
 	cc.br = bufio.NewReaderSize(nil, br.Size()) // the pooled struct needs a fresh one
-	return g.handoff.give(&bufferedConn{Conn: cc.c, r: br})
+	bc := &bufferedConn{Conn: cc.c, r: br}
+	if tc, ok := cc.c.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		bc.tls = &st
+	}
+	return g.handoff.give(bc)
 }
 
 // handoffListener feeds connections the fast path will not serve to the
