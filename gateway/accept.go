@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -34,6 +35,11 @@ func (g *Gateway) acceptLoop(ln net.Listener) {
 			continue
 		}
 		delay = 0
+		if g.tlsConf != nil {
+			// The handshake runs on the connection's own goroutine
+			// (serveConn), not here: a slow client must not stall Accept.
+			c = tls.Server(c, g.tlsConf)
+		}
 		cc := g.newClientConn(c)
 		if cc == nil {
 			c.Close()
@@ -47,7 +53,9 @@ func (g *Gateway) acceptLoop(ln net.Listener) {
 // buffers; the whole struct is pooled between connections.
 type clientConn struct {
 	g    *Gateway
-	c    net.Conn
+	c    net.Conn // the client's connection: a *tls.Conn over TLS
+	raw  net.Conn // the TCP connection under c (c itself in cleartext)
+	tls  bool     // c is a *tls.Conn: X-Forwarded-Proto is https
 	br   *bufio.Reader
 	bw   *bufio.Writer // writes into sp
 	sp   spool
@@ -90,7 +98,10 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 	if cc == nil || cc.br.Size() != size {
 		cc = &clientConn{g: g, br: bufio.NewReaderSize(nil, size), bw: bufio.NewWriterSize(nil, 4<<10)}
 	}
-	cc.c = c
+	cc.c, cc.raw, cc.tls = c, c, false
+	if tc, ok := c.(*tls.Conn); ok {
+		cc.raw, cc.tls = tc.NetConn(), true
+	}
 	cc.deadline = time.Time{}
 	cc.linger = false
 	cc.br.Reset(c)
@@ -124,7 +135,7 @@ func (g *Gateway) release(cc *clientConn, handedOff bool) {
 		return // net/http owns the conn and its reader now
 	}
 	cc.c.Close()
-	cc.c = nil
+	cc.c, cc.raw = nil, nil
 	cc.sp.drop()
 	cc.sp.c = nil
 	cc.br.Reset(nil)
@@ -185,6 +196,10 @@ func (cc *clientConn) lingerClose(g *Gateway) {
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader
+	// tls is the connection state when Conn is a *tls.Conn: net/http
+	// sees only the wrapper, so the gateway gives each request its r.TLS
+	// back (handedOffTLS in accept_tls.go).
+	tls *tls.ConnectionState
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
@@ -196,6 +211,17 @@ func (g *Gateway) serveConn(cc *clientConn) {
 	handedOff := false
 	defer func() { g.release(cc, handedOff) }()
 	cfg := g.cfg()
+	if cc.tls {
+		switch cc.handshake(cfg.Timeouts.ReadHeader.D()) {
+		case handshakeFailed:
+			return
+		case handshakeH2:
+			// The *tls.Conn itself, unwrapped: net/http recognises it
+			// and runs its HTTP/2 server (TLSNextProto) on it.
+			handedOff = g.handoff.give(cc.c)
+			return
+		}
+	}
 	idleTO := cfg.Timeouts.Idle.D()
 	// A new connection gets read_header for its first byte, not idle: a
 	// client that connects and sends nothing is not a keep-alive client
@@ -247,7 +273,12 @@ func (g *Gateway) handOff(cc *clientConn) bool {
 	_ = cc.c.SetWriteDeadline(time.Time{})
 	br := cc.br
 	cc.br = bufio.NewReaderSize(nil, br.Size()) // the pooled struct needs a fresh one
-	return g.handoff.give(&bufferedConn{Conn: cc.c, r: br})
+	bc := &bufferedConn{Conn: cc.c, r: br}
+	if tc, ok := cc.c.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		bc.tls = &st
+	}
+	return g.handoff.give(bc)
 }
 
 // handoffListener feeds connections the fast path will not serve to the

@@ -4,19 +4,24 @@
 //
 // A request's path reads file by file:
 //
-//   - accept.go: connections, and each one's read loop;
+//   - accept.go: connections, and each one's read loop; accept_tls.go:
+//     with tls configured, the same accept loop and read loop, the TLS
+//     handshake first on the connection's goroutine (within read_header);
+//     ALPN "h2" hands the bare *tls.Conn to net/http's HTTP/2 server,
+//     anything else is HTTP/1.1 on the fast path (X-Forwarded-Proto:
+//     https), and what it hands off keeps its TLS state;
 //   - parse.go (with internal/h1): the head, parsed in place and checked
 //     strictly; the head sent upstream;
 //   - route.go: host and path to an upstream, and the hash key;
 //   - attempt.go: the attempt loop, shared by both transports — pick a
 //     target, exchange, decide (relay, retry under the replay rule, or
 //     answer with a reason), report to the balancer;
-//   - transport_fast.go: cleartext HTTP/1.1 with no body or a
+//   - transport_fast.go: HTTP/1.1 (cleartext or TLS) with no body or a
 //     Content-Length body, over keep-alive pools (pool.go), nothing
 //     allocated per request; transport_slow.go: everything else (HTTP/2,
-//     TLS, upgrades, chunked uploads, Expect, HTTP/1.0), handed connection
-//     and all to net/http and httputil.ReverseProxy, whose RoundTrip runs
-//     the same attempt loop;
+//     upgrades, chunked uploads, Expect, HTTP/1.0, https targets), handed
+//     connection and all to net/http and httputil.ReverseProxy, whose
+//     RoundTrip runs the same attempt loop;
 //   - relay.go: the response to the client, and the gateway's own answers;
 //   - log.go: one access line per request.
 //

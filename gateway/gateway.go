@@ -211,28 +211,27 @@ func (g *Gateway) Start() error {
 		}()
 	}
 	g.slow = g.newSlowServer()
+	if g.tlsConf != nil {
+		// TLS connections reach net/http only from the fast path's accept
+		// loop (accept_tls.go): HTTP/2 as a bare *tls.Conn, handed-off
+		// HTTP/1.1 wrapped, with its TLS state passed on.
+		g.slow.ConnContext = handedOffConnContext
+		g.slow.Handler = handedOffTLS(g.slow.Handler)
+	}
 	g.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
-	g.bgWG.Add(2)
+	g.bgWG.Add(3)
 	go func() {
 		defer g.bgWG.Done()
-		if g.tlsConf != nil {
-			// TLS (HTTP/1.1 and HTTP/2 by ALPN) is served by net/http.
-			_ = g.slow.Serve(tls.NewListener(ln, g.tlsConf))
-			return
-		}
 		_ = g.slow.Serve(g.handoff)
 	}()
 	go func() {
 		defer g.bgWG.Done()
 		g.sweepLoop()
 	}()
-	if g.tlsConf == nil {
-		g.bgWG.Add(1)
-		go func() {
-			defer g.bgWG.Done()
-			g.acceptLoop(ln)
-		}()
-	}
+	go func() {
+		defer g.bgWG.Done()
+		g.acceptLoop(ln)
+	}()
 	g.log.Info("gateway listening", "listen", ln.Addr().String(), "admin", g.AdminAddr())
 	return nil
 }

@@ -146,7 +146,11 @@ func (cc *clientConn) buildHead(r *h1.Request) {
 		out = append(out, ", "...)
 	}
 	out = append(out, cc.ip...)
-	out = append(out, "\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: "...)
+	if cc.tls {
+		out = append(out, "\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: "...)
+	} else {
+		out = append(out, "\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: "...)
+	}
 	out = append(out, r.Host...)
 	out = append(out, "\r\n"...)
 	if len(cc.rid) == 0 {

@@ -67,11 +67,11 @@ func newRateLimiter(rl *config.RateLimit, routeIndex int, log *slog.Logger, drop
 	return l, nil
 }
 
-// allow reports whether key may pass at now; if not, retry is how long
+// allow reports whether key may pass now; if not, retry is how long
 // until it would.
-func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
+func (l *rateLimiter) allow(key string) (bool, time.Duration) {
 	if l.shared == nil {
-		return l.local.allow(key, now)
+		return l.local.allow(key)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	res, err := l.shared.Allow(ctx, l.name+key, l.limit)
@@ -81,7 +81,7 @@ func (l *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 			l.log.Warn("rate limit: Redis unreachable; each gateway allows its share of the limit on its own",
 				"shared", l.cfg.Shared, "share_per_second", l.cfg.PerSecond/float64(l.cfg.Gateways), "err", err)
 		}
-		return l.local.allow(key, now)
+		return l.local.allow(key)
 	}
 	if l.down.Swap(false) {
 		l.log.Info("rate limit: Redis reachable again; the limit is shared", "shared", l.cfg.Shared)
@@ -127,10 +127,15 @@ func newLocalBuckets(per rate.Limit, burst, maxKeys int, dropped func()) *localB
 	return b
 }
 
-func (b *localBuckets) allow(key string, now time.Time) (bool, time.Duration) {
+func (b *localBuckets) allow(key string) (bool, time.Duration) {
 	s := &b.shards[maphash.String(b.seed, key)%uint64(len(b.shards))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The clock is read under the lock: x/time/rate takes a time older
+	// than its last as a new last, and the next call then credits the
+	// refill between the two twice (concurrent requests reading the clock
+	// before the lock let about a quarter more through).
+	now := time.Now()
 	var lim *rate.Limiter
 	if e := s.m[key]; e != nil {
 		s.lru.MoveToFront(e)

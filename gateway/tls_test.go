@@ -1,16 +1,26 @@
 package gateway_test
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway"
 )
 
 // selfSigned writes a certificate and key for 127.0.0.1 and returns their
@@ -31,4 +41,195 @@ func selfSigned(t *testing.T, dir string) (string, string) {
 	cert := writeFile(t, dir, "cert.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
 	k := writeFile(t, dir, "key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})))
 	return cert, k
+}
+
+// tlsGateway starts a gateway serving TLS with a fresh self-signed
+// certificate in front of target, with extra config lines.
+func tlsGateway(t *testing.T, target, extra string) *gateway.Gateway {
+	t.Helper()
+	cert, key := selfSigned(t, t.TempDir())
+	return start(t, base+extra+"tls: {cert_file: "+cert+", key_file: "+key+"}\nupstreams:\n  api:\n    targets:\n      - {url: \""+target+"\"}\n")
+}
+
+// headRecorder answers every request with "ok" and sends each request
+// head it read, bytes as they came, to heads.
+func headRecorder(t *testing.T) (string, chan string) {
+	heads := make(chan string, 16)
+	addr := serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			var head strings.Builder
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				head.WriteString(line)
+				if line == "\r\n" {
+					break
+				}
+			}
+			heads <- head.String()
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	return "http://" + addr, heads
+}
+
+// HTTP/1.1 over TLS is served by the fast path, several requests on one
+// keep-alive connection: the target gets the head as the client wrote it
+// (a lower-case field name stays lower-case; net/http's transport would
+// have sent X-Probe), with X-Forwarded-Proto: https.
+func TestTLSHTTP1OnFastPath(t *testing.T) {
+	target, heads := headRecorder(t)
+	g := tlsGateway(t, target, "")
+	c, err := tls.Dial("tcp", g.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if p := c.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+		t.Fatalf("ALPN chose %q", p)
+	}
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a.example\r\nx-probe: "+strconv.Itoa(i)+"\r\nX-Forwarded-Proto: spoofed\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on the same connection: %v", i, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || string(body) != "ok" || res.Close {
+			t.Fatalf("request %d: %d %q close=%v", i, res.StatusCode, body, res.Close)
+		}
+		head := <-heads
+		if !strings.Contains(head, "\r\nx-probe: "+strconv.Itoa(i)+"\r\n") {
+			t.Errorf("request %d reached the target not as written (not the fast path?):\n%s", i, head)
+		}
+		if !strings.Contains(head, "\r\nX-Forwarded-Proto: https\r\n") || strings.Contains(head, "spoofed") {
+			t.Errorf("request %d: X-Forwarded-Proto is not https alone:\n%s", i, head)
+		}
+	}
+}
+
+// HTTP/2 over TLS (ALPN h2) still reaches net/http's HTTP/2 server, the
+// connection handed over as a bare *tls.Conn.
+func TestTLSHTTP2ByALPN(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := tlsGateway(t, b.url(), "")
+	var p http.Protocols
+	p.SetHTTP2(true) // h2 only: a fallback to HTTP/1.1 would fail the request
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Protocols: &p}}
+	defer c.CloseIdleConnections()
+	for range 3 {
+		res, err := c.Get("https://" + g.Addr() + "/echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var e echoed
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("%s %d %q", res.Proto, res.StatusCode, body)
+		}
+		if res.ProtoMajor != 2 || e.Header.Get("X-Forwarded-Proto") != "https" {
+			t.Fatalf("%s, target saw X-Forwarded-Proto %q", res.Proto, e.Header.Get("X-Forwarded-Proto"))
+		}
+	}
+}
+
+// What the fast path hands to net/http over TLS (a chunked upload,
+// HTTP/1.0) is still known there to have come over TLS.
+func TestTLSHandedOffKeepsHTTPS(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := tlsGateway(t, b.url(), "")
+	var p http.Protocols
+	p.SetHTTP1(true)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Protocols: &p}}
+	defer c.CloseIdleConnections()
+	// A reader of unknown length: the client sends it chunked.
+	body := io.MultiReader(strings.NewReader("chunked "), strings.NewReader("over tls"))
+	r := do(t, c, "POST", "https://"+g.Addr()+"/echo", body)
+	e := echo(t, r)
+	if e.Body != "chunked over tls" || e.Proto != "HTTP/1.1" {
+		t.Errorf("chunked upload over TLS: %d %+v", r.code, e)
+	}
+	if got := e.Header.Get("X-Forwarded-Proto"); got != "https" {
+		t.Errorf("chunked upload over TLS: target saw X-Forwarded-Proto %q, want https", got)
+	}
+	// HTTP/1.0 is handed off as well.
+	conn, err := tls.Dial("tcp", g.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /echo HTTP/1.0\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	e = echo(t, resp{code: res.StatusCode, body: string(raw)})
+	if got := e.Header.Get("X-Forwarded-Proto"); got != "https" {
+		t.Errorf("HTTP/1.0 over TLS: target saw X-Forwarded-Proto %q, want https", got)
+	}
+}
+
+// A client that connects and never sends a ClientHello is closed at
+// read_header (the idle timeout is far longer).
+func TestTLSSilentClientClosedAtReadHeader(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := tlsGateway(t, b.url(), "timeouts: {read_header: 200ms, idle: 1h}\n")
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A guard against a hang, not a measurement: far below idle.
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the silent client was not closed at read_header")
+	}
+	if n != 0 || err == nil {
+		t.Fatalf("read %d bytes, %v; want the connection closed", n, err)
+	}
+	// The gateway still serves afterwards.
+	tc, err := tls.Dial("tcp", g.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Close()
+}
+
+// A head refused over TLS is answered, then the connection half-closes
+// (close_notify, lingerClose's CloseWrite on a *tls.Conn): the client
+// reads the whole answer and then the end of the stream.
+func TestTLSRefusedHeadAnsweredThenClosed(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := tlsGateway(t, b.url(), "")
+	c, err := tls.Dial("tcp", g.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx")
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a guard against a hang
+	all, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("after %q: %v, want a clean end (close_notify)", all, err)
+	}
+	if !bytes.HasPrefix(all, []byte("HTTP/1.1 400 ")) {
+		t.Fatalf("answer %q, want 400", all)
+	}
+	if b.hits.Load() != 0 {
+		t.Errorf("the refused request reached the target")
+	}
 }

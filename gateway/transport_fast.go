@@ -53,7 +53,7 @@ func (cc *clientConn) serveOne() bool {
 			v, _ := (*h1View)(r).header(h)
 			key = string(v)
 		}
-		if ok, wait := rte.limit.allow(key, start); !ok {
+		if ok, wait := rte.limit.allow(key); !ok {
 			rte.limited.Inc()
 			cc.buildRID()
 			line.reason = reasonRateLimited

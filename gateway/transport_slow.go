@@ -154,7 +154,7 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if k := ro.limit.cfg.KeyParsed; k.Kind == "header" {
 			key = r.Header.Get(k.Name)
 		}
-		if ok, wait := ro.limit.allow(key, start); !ok {
+		if ok, wait := ro.limit.allow(key); !ok {
 			ro.limited.Inc()
 			sr.line.reason = reasonRateLimited
 			ra := retryAfter(wait)

@@ -15,7 +15,7 @@ import (
 // background read; this one peeks (MSG_PEEK), so a pipelined next
 // request stays in the socket for the read loop.
 func (cc *clientConn) watch(parent context.Context) (context.Context, func()) {
-	sc, ok := cc.c.(syscall.Conn)
+	sc, ok := cc.raw.(syscall.Conn) // under TLS, the TCP socket: peeking it consumes nothing
 	if !ok || cc.br.Buffered() > 0 {
 		return parent, func() {}
 	}

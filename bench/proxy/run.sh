@@ -13,6 +13,19 @@
 #                                      # the event-loop prototypes
 #                                      # (bench/proxy/evloop) beside them, with
 #                                      # syscalls and context switches per request
+#   PROTO=tls bench/proxy/run.sh       # HTTP/1.1 over TLS (wrk https, keep-alive)
+#   PROTO=h2 bench/proxy/run.sh        # HTTP/2 over TLS (h2load -cCONNS -mSTREAMS -tTHREADS)
+#
+# PROTO=tls and PROTO=h2 serve TLS on every proxy's port with one
+# self-signed P-256 certificate made in the temp dir, TLS 1.3 and one
+# cipher suite, TLS_AES_128_GCM_SHA256 (nginx and HAProxy are restricted
+# to it; Go's server picks it first on CPUs with AES instructions, and
+# the first round prints what each proxy negotiated). Rows: fulcrum,
+# before, nginx, haproxy (ONLY defaults to "fulcrum nginx haproxy").
+# nginx's keepalive_requests is raised so it does not close the load's
+# connections every 1000 requests (Fulcrum and HAProxy never do). h2
+# defaults to h2load -c16 -m16 (CONNS, STREAMS) and reads p50/p99 from
+# h2load's per-request log (h2load prints no percentiles).
 #
 # Rows: direct = wrk straight at one upstream (the ceiling); fulcrum =
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
@@ -48,7 +61,17 @@ set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
-ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"}
+PROTO=${PROTO:-http} # http, tls (HTTP/1.1 over TLS) or h2 (HTTP/2 over TLS)
+case $PROTO in
+http) ONLY=${ONLY:-"direct fulcrum fulcrum-1p nginx haproxy caddy stdproxy"} scheme=http ;;
+tls | h2) ONLY=${ONLY:-"fulcrum nginx haproxy"} scheme=https ;;
+*) echo "PROTO=$PROTO: want http, tls or h2" >&2; exit 1 ;;
+esac
+if [ "$PROTO" != http ]; then
+	for p in $ONLY; do
+		case $p in fulcrum | fulcrum-1p | before | nginx | haproxy) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
+	done
+fi
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
 COUNTS=${COUNTS:-}                 # 1: syscalls and context switches per request
 COUNT_DURATION=${COUNT_DURATION:-3s}
@@ -63,9 +86,13 @@ fi
 # ran; unpinned: -t2 -c64.
 if [ "$CORE_SETS" != 0 ]; then
 	THREADS=${THREADS:-4} CONNS=${CONNS:-256}
+elif [ "$PROTO" = h2 ]; then
+	THREADS=${THREADS:-2} CONNS=${CONNS:-16}
 else
 	THREADS=${THREADS:-2} CONNS=${CONNS:-64}
 fi
+STREAMS=${STREAMS:-16} # h2: concurrent streams per connection (h2load -m)
+PORT_OFFSET=${PORT_OFFSET:-0} # added to every port (18080-18087, 19001-19003, 19901): two runs side by side
 maxset=0
 for P in $CORE_SETS; do [ "$P" -gt "$maxset" ] && maxset=$P; done
 if [ "$maxset" -gt 0 ]; then
@@ -91,6 +118,7 @@ trap cleanup EXIT
 wants() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 need=()
 command -v wrk >/dev/null || need+=(wrk)
+[ "$PROTO" = h2 ] && { command -v h2load >/dev/null || need+=(nghttp2-client); }
 wants nginx && { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light); }
 wants haproxy && { command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy); }
 wants caddy && { command -v caddy >/dev/null || need+=(caddy); }
@@ -107,13 +135,31 @@ for p in gnet epoll; do
 	if wants $p || { [ $p = epoll ] && wants epoll-np; }; then (cd "$root/bench" && go build -o "$work/$p" ./proxy/evloop/$p); fi
 done
 
-U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
+port_of() {
+	local p
+	case $1 in
+	direct) p=19001 ;; fulcrum | fulcrum-1p | before) p=18080 ;; nginx) p=18081 ;;
+	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;;
+	epoll) p=18085 ;; gnet) p=18086 ;; epoll-np) p=18087 ;;
+	esac
+	echo $((p + PORT_OFFSET))
+}
+
+U1=127.0.0.1:$((19001 + PORT_OFFSET)) U2=127.0.0.1:$((19002 + PORT_OFFSET)) U3=127.0.0.1:$((19003 + PORT_OFFSET))
 "${load_pin[@]}" "$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
 pids+=($!)
 
+if [ "$PROTO" != http ]; then
+	# One certificate and key for every proxy (HAProxy wants them in one file).
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+		-keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+	cat "$work/cert.pem" "$work/key.pem" >"$work/both.pem"
+fi
+
 cat >"$work/fulcrum.yaml" <<YAML
-listen: 127.0.0.1:18080
-admin: {listen: 127.0.0.1:19901}
+listen: 127.0.0.1:$(port_of fulcrum)
+admin: {listen: 127.0.0.1:$((19901 + PORT_OFFSET))}
 access_log: {enabled: false}
 upstreams:
   demo:
@@ -123,6 +169,20 @@ upstreams:
       - {url: "http://$U2"}
       - {url: "http://$U3"}
 YAML
+[ "$PROTO" != http ] && echo "tls: {cert_file: $work/cert.pem, key_file: $work/key.pem}" >>"$work/fulcrum.yaml"
+
+case $PROTO in
+http) nginx_listen="listen 127.0.0.1:$(port_of nginx);" hap_bind="" ;;
+tls | h2)
+	nginx_listen="listen 127.0.0.1:$(port_of nginx) ssl$([ "$PROTO" = h2 ] && echo " http2" || true);
+    ssl_certificate $work/cert.pem;
+    ssl_certificate_key $work/key.pem;
+    ssl_protocols TLSv1.3;
+    ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
+    keepalive_requests 100000000;"
+	hap_bind=" ssl crt $work/both.pem alpn h2,http/1.1 ssl-min-ver TLSv1.3 ciphersuites TLS_AES_128_GCM_SHA256"
+	;;
+esac
 
 cat >"$work/nginx.conf" <<NGINX
 worker_processes WORKERS;
@@ -134,7 +194,7 @@ http {
   access_log off;
   upstream demo { server $U1; server $U2; server $U3; keepalive 128; }
   server {
-    listen 127.0.0.1:18081;
+    $nginx_listen
     location / {
       proxy_pass http://demo;
       proxy_http_version 1.1;
@@ -159,7 +219,7 @@ defaults
   option forwardfor
   http-reuse always
 frontend fe
-  bind 127.0.0.1:18082
+  bind 127.0.0.1:$(port_of haproxy)$hap_bind
   default_backend be
 backend be
   balance roundrobin
@@ -173,7 +233,7 @@ cat >"$work/Caddyfile" <<CADDY
   admin off
   auto_https off
 }
-http://127.0.0.1:18083 {
+http://127.0.0.1:$(port_of caddy) {
   bind 127.0.0.1
   reverse_proxy $U1 $U2 $U3 {
     lb_policy round_robin
@@ -181,13 +241,6 @@ http://127.0.0.1:18083 {
 }
 CADDY
 
-port_of() {
-	case $1 in
-	direct) echo 19001 ;; fulcrum | fulcrum-1p | before) echo 18080 ;; nginx) echo 18081 ;;
-	haproxy) echo 18082 ;; caddy) echo 18083 ;; stdproxy) echo 18084 ;;
-	epoll) echo 18085 ;; gnet) echo 18086 ;; epoll-np) echo 18087 ;;
-	esac
-}
 
 # start runs a proxy; pinned, on the cores 0..P-1 with P threads/workers.
 start() {
@@ -208,13 +261,19 @@ start() {
 	nginx) "${pin[@]}" nginx -c "$work/nginx-run.conf" -p "$work" >"$work/nginx.log" 2>&1 & ;;
 	haproxy) "${pin[@]}" haproxy -f "$work/haproxy-run.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
-	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen 127.0.0.1:18084 -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
+	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen "127.0.0.1:$(port_of stdproxy)" -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
 	gnet | epoll) "${pin[@]}" "${gmp[@]}" "$work/$1" -listen "127.0.0.1:$(port_of "$1")" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
-	epoll-np) "${pin[@]}" "${gmp[@]}" "$work/epoll" -wait netpoll -listen 127.0.0.1:18087 -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
+	epoll-np) "${pin[@]}" "${gmp[@]}" "$work/epoll" -wait netpoll -listen "127.0.0.1:$(port_of epoll-np)" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
 	esac
 	cur=$!
 	for _ in $(seq 100); do
-		curl -fs "http://127.0.0.1:$(port_of "$1")/" >/dev/null 2>&1 && return 0
+		if curl -fsk "$scheme://127.0.0.1:$(port_of "$1")/" >/dev/null 2>&1; then
+			if [ "$PROTO" != http ] && [ "${round:-}" = 1 ]; then
+				echo "$1: $(openssl s_client -alpn "$([ "$PROTO" = h2 ] && echo h2 || echo http/1.1)" -connect "127.0.0.1:$(port_of "$1")" </dev/null 2>/dev/null |
+					awk '/^New, |^Server Temp Key|^ALPN protocol/ {printf "%s; ", $0}')" >&2
+			fi
+			return 0
+		fi
 		sleep 0.1
 	done
 	echo "$1 did not come up; log:" >&2
@@ -265,8 +324,29 @@ syscalls_per_req() {
 	if [ "$1" = direct ] || ! command -v perf >/dev/null; then echo -; return; fi
 	local out
 	out=$(perf stat -x, -e raw_syscalls:sys_enter -p "$(proxy_pids | tr ' ' ,)" -- \
-		"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$COUNT_DURATION" "http://127.0.0.1:$(port_of "$1")/" 2>"$work/perf.txt") || { echo -; return; }
+		bash -c "$(declare -f drive port_of); $(declare -p load_pin PROTO scheme THREADS CONNS STREAMS work PORT_OFFSET); drive $1 $COUNT_DURATION" 2>"$work/perf.txt") || { echo -; return; }
 	awk -v n="$(echo "$out" | awk '/requests in/ {print $1}')" -F, '/raw_syscalls/ && n > 0 { printf "%.2f", $1 / n; f = 1 } END { if (!f) print "-" }' "$work/perf.txt"
+}
+
+# drive runs the load for $2 against proxy $1 and prints wrk's report:
+# wrk itself, or for h2 h2load's figures in wrk's words (Requests/sec,
+# "N requests in", the 50% and 99% latency lines from h2load's
+# per-request log, non-2xx responses).
+drive() {
+	local url="$scheme://127.0.0.1:$(port_of "$1")/"
+	if [ "$PROTO" != h2 ]; then
+		"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$2" --latency "$url"
+		return
+	fi
+	local out
+	out=$("${load_pin[@]}" h2load -c"$CONNS" -m"$STREAMS" -t"$THREADS" -D"$2" --log-file="$work/h2.log" "$url" 2>&1) || true
+	echo "$out" | awk '/^finished in/ {gsub(",", "", $4); print "Requests/sec: " $4}
+		/^requests:/ {print $8 " requests in"; if ($10 + $12 > 0) print "Non-2xx or Socket errors: " $10 " failed " $12 " errored"}
+		/^status codes:/ {n = $5 + $7 + $9; if (n > 0) print "Non-2xx responses: " n}'
+	sort -n -k3,3 "$work/h2.log" | awk -F'\t' '{d[NR] = $3} END {
+		if (!NR) exit
+		a = int(NR * 0.5); b = int(NR * 0.99); if (a < 1) a = 1; if (b < 1) b = 1
+		printf "50%% %.2fms\n99%% %.2fms\n", d[a] / 1000, d[b] / 1000 }'
 }
 
 # to_ms converts wrk's 812.00us / 1.23ms / 1.02s to milliseconds.
@@ -279,6 +359,7 @@ to_ms() {
 }
 
 for _ in $(seq 3); do curl -fs http://$U1/ >/dev/null 2>&1 && break; sleep 0.3; done
+[ "$PROTO" = h2 ] && ! command -v h2load >/dev/null && { echo "PROTO=h2 needs h2load (nghttp2-client)" >&2; exit 1; }
 
 results="$work/results.txt"
 : >"$results"
@@ -286,10 +367,10 @@ for round in $(seq "$ROUNDS"); do
 	for P in $CORE_SETS; do
 		for p in $ONLY; do
 			start "$p"
-			"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$(port_of "$p")/" >/dev/null 2>&1 || true # warm-up
+			drive "$p" 1s >/dev/null 2>&1 || true # warm-up
 			[ -n "$COUNTS" ] && s0=$(csw "$p")
 			t0=$(cpu_ticks "$p")
-			out=$("${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$(port_of "$p")/")
+			out=$(drive "$p" "$DURATION")
 			t1=$(cpu_ticks "$p")
 			counts=
 			if [ -n "$COUNTS" ]; then
@@ -322,7 +403,12 @@ for P in $CORE_SETS; do
 		base=fulcrum label="vs Fulcrum"
 	fi
 	if [ -n "${BASE:-}" ]; then base=$BASE label="vs $BASE"; fi # the row the ratio compares with
-	echo "wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $NCPU CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
+	case $PROTO in
+	http) load="wrk -t$THREADS -c$CONNS -d$DURATION, keep-alive" ;;
+	tls) load="wrk -t$THREADS -c$CONNS -d$DURATION https, keep-alive, TLS 1.3 TLS_AES_128_GCM_SHA256" ;;
+	h2) load="h2load -c$CONNS -m$STREAMS -t$THREADS -D$DURATION, HTTP/2 over TLS 1.3 TLS_AES_128_GCM_SHA256" ;;
+	esac
+	echo "$load, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $NCPU CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
 	printf "| %-10s | %10s | %8s | %8s | %12s | %12s |" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "$label"
 	[ -n "$COUNTS" ] && printf " %10s | %12s |" "csw/req" "syscalls/req"
