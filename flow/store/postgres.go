@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -297,6 +298,21 @@ func upsertExcluded(b qparts) string {
 		set = append(set, c+" = excluded."+c)
 	}
 	return b.typeIns + " ON CONFLICT (task_type) DO UPDATE SET " + strings.Join(set, ", ")
+}
+
+// rebindDollar turns ? into $1, $2, ... (PostgreSQL's placeholders).
+func rebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
 }
 
 // channel is the LISTEN/NOTIFY channel of the table prefix.

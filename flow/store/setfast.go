@@ -9,12 +9,13 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
-// The set fast path (PostgreSQL, SQLite; each driver's setFast): a batch whose outcome does not depend on
-// the task's retry counters is applied by one UPDATE, in one round trip and
-// one commit, with no row read into Go and no transaction left open while
-// the client talks. That covers what workers send almost always: success,
-// failed without an error, and pending without an error (next stage or the
-// same stage again). A set carrying an error (a retry with backoff) and a
+// The set fast path (each driver's setFast; PostgreSQL and SQLite have
+// one): a batch whose outcome does not depend on the task's retry counters
+// is applied by one UPDATE, in one round trip and one commit, with no row
+// read into Go and no transaction left open while the client talks. That
+// covers what workers send almost always: success, failed without an
+// error, and pending without an error (next stage or the same stage
+// again). A set carrying an error (a retry with backoff) and a
 // batch naming one task twice take the general path (lock, flow.ApplySet,
 // write), which stays the reference: TestSetFastMatchesApplySet in the
 // conformance suite checks the two agree.

@@ -122,21 +122,6 @@ func (s *SQLStore) Close() error {
 	return errors.Join(errs...)
 }
 
-// rebindDollar turns ? into $1, $2, ... (PostgreSQL's placeholders).
-func rebindDollar(q string) string {
-	var b strings.Builder
-	n := 0
-	for i := 0; i < len(q); i++ {
-		if q[i] == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteByte(q[i])
-	}
-	return b.String()
-}
-
 const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key"
 
 // ncols is how many columns cols names.
@@ -514,8 +499,9 @@ func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
 }
 
 // insertEach inserts recs one by one in tx and returns each one's id:
-// its own, or for a unique key already live that task's (existing). On
-// PostgreSQL it NOTIFYs in tx, so the commit wakes holds on every server.
+// its own, or for a unique key already live that task's (existing). The
+// driver notifies in tx (PostgreSQL's NOTIFY), so the commit wakes holds on
+// every server.
 func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Record) (ids []string, existing []bool, err error) {
 	ids, existing = make([]string, len(recs)), make([]bool, len(recs))
 	for i := range recs {
