@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -124,7 +124,7 @@ func (w *liteWriter) closeStmts() {
 var errWriterClosed = errors.New("store closed")
 
 // isBusy reports SQLite's "database is locked" (SQLITE_BUSY).
-func isBusy(err error) bool { return liteDialect().retryable(err) }
+func isBusy(err error) bool { return liteBusy(err) }
 
 // do runs fn in the next group and returns its outcome once the group is
 // committed (or rolled back). fn gets a context that is not cancelled:
@@ -254,7 +254,7 @@ func (w *liteWriter) apply(group []*liteOp) {
 			if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = FULL"); err != nil {
 				// Writes outside groups would go unsynced: drop the connection.
 				w.log.Error("flow store: restoring synchronous=FULL failed; reconnecting", "err", err)
-				conn.Raw(func(any) error { return driver.ErrBadConn })
+				conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 			}
 		}()
 	}

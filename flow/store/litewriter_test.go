@@ -26,7 +26,7 @@ func TestGroupCommitIsolatesWrites(t *testing.T) {
 	ctx := context.Background()
 	// Hold the writer so that the next writes queue and form one group.
 	blocked, release := make(chan struct{}), make(chan struct{})
-	go s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error { close(blocked); <-release; return nil })
+	go liteOf(s).lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error { close(blocked); <-release; return nil })
 	<-blocked
 	insert := func(k string) func(context.Context, *sql.Tx) error {
 		return func(ctx context.Context, tx *sql.Tx) error {
@@ -49,8 +49,8 @@ func TestGroupCommitIsolatesWrites(t *testing.T) {
 		if k == "d" {
 			c = gone
 		}
-		go func() { defer wg.Done(); results[i] = s.lw.do(c, insert(k)) }()
-		testenv.Eventually(t, "write queued", func() bool { return len(s.lw.ops) == i+1 })
+		go func() { defer wg.Done(); results[i] = liteOf(s).lw.do(c, insert(k)) }()
+		testenv.Eventually(t, "write queued", func() bool { return len(liteOf(s).lw.ops) == i+1 })
 	}
 	cancel() // d's caller leaves before its turn
 	close(release)
@@ -82,12 +82,12 @@ func TestGroupCommitKeepsFullOutsideGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.lw.walPath == "" {
+	if liteOf(s).lw.walPath == "" {
 		t.Fatal("synchronous=FULL (the default) should fsync the WAL in the syncer")
 	}
 	ctx := context.Background()
 	var inGroup int
-	if err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	if err := liteOf(s).lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&inGroup)
 	}); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,10 @@ func TestGroupCommitKeepsFullOutsideGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	if n.lw.walPath != "" {
+	if liteOf(n).lw.walPath != "" {
 		t.Fatal("synchronous=normal asked for: nothing should fsync the WAL per group")
 	}
 }
+
+// liteOf is the SQLite driver of a store opened on sqlite://.
+func liteOf(s *SQLStore) *liteDriver { return s.drv.(*liteDriver) }

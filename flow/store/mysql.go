@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
 // MySQL 8 and MariaDB 10.6+ (both have SKIP LOCKED). The session runs READ
@@ -49,27 +52,38 @@ func myLog(event string) string {
 		"JSON_OBJECT('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
 }
 
-// myDialect is MySQL's and MariaDB's SQL.
-func myDialect() *dialect {
-	return &dialect{name: "mysql", migrations: myMigrations, logExpr: myLog, queries: myQueries,
-		retryable: func(err error) bool {
-			var me *mysql.MySQLError
-			return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
-		}}
+// myDriver is MySQL's and MariaDB's driver.
+type myDriver struct {
+	s *SQLStore
+	// q are the statements only this driver runs.
+	q struct{ holdSel, holdSelNoLog, holdUpd, lockSel, heartbeat, heldBy string }
 }
 
-// myQueries: no RETURNING (in MySQL 8), so the claim is a locking read
-// then an UPDATE of the ids it returned, in one transaction.
-func myQueries(q *queries, b qparts) {
+func (d *myDriver) name() string                { return "mysql" }
+func (d *myDriver) migrations() [][]string      { return myMigrations }
+func (d *myDriver) rebind(q string) string      { return q }
+func (d *myDriver) logExpr(event string) string { return myLog(event) }
+
+func (d *myDriver) retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) // deadlock, lock wait timeout
+}
+
+// build: no RETURNING (in MySQL 8), so the claim is a locking read then
+// an UPDATE of the ids it returned, in one transaction.
+func (d *myDriver) build(q *queries, b qparts) {
 	t := b.t
 	skip, guard := " FOR UPDATE SKIP LOCKED", ""
 	if b.redisLock {
 		skip, guard = "", " AND status = "+b.pending
 	}
-	q.holdSel = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.due + skip
-	q.holdSelNoLog = "SELECT " + colsOf("", false) + " FROM " + t + " WHERE " + b.due + skip
-	q.holdUpd = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (%s)" + guard
-	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id FOR UPDATE"
+	d.q.holdSel = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.due + skip
+	d.q.holdSelNoLog = "SELECT " + colsOf("", false) + " FROM " + t + " WHERE " + b.due + skip
+	d.q.holdUpd = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (%s)" + guard
+	d.q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id FOR UPDATE"
+	d.q.heartbeat = "UPDATE " + t + " t JOIN " + b.p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
+		" WHERE t.owner = ? AND t.status = " + b.proc
+	d.q.heldBy = "SELECT task_id, lease, lease_expiry FROM " + t + " WHERE owner = ? AND status = " + b.proc
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ? FOR UPDATE SKIP LOCKED"
 	q.prune = "DELETE FROM " + t + " WHERE status IN (" + b.ended + ") AND modify_time < ? ORDER BY modify_time LIMIT ?"
 	// Assignments apply left to right: cron_last compares the old cron
@@ -80,10 +94,213 @@ func myQueries(q *queries, b qparts) {
 	}
 	q.upsertType = b.typeIns + " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
 	q.insertUnique = q.insertOne + " ON DUPLICATE KEY UPDATE task_id = task_id" // no change: 0 rows affected
-	q.heartbeat = "UPDATE " + t + " t JOIN " + b.p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
-		" WHERE t.owner = ? AND t.status = " + b.proc
-	q.heldBy = "SELECT task_id, lease, lease_expiry FROM " + t + " WHERE owner = ? AND status = " + b.proc
-	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id FOR UPDATE"
+	q.workerSel += " FOR UPDATE"
+}
+
+func (d *myDriver) pruneArgs(before time.Time, limit int) []any { return pruneArgs(before, limit) }
+
+func (d *myDriver) listQuery(f ListFilter) (string, []any) {
+	return listQuery(d.s.p+"tasks", d.s.q.cols, f)
+}
+
+func (d *myDriver) tx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	return d.s.retryTx(ctx, fn)
+}
+
+func (d *myDriver) write(ctx context.Context, fn func(context.Context, execQuerier) error) error {
+	return fn(ctx, d.s.w)
+}
+
+// lockMigrations takes GET_LOCK for the migration.
+func (d *myDriver) lockMigrations(ctx context.Context, key string, fn func(execQuerier) error) error {
+	return d.s.lockMigrationsOn(ctx, key, fn, func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
+		var got sql.NullInt64
+		if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", key).Scan(&got); err != nil {
+			return nil, err
+		}
+		if got.Int64 != 1 {
+			return nil, errors.New("GET_LOCK " + key + " timed out after 60s")
+		}
+		return func() { c.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", key) }, nil
+	})
+}
+
+func (d *myDriver) start(context.Context, string) error { return nil }
+func (d *myDriver) close() error                        { return nil }
+
+// hold selects under SKIP LOCKED, then updates, in one transaction.
+func (d *myDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	return d.s.claimInTurn(ctx, p, d.claim)
+}
+
+func (d *myDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	var out []flow.Record
+	err := d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		sel := d.q.holdSel
+		if p.OmitLog {
+			sel = d.q.holdSelNoLog
+		}
+		rows, err := tx.QueryContext(ctx, sel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
+		if err != nil {
+			return err
+		}
+		recs, err := scanRecords(rows)
+		if err != nil || len(recs) == 0 {
+			out = nil
+			return err
+		}
+		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), logAt(p.Now), p.WorkerID}
+		for _, r := range recs {
+			args = append(args, r.TaskID)
+		}
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(recs))), args...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != int64(len(recs)) {
+			// Only without SKIP LOCKED (Redis lock mode) can rows change
+			// between the select and the update; keep those we got.
+			got, err := d.heldBy(ctx, tx, recs, p.Lease)
+			if err != nil {
+				return err
+			}
+			recs = got
+		}
+		for i := range recs {
+			r := &recs[i]
+			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
+			le := p.LeaseExpiry
+			r.LeaseExpiry = &le
+			if !p.OmitLog {
+				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+			}
+		}
+		out = recs
+		return nil
+	})
+	return out, err
+}
+
+func (d *myDriver) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, lease string) ([]flow.Record, error) {
+	args := []any{lease}
+	for _, r := range recs {
+		args = append(args, r.TaskID)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT task_id FROM "+d.s.p+"tasks WHERE lease = ? AND task_id IN ("+in(len(recs))+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	mine := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		mine[id] = true
+	}
+	var out []flow.Record
+	for _, r := range recs {
+		if mine[r.TaskID] {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
+// createBatch: multi-row INSERTs of up to 500 rows, in one transaction.
+func (d *myDriver) createBatch(ctx context.Context, recs []flow.Record) error {
+	const chunk = 500
+	return d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for i := 0; i < len(recs); i += chunk {
+			rs := recs[i:min(i+chunk, len(recs))]
+			args := make([]any, 0, len(rs)*ncols)
+			for k := range rs {
+				args = append(args, insertArgs(&rs[k])...)
+			}
+			if _, err := tx.ExecContext(ctx, insertText(d.s.p, len(rs)), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// insertText is a multi-row INSERT of n tasks.
+func insertText(prefix string, n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + prefix + "tasks (" + cols + ") VALUES ")
+	row := "(" + in(ncols) + ")"
+	for k := 0; k < n; k++ {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// setFast: no single-statement set here (no UPDATE ... RETURNING to tell
+// which rows it took); every batch takes the general path.
+func (d *myDriver) setFast(context.Context, []flow.SetTaskRequest, time.Time) (map[string]bool, map[string]bool, bool, error) {
+	return nil, nil, false, nil
+}
+
+func (d *myDriver) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (*sql.Rows, error) {
+	return lockRowsIn(ctx, tx, d.q.lockSel, ids)
+}
+
+// writeRows: one UPDATE joined to the new values per chunk, one round trip
+// instead of one per row.
+func (d *myDriver) writeRows(ctx context.Context, tx *sql.Tx, recs []*flow.Record) error {
+	const chunk = 200
+	t := d.s.p + "tasks"
+	for i := 0; i < len(recs); i += chunk {
+		part := recs[i:min(i+chunk, len(recs))]
+		var b strings.Builder
+		args := make([]any, 0, 11*len(part))
+		b.WriteString("SELECT ? AS id, ? AS stage, ? AS st, ? AS ctx, ? AS ot, ? AS crt, ? AS owner, ? AS lease, ? AS le, ? AS log, ? AS mt")
+		for k, r := range part {
+			if k > 0 {
+				b.WriteString(" UNION ALL SELECT " + in(11))
+			}
+			var le int64
+			if r.LeaseExpiry != nil {
+				le = us(*r.LeaseExpiry)
+			}
+			args = append(args, r.TaskID, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
+				r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime))
+		}
+		// STRAIGHT_JOIN: the values first, then one primary key lookup
+		// each; otherwise the optimizer may scan the table.
+		q := "UPDATE (" + b.String() + ") v STRAIGHT_JOIN " + t + " t ON t.task_id = v.id SET t.task_stage = v.stage, t.status = v.st, t.task_context = v.ctx," +
+			" t.order_time = v.ot, t.crt_retry_num = v.crt, t.owner = v.owner, t.lease = v.lease, t.lease_expiry = v.le, t.schedule_log = v.log, t.modify_time = v.mt"
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// notify: other servers on MySQL learn of due tasks by polling.
+func (d *myDriver) notify(context.Context, txRunner, ...string) error { return nil }
+
+// heartbeat: an UPDATE joined to the types, then a read of the leases, in
+// one transaction (no RETURNING).
+func (d *myDriver) heartbeat(ctx context.Context, workerID string, now time.Time) ([]flow.HeldLease, error) {
+	var out []flow.HeldLease
+	err := d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, d.q.heartbeat, us(now), us(now), workerID); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, d.q.heldBy, workerID)
+		if err != nil {
+			return err
+		}
+		out, err = scanLeases(rows)
+		return err
+	})
+	return out, err
 }
 
 // mysqlDSN turns what follows mysql:// into the driver's DSN. Both the
@@ -122,7 +339,7 @@ func mysqlDSN(spec string) (*mysql.Config, error) {
 }
 
 func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
-	cfg, err := mysqlDSN(dsn)
+	cfg, err := mysqlDSN(strings.TrimPrefix(dsn, "mysql://"))
 	if err != nil {
 		return nil, fmt.Errorf("store: mysql dsn: %w", err)
 	}
@@ -159,16 +376,7 @@ func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
 	}
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
-	d := myDialect()
-	d.lockMig = func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
-		var got sql.NullInt64
-		if err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, 60)", key).Scan(&got); err != nil {
-			return nil, err
-		}
-		if got.Int64 != 1 {
-			return nil, errors.New("GET_LOCK " + key + " timed out after 60s")
-		}
-		return func() { c.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", key) }, nil
-	}
-	return &SQLStore{d: d, w: db, r: db}, nil
+	d := &myDriver{}
+	d.s = &SQLStore{drv: d, w: db, r: db}
+	return d.s, nil
 }

@@ -42,7 +42,7 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 	}
 	explain := func(q string, args ...any) string {
 		t.Helper()
-		rows, err := s.r.QueryContext(ctx, "EXPLAIN "+s.d.rebind(q), args...)
+		rows, err := s.r.QueryContext(ctx, "EXPLAIN "+s.drv.rebind(q), args...)
 		if err != nil {
 			t.Fatalf("explain %s: %v", q, err)
 		}
@@ -75,7 +75,7 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 		}
 	}
 	// A hold finds the rows it locked again by their address, not the key.
-	if p := explain(s.q.hold, "type1", int64(1<<40), "type1", 500, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w"); !strings.Contains(p, "Tid Scan") {
+	if p := explain(s.drv.(*pgDriver).q.hold, "type1", int64(1<<40), "type1", 500, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w"); !strings.Contains(p, "Tid Scan") {
 		t.Errorf("hold does not find its rows by ctid:\n%s", p)
 	}
 	// The batch to delete comes from a walk of the key up to the cutoff's

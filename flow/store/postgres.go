@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,19 +109,28 @@ func pgLog(event string) string {
 	return pgAppendLog("schedule_log", pgLogEntry("?::text", "?::text", "task_stage", "'"+event+"'"))
 }
 
-// pgDialect is PostgreSQL's SQL; openPostgres adds the connection's part.
-func pgDialect() *dialect {
-	return &dialect{name: "postgres", dollar: true, arrays: true, notify: true, migrations: pgMigrations, logExpr: pgLog, queries: pgQueries,
-		listByType: pgListByType,
-		retryable: func(err error) bool {
-			var pe *pgconn.PgError
-			return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
-		}}
+// pgDriver is PostgreSQL's driver.
+type pgDriver struct {
+	s        *SQLStore
+	instance string // this store's id in NOTIFY payloads
+	stop     func() // ends the LISTEN connection (start)
+	// q are the statements only this driver runs, $n placeholders.
+	q struct{ hold, holdNoLog, lockSel, writeBatch, insert, setFast, heartbeat string }
 }
 
-// pgQueries: one statement per batch call, arrays for batches (one
-// prepared text for any size), RETURNING, NOTIFY in the same statement.
-func pgQueries(q *queries, b qparts) {
+func (d *pgDriver) name() string                { return "postgres" }
+func (d *pgDriver) migrations() [][]string      { return pgMigrations }
+func (d *pgDriver) rebind(q string) string      { return rebindDollar(q) }
+func (d *pgDriver) logExpr(event string) string { return pgLog(event) }
+
+func (d *pgDriver) retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// build: one statement per batch call, arrays for batches (one prepared
+// text for any size), RETURNING, NOTIFY in the same statement.
+func (d *pgDriver) build(q *queries, b qparts) {
 	t := b.t
 	// The claimed rows are found again by their physical address (ctid, a
 	// TID scan) rather than by key: the locking read holds each row for
@@ -136,25 +147,115 @@ func pgQueries(q *queries, b qparts) {
 		hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + ") UPDATE " + t + " t SET " + b.set +
 			" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
 	}
-	q.hold, q.holdNoLog = hold+colsOf("t", true), hold+colsOf("t", false)
-	q.holdDueFirst = true
-	q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE"
-	q.writeBatch = "WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
+	d.q.hold, d.q.holdNoLog = rebindDollar(hold+colsOf("t", true)), rebindDollar(hold+colsOf("t", false))
+	d.q.lockSel = rebindDollar("SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE")
+	d.q.writeBatch = rebindDollar("WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
 		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log, modify_time = v.mt" +
 		" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::bigint[], ?::int[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?::bigint[])" +
 		" AS v(id, stage, status, ctx, ot, crt, owner, lease, le, log, mt) WHERE t.task_id = v.id RETURNING t.task_type, t.status)" +
-		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + b.pending + ") d"
-	q.insert = pgInsert(t)
-	q.setFast = pgSetFast(t)
+		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + b.pending + ") d")
+	d.q.insert = rebindDollar(pgInsert(t))
+	d.q.setFast = rebindDollar(pgSetFast(t))
+	d.q.heartbeat = rebindDollar("UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + b.p + "task_types ty" +
+		" WHERE ty.task_type = t.task_type AND t.owner = ? AND t.status = " + b.proc + " RETURNING t.task_id, t.lease, t.lease_expiry")
 	q.rescueSel = "SELECT " + b.cols + " FROM " + t + " WHERE status = " + b.proc + " AND lease_expiry < ? ORDER BY lease_expiry LIMIT ? FOR UPDATE SKIP LOCKED"
 	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE task_id < ? AND status IN (" + b.ended + ") AND modify_time < ?" +
 		" ORDER BY task_id LIMIT ?)"
-	q.pruneByID = true
 	q.upsertType = upsertExcluded(b)
 	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
-	q.heartbeat = "UPDATE " + t + " t SET lease_expiry = ? + ty.max_processing_ms * 1000, modify_time = ? FROM " + b.p + "task_types ty" +
-		" WHERE ty.task_type = t.task_type AND t.owner = ? AND t.status = " + b.proc + " RETURNING t.task_id, t.lease, t.lease_expiry"
-	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id FOR UPDATE"
+	q.workerSel += " FOR UPDATE"
+}
+
+// pruneArgs: the prune walks the key up to the id of its cutoff time (a
+// task created after the cutoff ended after it), then the shared two.
+func (d *pgDriver) pruneArgs(before time.Time, limit int) []any {
+	return []any{flow.TaskIDFloor(before), us(before), limit}
+}
+
+// listQuery: of one type, pgListByType; else the shared query.
+func (d *pgDriver) listQuery(f ListFilter) (string, []any) {
+	if f.TaskType != "" {
+		return pgListByType(d.s.p+"tasks", d.s.q.cols, f)
+	}
+	return listQuery(d.s.p+"tasks", d.s.q.cols, f)
+}
+
+func (d *pgDriver) tx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	return d.s.retryTx(ctx, fn)
+}
+
+func (d *pgDriver) write(ctx context.Context, fn func(context.Context, execQuerier) error) error {
+	return fn(ctx, d.s.w)
+}
+
+// lockMigrations takes an advisory lock for the migration.
+func (d *pgDriver) lockMigrations(ctx context.Context, key string, fn func(execQuerier) error) error {
+	return d.s.lockMigrationsOn(ctx, key, fn, func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
+		if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
+			return nil, err
+		}
+		return func() { c.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }, nil
+	})
+}
+
+// hold claims in one statement: UPDATE ... FROM (SELECT ... FOR UPDATE
+// SKIP LOCKED) RETURNING.
+func (d *pgDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		q := d.q.hold
+		if p.OmitLog {
+			q = d.q.holdNoLog
+		}
+		rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
+		if err != nil {
+			return nil, err
+		}
+		out, logs, err := scanHeld(rows, p.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return d.s.parseHeldLogs(out, logs), nil
+	})
+}
+
+func (d *pgDriver) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (*sql.Rows, error) {
+	return tx.QueryContext(ctx, d.q.lockSel, ids)
+}
+
+// writeRows writes the batch as arrays in one statement, which NOTIFYs.
+func (d *pgDriver) writeRows(ctx context.Context, tx *sql.Tx, recs []*flow.Record) error {
+	n := len(recs)
+	ids, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	statuses, crts := make([]int32, n), make([]int32, n)
+	ctxs := make([]*string, n)
+	ots, les, mts := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, r := range recs {
+		ids[i], stages[i], owners[i], leases[i], logs[i] = r.TaskID, r.TaskStage, r.Owner, r.Lease, string(flow.MarshalLog(r.ScheduleLog))
+		statuses[i], crts[i] = int32(r.Status), int32(r.CrtRetryNum)
+		if r.TaskContext != nil {
+			c := string(r.TaskContext)
+			ctxs[i] = &c
+		}
+		ots[i], mts[i] = us(r.OrderTime), us(r.ModifyTime)
+		if r.LeaseExpiry != nil {
+			les[i] = us(*r.LeaseExpiry)
+		}
+	}
+	_, err := tx.ExecContext(ctx, d.q.writeBatch, ids, stages, statuses, ctxs, ots, crts, owners, leases, les, logs, mts, d.channel(), d.instance+":")
+	return err
+}
+
+func (d *pgDriver) notify(ctx context.Context, tx txRunner, types ...string) error {
+	for _, typ := range types {
+		if _, err := tx.exec(ctx, "SELECT pg_notify($1, $2)", d.channel(), d.instance+":"+typ); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *pgDriver) heartbeat(ctx context.Context, workerID string, now time.Time) ([]flow.HeldLease, error) {
+	return d.s.heartbeatReturning(ctx, d.q.heartbeat, workerID, now)
 }
 
 // pgListByType is get_task_list of one type: a query per status, each
@@ -199,10 +300,25 @@ func upsertExcluded(b qparts) string {
 	return b.typeIns + " ON CONFLICT (task_type) DO UPDATE SET " + strings.Join(set, ", ")
 }
 
-// channel is the LISTEN/NOTIFY channel of a table prefix.
-func (d *dialect) channel(prefix string) string { return "fulcrum_flow_" + prefix }
+// rebindDollar turns ? into $1, $2, ... (PostgreSQL's placeholders).
+func rebindDollar(q string) string {
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
 
-func openPostgres(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
+// channel is the LISTEN/NOTIFY channel of the table prefix.
+func (d *pgDriver) channel() string { return "fulcrum_flow_" + d.s.p }
+
+func openPostgres(ctx context.Context, dsn string) (*SQLStore, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, errors.New("store: postgres dsn: " + err.Error())
@@ -216,21 +332,15 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (*SQLStore, err
 	}
 	var id [6]byte
 	rand.Read(id[:])
-	d := pgDialect()
-	d.instance, d.start = hex.EncodeToString(id[:]), startListen
-	d.lockMig = func(ctx context.Context, c *sql.Conn, key string) (func(), error) {
-		if _, err := c.ExecContext(ctx, "SELECT pg_advisory_lock(hashtext($1))", key); err != nil {
-			return nil, err
-		}
-		return func() { c.ExecContext(context.Background(), "SELECT pg_advisory_unlock(hashtext($1))", key) }, nil
-	}
-	return &SQLStore{d: d, w: db, r: db}, nil
+	d := &pgDriver{instance: hex.EncodeToString(id[:])}
+	d.s = &SQLStore{drv: d, w: db, r: db}
+	return d.s, nil
 }
 
-// startListen keeps one connection LISTENing so that tasks made due by
-// other servers wake this server's long polls. Our own notifications are
+// start keeps one connection LISTENing so that tasks made due by other
+// servers wake this server's long polls. Our own notifications are
 // recognised by the instance id and skipped: OnDue already ran for them.
-func startListen(s *SQLStore, dsn string) error {
+func (d *pgDriver) start(_ context.Context, dsn string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -240,12 +350,12 @@ func startListen(s *SQLStore, dsn string) error {
 		first := true
 		backoff := 100 * time.Millisecond
 		for ctx.Err() == nil {
-			err := s.listen(ctx, dsn, func() {
+			err := d.listen(ctx, dsn, func() {
 				if first {
 					ready <- nil
 					first = false
 				} else {
-					s.onDue("") // we may have missed notifications while away
+					d.s.onDue("") // we may have missed notifications while away
 				}
 				backoff = 100 * time.Millisecond
 			})
@@ -256,7 +366,7 @@ func startListen(s *SQLStore, dsn string) error {
 				ready <- err
 				return
 			}
-			s.log.Warn("flow store: LISTEN connection lost; reconnecting", "err", err, "in", backoff)
+			d.s.log.Warn("flow store: LISTEN connection lost; reconnecting", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -269,21 +379,28 @@ func startListen(s *SQLStore, dsn string) error {
 		wg.Wait()
 		return errors.New("store: postgres LISTEN: " + err.Error())
 	}
-	s.closer = func() error { cancel(); wg.Wait(); return nil }
+	d.stop = func() { cancel(); wg.Wait() }
 	return nil
 }
 
-func (s *SQLStore) listen(ctx context.Context, dsn string, up func()) error {
+func (d *pgDriver) close() error {
+	if d.stop != nil {
+		d.stop()
+	}
+	return nil
+}
+
+func (d *pgDriver) listen(ctx context.Context, dsn string, up func()) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.d.channel(s.p)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.channel()}.Sanitize()); err != nil {
 		return err
 	}
 	up()
-	mine := s.d.instance + ":"
+	mine := d.instance + ":"
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -293,7 +410,7 @@ func (s *SQLStore) listen(ctx context.Context, dsn string, up func()) error {
 			continue
 		}
 		if _, typ, ok := strings.Cut(n.Payload, ":"); ok {
-			s.onDue(typ)
+			d.s.onDue(typ)
 		}
 	}
 }
@@ -333,8 +450,8 @@ func pgInsert(t string) string {
 		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
 }
 
-// insertPG creates a batch with one statement (pgInsert), and NOTIFYs.
-func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
+// createBatch creates a batch with one statement (pgInsert), and NOTIFYs.
+func (d *pgDriver) createBatch(ctx context.Context, recs []recordT) error {
 	n := len(recs)
 	ids, ctxs := make([]string, n), make([]*string, n)
 	for i := range recs {
@@ -372,10 +489,10 @@ func (s *SQLStore) insertPG(ctx context.Context, recs []recordT) error {
 	cts, ct := i64(func(r *recordT) int64 { return us(r.CreateTime) })
 	mts, mt := i64(func(r *recordT) int64 { return us(r.ModifyTime) })
 	keys, key := str(func(r *recordT) string { return r.UniqueKey })
-	_, err := s.w.ExecContext(ctx, s.q.insert,
+	_, err := d.s.w.ExecContext(ctx, d.q.insert,
 		ids, types, stages, statuses, ctxs, prios, ots, crts, maxrs, ris, mris, owners, leases, les, logs, cts, mts, keys,
 		typ, stage, status, prio, ot, crt, maxr, ri, mri, owner, lease, le, logShared, ct, mt, key,
-		s.d.channel(s.p), s.d.instance+":")
+		d.channel(), d.instance+":")
 	return err
 }
 
@@ -423,4 +540,104 @@ func sameLog(a, b []flow.LogEntry) bool {
 		}
 	}
 	return true
+}
+
+// pgSetFast is flow.ApplySet for requests without an error, in SQL:
+//   - status becomes the requested one; owner, lease and expiry clear;
+//   - pending: the stage becomes task_stage when given, crt_retry_num
+//     restarts at 0 when that changes the stage, order_time = now + delay;
+//   - success, failed: stage, retries and order_time stay;
+//   - task_context is replaced when given;
+//   - the schedule log gets {at, worker: the holder, stage: the new stage,
+//     event} and keeps its last flow.ScheduleLogSize entries.
+//
+// The lease, status, stage and order time a batch's rows share (one hold
+// hands all its tasks one lease) travel once, as in pgInsert.
+//
+// Arguments: the shared lease, status, stage and order time; ids, leases,
+// statuses, stages, contexts, order times (an empty array for a shared
+// column); now, log time, NOTIFY channel, NOTIFY payload prefix.
+func pgSetFast(table string) string {
+	pending, proc, success := sqlStatus(flow.StatusPending), sqlStatus(flow.StatusProcessing), sqlStatus(flow.StatusSuccess)
+	stage := "(CASE WHEN v.st = " + pending + " AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
+	return "WITH v AS (SELECT id, COALESCE(lease, ?::text) AS lease, COALESCE(st, ?::smallint) AS st, COALESCE(stage, ?::text) AS stage, ctx, COALESCE(ot, ?::bigint) AS ot" +
+		" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
+		" u AS (UPDATE " + table + " t SET status = v.st, task_stage = " + stage + "," +
+		" crt_retry_num = CASE WHEN v.st = " + pending + " AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
+		" order_time = CASE WHEN v.st = " + pending + " THEN v.ot ELSE t.order_time END," +
+		" task_context = COALESCE(v.ctx, t.task_context), owner = '', lease = '', lease_expiry = 0, modify_time = ?," +
+		" schedule_log = " + pgAppendLog("t.schedule_log", pgLogEntry("?::text", "t.owner", stage,
+		"CASE v.st WHEN "+pending+" THEN '"+flow.EventPending+"' WHEN "+success+" THEN '"+flow.EventSuccess+"' ELSE '"+flow.EventFailed+"' END")) +
+		" FROM v WHERE t.task_id = v.id AND t.status + 0 = " + proc + " AND t.lease = v.lease AND t.lease <> ''" +
+		" RETURNING t.task_id, t.task_type, t.status)" +
+		// "status + 0" keeps the planner off the partial index of processing
+		// rows (status = 2): with few processing rows in its statistics it
+		// would hash-join over all of them instead of looking up 100 keys.
+		// An uncorrelated subquery runs once, when the first row is out:
+		// a NOTIFY per type that got pending tasks.
+		" SELECT u.task_id, u.task_type, u.status, (SELECT count(pg_notify(?, ? || d.task_type)) FROM (SELECT DISTINCT task_type FROM u WHERE status = " + pending + ") d) FROM u"
+}
+
+// setFast: one statement is one transaction, so a deadlock (a rescue or
+// cancel locking the same rows in another order) aborts all of it and a
+// retry is safe.
+func (d *pgDriver) setFast(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) (done, pending map[string]bool, ok bool, err error) {
+	if !fastSettable(reqs) {
+		return nil, nil, false, nil
+	}
+	c := setColumns(reqs, now)
+	done, pending = make(map[string]bool, len(reqs)), map[string]bool{}
+	for attempt := 0; attempt < 5; attempt++ {
+		err = d.setFastOnce(ctx, done, pending, c, now)
+		if err == nil || !d.retryable(err) || ctx.Err() != nil {
+			break
+		}
+		clear(done)
+		clear(pending)
+	}
+	return done, pending, true, err
+}
+
+func (d *pgDriver) setFastOnce(ctx context.Context, done, pending map[string]bool, c setCols, now time.Time) error {
+	leases, lease := sharedValue(c.leases)
+	sts, st := sharedValue(c.sts)
+	stages, stage := sharedValue(c.stages)
+	ots, ot := sharedValue(c.ots)
+	rows, err := d.s.w.QueryContext(ctx, d.q.setFast, lease, st, stage, ot, c.ids, leases, sts, stages, c.ctxs, ots, us(now), logAt(now), d.channel(), d.instance+":")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, typ string
+		var st int
+		var notified any
+		if err := rows.Scan(&id, &typ, &st, &notified); err != nil {
+			return err
+		}
+		done[id] = true
+		if flow.Status(st) == flow.StatusPending {
+			pending[typ] = true
+		}
+	}
+	return rows.Err()
+}
+
+// CreatePgx is Create for a pgx transaction (PostgreSQL).
+func (c *TxCreator) CreatePgx(ctx context.Context, tx pgx.Tx, tasks []flow.NewTask) (*flow.CreateTaskResponse, error) {
+	if _, ok := c.s.drv.(*pgDriver); !ok {
+		return nil, fmt.Errorf("store: a pgx transaction needs the postgres dialect, not %s", c.s.drv.name())
+	}
+	return c.create(ctx, pgxTx{tx}, tasks)
+}
+
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (t pgxTx) queryRow(ctx context.Context, q string, args ...any) scanner {
+	return t.tx.QueryRow(ctx, q, args...)
 }

@@ -17,48 +17,24 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
-// SQLStore is the Store for all three databases; a dialect supplies what
-// differs.
+// SQLStore is the Store for all three databases; its driver supplies what
+// differs (see driver).
 type SQLStore struct {
-	d      *dialect
-	w      *sql.DB // writes (SQLite: one connection)
-	r      *sql.DB // reads (the same pool except on SQLite)
-	p      string  // table prefix
-	lock   Locker
-	onDue  func(string)
-	log    *slog.Logger
-	q      queries
-	closer func() error
-	// gate, when set (SQLite), admits callers to the one writer
-	// connection in arrival order. database/sql hands a freed connection
-	// to a random waiter, which with 64 holds waiting made the slowest
-	// wait ten times the typical one.
-	gate chan struct{}
-	// prepared hot statements (SQLite): parsing the hold query cost about
-	// a tenth of the CPU of an end-to-end run when prepared per call.
-	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt, insertStmt *sql.Stmt
-	holdNoLogStmt, holdOneNoLogStmt                                          *sql.Stmt
-	lw                                                                       *liteWriter // SQLite: group commit of writes
-	walPath                                                                  string      // SQLite with synchronous=FULL: the WAL the group commit fsyncs
-	claims                                                                   sync.Map    // task type -> chan struct{} (capacity 1): this store's holds of a type, one at a time (see Hold)
-}
-
-// enter takes the writer in turn (a no-op without a gate); call the
-// returned func once the connection is free again.
-func (s *SQLStore) enter(ctx context.Context) (func(), error) {
-	if s.gate == nil {
-		return func() {}, nil
-	}
-	select {
-	case s.gate <- struct{}{}: // blocked senders are served first come, first served
-		return func() { <-s.gate }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	drv   driver
+	w     *sql.DB // writes (SQLite: one connection)
+	r     *sql.DB // reads (the same pool except on SQLite)
+	p     string  // table prefix
+	lock  Locker
+	onDue func(string)
+	log   *slog.Logger
+	q     queries
+	// claims: task type -> chan struct{} (capacity 1), this store's large
+	// holds of a type, one at a time (see claimInTurn).
+	claims sync.Map
 }
 
 // Dialect names the database: "sqlite", "postgres" or "mysql".
-func (s *SQLStore) Dialect() string { return s.d.name }
+func (s *SQLStore) Dialect() string { return s.drv.name() }
 
 // DB is the write pool, for tests and tools.
 func (s *SQLStore) DB() *sql.DB { return s.w }
@@ -87,42 +63,30 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 	if opts.OnDue == nil {
 		opts.OnDue = func(string) {}
 	}
-	var s *SQLStore
-	var err error
-	switch {
-	case strings.HasPrefix(dsn, "sqlite://"):
-		s, err = openSQLite(ctx, strings.TrimPrefix(dsn, "sqlite://"))
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		s, err = openPostgres(ctx, dsn, opts)
-	case strings.HasPrefix(dsn, "mysql://"):
-		s, err = openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"))
-	default:
+	var open func(context.Context, string) (*SQLStore, error)
+	for _, d := range drivers {
+		for _, scheme := range d.schemes {
+			if strings.HasPrefix(dsn, scheme) {
+				open = d.open
+			}
+		}
+	}
+	if open == nil {
 		return nil, fmt.Errorf("store: db %q: want sqlite://PATH, postgres://... or mysql://...%s", redact(dsn), Suggest(dsn))
 	}
+	s, err := open(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
 	s.p, s.lock, s.onDue, s.log = opts.TablePrefix, opts.HoldLock, opts.OnDue, opts.Logger
-	s.q = buildQueries(s.d, s.p, s.lock != nil)
+	s.q = buildQueries(s.drv, s.p, s.lock != nil)
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if s.gate != nil { // one writer: keep its hot statements prepared on it, and commit in groups
-		if err := s.prepare(ctx); err != nil {
-			s.Close()
-			return nil, err
-		}
-		if s.lw, err = newLiteWriter(ctx, s.w, s.log, s.walPath); err != nil {
-			s.Close()
-			return nil, err
-		}
-	}
-	if s.d.start != nil {
-		if err := s.d.start(s, dsn); err != nil {
-			s.Close()
-			return nil, err
-		}
+	if err := s.drv.start(ctx, dsn); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -149,93 +113,13 @@ func redact(dsn string) string {
 	return dsn
 }
 
-// prepare keeps the hot SQLite statements prepared on the writer.
-func (s *SQLStore) prepare(ctx context.Context) error {
-	var err error
-	if s.q.hold != "" {
-		if s.holdStmt, err = s.w.PrepareContext(ctx, s.q.hold); err != nil {
-			return fmt.Errorf("store: prepare hold: %w", err)
-		}
-		if s.holdOneStmt, err = s.w.PrepareContext(ctx, s.q.holdOne); err != nil {
-			return fmt.Errorf("store: prepare hold of one: %w", err)
-		}
-		if s.holdNoLogStmt, err = s.w.PrepareContext(ctx, s.q.holdNoLog); err != nil {
-			return fmt.Errorf("store: prepare hold without logs: %w", err)
-		}
-		if s.holdOneNoLogStmt, err = s.w.PrepareContext(ctx, s.q.holdOneNoLog); err != nil {
-			return fmt.Errorf("store: prepare hold of one without its log: %w", err)
-		}
-	}
-	if s.writeRowStmt, err = s.w.PrepareContext(ctx, s.q.writeRow); err != nil {
-		return fmt.Errorf("store: prepare set: %w", err)
-	}
-	if s.setFastStmt, err = s.w.PrepareContext(ctx, s.q.setFast); err != nil {
-		return fmt.Errorf("store: prepare set (fast): %w", err)
-	}
-	if s.setOneStmt, err = s.w.PrepareContext(ctx, liteSetOne(s.p+"tasks")); err != nil {
-		return fmt.Errorf("store: prepare set (one): %w", err)
-	}
-	if s.insertStmt, err = s.w.PrepareContext(ctx, liteInsert(s.p+"tasks")); err != nil {
-		return fmt.Errorf("store: prepare create: %w", err)
-	}
-	return nil
-}
-
 // Close stops background work and closes the pools.
 func (s *SQLStore) Close() error {
-	var errs []error
-	if s.lw != nil {
-		s.lw.close()
-	}
-	for _, st := range []*sql.Stmt{s.holdStmt, s.holdOneStmt, s.holdNoLogStmt, s.holdOneNoLogStmt, s.writeRowStmt, s.setFastStmt, s.setOneStmt, s.insertStmt} {
-		if st != nil {
-			st.Close()
-		}
-	}
-	if s.closer != nil {
-		errs = append(errs, s.closer())
-	}
-	errs = append(errs, s.w.Close())
+	errs := []error{s.drv.close(), s.w.Close()}
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// dialect is what differs between databases.
-type dialect struct {
-	name       string
-	dollar     bool                                                               // $n placeholders
-	migrations [][]string                                                         // DDL per version, {p} = table prefix
-	lockMig    func(ctx context.Context, c *sql.Conn, key string) (func(), error) // nil: run migrations in one write tx
-	logExpr    func(event string) string                                          // append a log entry (args: at, worker)
-	retryable  func(error) bool
-	start      func(s *SQLStore, dsn string) error // background work after migrate (PG: LISTEN)
-	notify     bool                                // PG: NOTIFY in writes
-	arrays     bool                                // PG: batch arguments travel as arrays
-	instance   string                              // PG: this store's id in NOTIFY payloads
-	queries    func(q *queries, b qparts)          // adds the dialect's own queries
-	// listByType, where set, is get_task_list's query for one type (PG:
-	// pgListByType); the shared query otherwise.
-	listByType func(table, cols string, f ListFilter) (string, []any)
-}
-
-// rebind turns ? into $1, $2, ... for PostgreSQL.
-func (d *dialect) rebind(q string) string {
-	if !d.dollar {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for i := 0; i < len(q); i++ {
-		if q[i] == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteByte(q[i])
-	}
-	return b.String()
 }
 
 const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key"
@@ -290,24 +174,21 @@ func colsOf(alias string, log bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// queries are built once per store.
+// queries are the statements the shared code runs, built once per store;
+// a driver sets those whose text differs (build) and keeps its own.
 type queries struct {
-	cols, holdSel, holdUpd, hold, holdOne, lockSel, writeRow, writeBatch string
-	holdNoLog, holdOneNoLog, holdSelNoLog                                string // the holds, the logs left out
-	setFast                                                              string
-	holdDueFirst                                                         bool // hold's arguments: the due condition's before the SET's
-	renew, cancel, get, nextDue, rescueSel, prune, upsertType            string
-	pruneByID                                                            bool // prune's first argument is the id floor of its cutoff (PG)
-	getType, listTypes, stats, insert                                    string
-	insertOne, insertUnique, liveByKey, setPaused, deleteTask            string
-	cronLast, cronCAS                                                    string
-	heartbeat, heldBy, workerSel                                         string
+	cols                                                      string
+	renew, cancel, get, nextDue, rescueSel, prune, upsertType string
+	getType, listTypes, stats                                 string
+	insertOne, insertUnique, liveByKey, setPaused, deleteTask string
+	cronLast, cronCAS                                         string
+	workerSel                                                 string
 }
 
-// qparts are the pieces every dialect's queries are built from.
+// qparts are the pieces every driver's queries are built from.
 type qparts struct {
 	t, p      string // tasks table, table prefix
-	cols      string // the task columns as selected (the log cast to text on PostgreSQL)
+	cols      string // the task columns as selected
 	set, due  string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
 	redisLock bool   // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
 	// statuses rendered from the flow constants
@@ -317,9 +198,9 @@ type qparts struct {
 	typeUpd []string
 }
 
-// buildQueries makes the queries every dialect shares here and has the
-// dialect (postgres.go, mysql.go, sqlite.go) add its own.
-func buildQueries(d *dialect, p string, redisLock bool) queries {
+// buildQueries makes the queries every driver shares here and has the
+// driver (postgres.go, mysql.go, sqlite.go) set and keep its own.
+func buildQueries(d driver, p string, redisLock bool) queries {
 	t := p + "tasks"
 	b := qparts{t: t, p: p, cols: colsOf("", true), redisLock: redisLock,
 		pending: sqlStatus(flow.StatusPending), proc: sqlStatus(flow.StatusProcessing),
@@ -338,7 +219,6 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 		"cron_stage", "cron_context", "modify_time"}
 
 	q := queries{cols: b.cols}
-	q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
 	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + b.proc
 	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " +
 		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ")"
@@ -354,11 +234,10 @@ func buildQueries(d *dialect, p string, redisLock bool) queries {
 	q.cronLast = "SELECT cron, cron_last FROM " + p + "task_types WHERE task_type = ?"
 	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
 	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + b.proc
-	d.queries(&q, b)
-	for _, s := range []*string{&q.hold, &q.holdSel, &q.holdUpd, &q.holdNoLog, &q.holdOneNoLog, &q.holdSelNoLog, &q.lockSel, &q.writeRow, &q.writeBatch, &q.setFast, &q.renew, &q.cancel, &q.get,
-		&q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats, &q.insert,
-		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS,
-		&q.heartbeat, &q.heldBy, &q.workerSel} {
+	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
+	d.build(&q, b)
+	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats,
+		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel} {
 		*s = d.rebind(*s)
 	}
 	return q
@@ -501,38 +380,9 @@ func ctxArg(c json.RawMessage) any {
 	return string(c)
 }
 
-// tx runs fn in a write transaction, retrying deadlocks and serialisation
-// failures a few times (nothing of a failed attempt was committed).
+// tx runs fn in a write transaction (see driver.tx).
 func (s *SQLStore) tx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
-	if s.lw != nil {
-		return s.lw.do(ctx, fn)
-	}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		err = s.tryTx(ctx, fn)
-		if err == nil || !s.d.retryable(err) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond) // brief, to let the other transaction finish
-	}
-	return err
-}
-
-func (s *SQLStore) tryTx(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
-	leave, err := s.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer leave()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(ctx, tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
+	return s.drv.tx(ctx, fn)
 }
 
 // RegisterType implements Store.
@@ -598,56 +448,16 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 		return nil
 	}
 	var err error
-	switch {
-	case hasUniqueKey(recs):
+	if hasUniqueKey(recs) {
 		err = s.createUnique(ctx, recs)
-	case s.q.insert != "": // one statement for the batch
-		err = s.insertPG(ctx, recs)
-	case s.insertStmt != nil: // SQLite: one statement for the batch
-		// Encoded here, outside the one writer.
-		rows, shared, jerr := liteInsertArgs(recs)
-		if jerr != nil {
-			return fmt.Errorf("create %d tasks: %w", len(recs), jerr)
-		}
-		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.StmtContext(ctx, s.insertStmt).ExecContext(ctx, append([]any{rows}, shared...)...)
-			return err
-		})
-	default: // MySQL: multi-row INSERTs of up to 500 rows
-		const chunk = 500
-		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			for i := 0; i < len(recs); i += chunk {
-				rs := recs[i:min(i+chunk, len(recs))]
-				args := make([]any, 0, len(rs)*ncols)
-				for k := range rs {
-					args = append(args, insertArgs(&rs[k])...)
-				}
-				if _, err := tx.ExecContext(ctx, insertText(s.p, len(rs)), args...); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	} else {
+		err = s.drv.createBatch(ctx, recs)
 	}
 	if err != nil {
 		return fmt.Errorf("create %d tasks: %w", len(recs), err)
 	}
 	s.due(recs)
 	return nil
-}
-
-// insertText is a multi-row INSERT of n tasks.
-func insertText(prefix string, n int) string {
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + prefix + "tasks (" + cols + ") VALUES ")
-	row := "(" + in(ncols) + ")"
-	for k := 0; k < n; k++ {
-		if k > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
-	}
-	return b.String()
 }
 
 func insertArgs(r *flow.Record) []any {
@@ -688,29 +498,10 @@ func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
 	return nil
 }
 
-// txRunner is a transaction of any driver: database/sql's or pgx's.
-type txRunner interface {
-	exec(ctx context.Context, q string, args ...any) (rowsAffected int64, err error)
-	queryRow(ctx context.Context, q string, args ...any) scanner
-}
-
-type sqlTx struct{ tx *sql.Tx }
-
-func (t sqlTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (t sqlTx) queryRow(ctx context.Context, q string, args ...any) scanner {
-	return t.tx.QueryRowContext(ctx, q, args...)
-}
-
 // insertEach inserts recs one by one in tx and returns each one's id:
-// its own, or for a unique key already live that task's (existing). On
-// PostgreSQL it NOTIFYs in tx, so the commit wakes holds on every server.
+// its own, or for a unique key already live that task's (existing). The
+// driver notifies in tx (PostgreSQL's NOTIFY), so the commit wakes holds on
+// every server.
 func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Record) (ids []string, existing []bool, err error) {
 	ids, existing = make([]string, len(recs)), make([]bool, len(recs))
 	for i := range recs {
@@ -741,12 +532,8 @@ func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Reco
 			}
 		}
 	}
-	if s.d.notify {
-		for _, typ := range dueTypes(recs) {
-			if _, err := tx.exec(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+typ); err != nil {
-				return nil, nil, err
-			}
-		}
+	if err := s.drv.notify(ctx, tx, dueTypes(recs)...); err != nil {
+		return nil, nil, err
 	}
 	return ids, existing, nil
 }
@@ -770,10 +557,6 @@ func (s *SQLStore) due(recs []flow.Record) {
 	}
 }
 
-// serialClaim is the hold limit from which a store's claims of one type
-// take turns (see Hold).
-const serialClaim = 32
-
 // Hold implements Store.
 func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 	if p.Limit <= 0 {
@@ -785,34 +568,8 @@ func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			return nil, fmt.Errorf("hold %s: lock: %w", p.TaskType, err)
 		}
 		defer unlock()
-	} else if s.lw == nil && p.Limit >= serialClaim {
-		// PostgreSQL and MySQL: this store's large holds of a type claim
-		// one at a time. Concurrent claims of one type all scan the head
-		// of its claim index and step over each other's rows (SKIP
-		// LOCKED): four workers holding 500 each read up to 2,000 rows and
-		// tried a lock on each to take 500 (end to end on PostgreSQL,
-		// interleaved: 0.90x River before, 0.96x after; MariaDB +10-20 %).
-		// Small claims go on at once: their time is their commit, which
-		// concurrent claims share, and one at a time cost 64 one-task
-		// holders a third of their rate. Other servers sharing the
-		// database still meet under SKIP LOCKED. (SQLite has one writer,
-		// which already runs claims one after another, in group commits.)
-		turn, _ := s.claims.LoadOrStore(p.TaskType, make(chan struct{}, 1))
-		select {
-		case turn.(chan struct{}) <- struct{}{}:
-			defer func() { <-turn.(chan struct{}) }()
-		case <-ctx.Done():
-			return nil, fmt.Errorf("hold %s: %w", p.TaskType, ctx.Err())
-		}
 	}
-	var recs []flow.Record
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		recs, err = s.hold(ctx, p)
-		if err == nil || !s.d.retryable(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	recs, err := s.drv.hold(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("hold %s: %w", p.TaskType, err)
 	}
@@ -825,146 +582,10 @@ func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 	return recs, nil
 }
 
-func (s *SQLStore) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	at := logAt(p.Now)
-	if s.q.hold != "" {
-		var args []any
-		setArgs := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
-		dueArgs := []any{p.TaskType, us(p.Now), p.TaskType, p.Limit}
-		if s.q.holdDueFirst {
-			args = append(dueArgs, setArgs...)
-		} else {
-			args = append(setArgs, dueArgs...)
-		}
-		if s.lw != nil {
-			// SQLite: the claim joins the writer's next group commit.
-			// The writer only steps and scans the rows; their logs are
-			// parsed here, off the writer (a tenth of a hold's time in it).
-			var out []flow.Record
-			var logs []string
-			stmt, one := s.holdStmt, s.holdOneStmt
-			if p.OmitLog {
-				stmt, one = s.holdNoLogStmt, s.holdOneNoLogStmt
-			}
-			if p.Limit == 1 && one != nil {
-				stmt = one
-			}
-			err := s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-				rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
-				if err != nil {
-					return err
-				}
-				out, logs, err = scanHeld(rows, p.Limit)
-				return err
-			})
-			if err != nil {
-				return nil, err
-			}
-			return s.parseHeldLogs(out, logs), nil
-		}
-		q := s.q.hold
-		if p.OmitLog {
-			q = s.q.holdNoLog
-		}
-		rows, err := s.w.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, err
-		}
-		out, logs, err := scanHeld(rows, p.Limit)
-		if err != nil {
-			return nil, err
-		}
-		return s.parseHeldLogs(out, logs), nil
-	}
-	// MySQL: select under SKIP LOCKED, then update, in one transaction.
-	var out []flow.Record
-	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		sel := s.q.holdSel
-		if p.OmitLog {
-			sel = s.q.holdSelNoLog
-		}
-		rows, err := tx.QueryContext(ctx, sel, p.TaskType, us(p.Now), p.TaskType, p.Limit)
-		if err != nil {
-			return err
-		}
-		recs, err := scanRecords(rows)
-		if err != nil || len(recs) == 0 {
-			out = nil
-			return err
-		}
-		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), at, p.WorkerID}
-		for _, r := range recs {
-			args = append(args, r.TaskID)
-		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(s.q.holdUpd, in(len(recs))), args...)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n != int64(len(recs)) {
-			// Only without SKIP LOCKED (Redis lock mode) can rows change
-			// between the select and the update; keep those we got.
-			got, err := s.heldBy(ctx, tx, recs, p.Lease)
-			if err != nil {
-				return err
-			}
-			recs = got
-		}
-		for i := range recs {
-			r := &recs[i]
-			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
-			le := p.LeaseExpiry
-			r.LeaseExpiry = &le
-			if !p.OmitLog {
-				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
-			}
-		}
-		out = recs
-		return nil
-	})
-	return out, err
-}
-
-func (s *SQLStore) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, lease string) ([]flow.Record, error) {
-	args := []any{lease}
-	for _, r := range recs {
-		args = append(args, r.TaskID)
-	}
-	rows, err := tx.QueryContext(ctx, "SELECT task_id FROM "+s.p+"tasks WHERE lease = ? AND task_id IN ("+in(len(recs))+")", args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	mine := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		mine[id] = true
-	}
-	var out []flow.Record
-	for _, r := range recs {
-		if mine[r.TaskID] {
-			out = append(out, r)
-		}
-	}
-	return out, rows.Err()
-}
-
 // lockRows loads the rows of ids under a row lock (SQLite: under the one
 // writer) in task_id order, which keeps concurrent batches from deadlocking.
 func (s *SQLStore) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (map[string]*flow.Record, error) {
-	var rows *sql.Rows
-	var err error
-	if s.d.arrays {
-		rows, err = tx.QueryContext(ctx, s.q.lockSel, ids)
-	} else {
-		args := make([]any, len(ids))
-		for i, id := range ids {
-			args[i] = id
-		}
-		rows, err = tx.QueryContext(ctx, fmt.Sprintf(s.q.lockSel, in(len(ids))), args...)
-	}
+	rows, err := s.drv.lockRows(ctx, tx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -984,73 +605,7 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 	if len(recs) == 0 {
 		return nil
 	}
-	if s.q.writeBatch != "" {
-		n := len(recs)
-		ids, stages, owners, leases, logs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		statuses, crts := make([]int32, n), make([]int32, n)
-		ctxs := make([]*string, n)
-		ots, les, mts := make([]int64, n), make([]int64, n), make([]int64, n)
-		for i, r := range recs {
-			ids[i], stages[i], owners[i], leases[i], logs[i] = r.TaskID, r.TaskStage, r.Owner, r.Lease, string(flow.MarshalLog(r.ScheduleLog))
-			statuses[i], crts[i] = int32(r.Status), int32(r.CrtRetryNum)
-			if r.TaskContext != nil {
-				c := string(r.TaskContext)
-				ctxs[i] = &c
-			}
-			ots[i], mts[i] = us(r.OrderTime), us(r.ModifyTime)
-			if r.LeaseExpiry != nil {
-				les[i] = us(*r.LeaseExpiry)
-			}
-		}
-		_, err := tx.ExecContext(ctx, s.q.writeBatch, ids, stages, statuses, ctxs, ots, crts, owners, leases, les, logs, mts, s.d.channel(s.p), s.d.instance+":")
-		return err
-	}
-	if s.writeRowStmt != nil { // SQLite
-		// In process, a prepared statement per row is cheaper than one
-		// statement joined to a list of values (measured: BenchmarkCycle).
-		stmt := tx.StmtContext(ctx, s.writeRowStmt) // the one writer has it prepared already
-		defer stmt.Close()
-		for _, r := range recs {
-			var le int64
-			if r.LeaseExpiry != nil {
-				le = us(*r.LeaseExpiry)
-			}
-			if _, err := stmt.ExecContext(ctx, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
-				r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime), r.TaskID); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// MySQL: one UPDATE joined to the new values per chunk, one round trip
-	// instead of one per row.
-	const chunk = 200
-	t := s.p + "tasks"
-	for i := 0; i < len(recs); i += chunk {
-		part := recs[i:min(i+chunk, len(recs))]
-		var b strings.Builder
-		args := make([]any, 0, 11*len(part))
-		b.WriteString("SELECT ? AS id, ? AS stage, ? AS st, ? AS ctx, ? AS ot, ? AS crt, ? AS owner, ? AS lease, ? AS le, ? AS log, ? AS mt")
-		for k, r := range part {
-			if k > 0 {
-				b.WriteString(" UNION ALL SELECT " + in(11))
-			}
-			var le int64
-			if r.LeaseExpiry != nil {
-				le = us(*r.LeaseExpiry)
-			}
-			args = append(args, r.TaskID, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), us(r.OrderTime), r.CrtRetryNum,
-				r.Owner, r.Lease, le, string(flow.MarshalLog(r.ScheduleLog)), us(r.ModifyTime))
-		}
-		// STRAIGHT_JOIN: the values first, then one primary key lookup
-		// each; otherwise the optimizer may scan the table.
-		q := "UPDATE (" + b.String() + ") v STRAIGHT_JOIN " + t + " t ON t.task_id = v.id SET t.task_stage = v.stage, t.status = v.st, t.task_context = v.ctx," +
-			" t.order_time = v.ot, t.crt_retry_num = v.crt, t.owner = v.owner, t.lease = v.lease, t.lease_expiry = v.le, t.schedule_log = v.log, t.modify_time = v.mt"
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.drv.writeRows(ctx, tx, recs)
 }
 
 // SetTasks implements Store.
@@ -1058,8 +613,10 @@ func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if s.q.setFast != "" && fastSettable(reqs) {
-		return s.setFast(ctx, reqs, now)
+	if done, pending, ok, err := s.drv.setFast(ctx, reqs, now); err != nil {
+		return nil, fmt.Errorf("set %d tasks: %w", len(reqs), err)
+	} else if ok {
+		return s.setFastDone(ctx, reqs, done, pending, now)
 	}
 	var errs []error
 	var changed []*flow.Record
@@ -1128,21 +685,13 @@ func (s *SQLStore) stale(ctx context.Context, taskID, what string) error {
 // RenewLease implements Store.
 func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry time.Time) error {
 	var n int64
-	var err error
-	if s.lw != nil { // SQLite: in turn with the group commits
-		err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			res, err := tx.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease)
-			if err == nil {
-				n, err = res.RowsAffected()
-			}
-			return err
-		})
-	} else {
-		var res sql.Result
-		if res, err = s.w.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease); err == nil {
+	err := s.drv.write(ctx, func(ctx context.Context, ex execQuerier) error {
+		res, err := ex.ExecContext(ctx, s.q.renew, us(expiry), us(time.Now()), taskID, lease)
+		if err == nil {
 			n, err = res.RowsAffected()
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("renew lease of %s: %w", taskID, err)
 	}
@@ -1210,10 +759,7 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 			if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&rec)...); err != nil {
 				return err
 			}
-			if s.d.notify {
-				_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", s.d.channel(s.p), s.d.instance+":"+taskType)
-			}
-			return err
+			return s.drv.notify(ctx, sqlTx{tx}, taskType)
 		})
 		if err != nil {
 			return n, fmt.Errorf("cron tick %s of %s: %w", tick.Format(time.RFC3339), taskType, err)
@@ -1226,54 +772,9 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 	return n, nil
 }
 
-// Heartbeat implements Store: one statement renews all of the worker's
-// leases (MySQL: an UPDATE joined to the types, then a read of them).
+// Heartbeat implements Store.
 func (s *SQLStore) Heartbeat(ctx context.Context, workerID string, now time.Time) ([]flow.HeldLease, error) {
-	scan := func(rows *sql.Rows) ([]flow.HeldLease, error) {
-		defer rows.Close()
-		out := []flow.HeldLease{}
-		for rows.Next() {
-			var l flow.HeldLease
-			var exp int64
-			if err := rows.Scan(&l.TaskID, &l.Lease, &exp); err != nil {
-				return nil, err
-			}
-			l.LeaseExpiry = fromUS(exp)
-			out = append(out, l)
-		}
-		return out, rows.Err()
-	}
-	var out []flow.HeldLease
-	var err error
-	switch {
-	case s.lw != nil:
-		// SQLite: in turn with the group commits, not racing them for the
-		// one connection (a heartbeat that waits too long loses leases).
-		err = s.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, s.q.heartbeat, us(now), us(now), workerID)
-			if err == nil {
-				out, err = scan(rows)
-			}
-			return err
-		})
-	case s.q.heldBy == "":
-		var rows *sql.Rows
-		if rows, err = s.w.QueryContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err == nil {
-			out, err = scan(rows)
-		}
-	default:
-		err = s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, s.q.heartbeat, us(now), us(now), workerID); err != nil {
-				return err
-			}
-			rows, err := tx.QueryContext(ctx, s.q.heldBy, workerID)
-			if err != nil {
-				return err
-			}
-			out, err = scan(rows)
-			return err
-		})
-	}
+	out, err := s.drv.heartbeat(ctx, workerID, now)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat of %s: %w", workerID, err)
 	}
@@ -1410,35 +911,8 @@ func (s *SQLStore) GetTask(ctx context.Context, taskID string) (flow.Record, err
 
 // ListTasks implements Store.
 func (s *SQLStore) ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error) {
-	if f.TaskType != "" && s.d.listByType != nil {
-		q, args := s.d.listByType(s.p+"tasks", s.q.cols, f)
-		rows, err := s.r.QueryContext(ctx, s.d.rebind(q), args...)
-		if err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		return scanRecords(rows)
-	}
-	var where []string
-	var args []any
-	if f.TaskType != "" {
-		where, args = append(where, "task_type = ?"), append(args, f.TaskType)
-	}
-	if f.Status != 0 {
-		where, args = append(where, "status = ?"), append(args, int(f.Status))
-	}
-	if f.TaskStage != "" {
-		where, args = append(where, "task_stage = ?"), append(args, f.TaskStage)
-	}
-	if f.After != "" {
-		where, args = append(where, "task_id > ?"), append(args, f.After)
-	}
-	q := "SELECT " + s.q.cols + " FROM " + s.p + "tasks"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY task_id LIMIT ?"
-	args = append(args, f.Limit)
-	rows, err := s.r.QueryContext(ctx, s.d.rebind(q), args...)
+	q, args := s.drv.listQuery(f)
+	rows, err := s.r.QueryContext(ctx, s.drv.rebind(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -1521,11 +995,7 @@ func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) 
 
 // PruneEnded implements Store.
 func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	args := []any{us(before), limit}
-	if s.q.pruneByID {
-		args = append([]any{flow.TaskIDFloor(before)}, args...)
-	}
-	res, err := s.w.ExecContext(ctx, s.q.prune, args...)
+	res, err := s.w.ExecContext(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}
@@ -1533,60 +1003,42 @@ func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) 
 	return int(n), nil
 }
 
-// migrate brings the schema to the newest version. Each dialect serialises
+// migrate brings the schema to the newest version. Each driver serialises
 // concurrent starts: an advisory lock (PostgreSQL), GET_LOCK (MySQL) or the
 // write transaction (SQLite).
 func (s *SQLStore) migrate(ctx context.Context) error {
 	meta := s.p + "meta"
-	run := func(ex interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
-		QueryRowContext(context.Context, string, ...any) *sql.Row
-	}) error {
+	migrations := s.drv.migrations()
+	run := func(ex execQuerier) error {
 		if _, err := ex.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+meta+" (name VARCHAR(64) PRIMARY KEY, value BIGINT NOT NULL)"); err != nil {
 			return err
 		}
 		var v int
-		err := ex.QueryRowContext(ctx, s.d.rebind("SELECT value FROM "+meta+" WHERE name = ?"), "schema_version").Scan(&v)
+		err := ex.QueryRowContext(ctx, s.drv.rebind("SELECT value FROM "+meta+" WHERE name = ?"), "schema_version").Scan(&v)
 		if errors.Is(err, sql.ErrNoRows) {
-			if _, err := ex.ExecContext(ctx, s.d.rebind("INSERT INTO "+meta+" (name, value) VALUES (?, 0)"), "schema_version"); err != nil {
+			if _, err := ex.ExecContext(ctx, s.drv.rebind("INSERT INTO "+meta+" (name, value) VALUES (?, 0)"), "schema_version"); err != nil {
 				return err
 			}
 		} else if err != nil {
 			return err
 		}
-		if v > len(s.d.migrations) {
-			return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(s.d.migrations))
+		if v > len(migrations) {
+			return fmt.Errorf("schema version %d is newer than this binary knows (%d)", v, len(migrations))
 		}
-		for i := v; i < len(s.d.migrations); i++ {
-			for _, stmt := range s.d.migrations[i] {
+		for i := v; i < len(migrations); i++ {
+			for _, stmt := range migrations[i] {
 				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil {
 					return fmt.Errorf("migration %d: %w", i+1, err)
 				}
 			}
-			if _, err := ex.ExecContext(ctx, s.d.rebind("UPDATE "+meta+" SET value = ? WHERE name = ?"), i+1, "schema_version"); err != nil {
+			if _, err := ex.ExecContext(ctx, s.drv.rebind("UPDATE "+meta+" SET value = ? WHERE name = ?"), i+1, "schema_version"); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	var err error
-	if s.d.lockMig == nil {
-		err = s.tryTx(ctx, func(_ context.Context, tx *sql.Tx) error { return run(tx) })
-	} else {
-		var c *sql.Conn
-		c, err = s.w.Conn(ctx)
-		if err == nil {
-			var unlock func()
-			unlock, err = s.d.lockMig(ctx, c, "fulcrum_flow_migrate_"+s.p)
-			if err == nil {
-				err = run(c)
-				unlock()
-			}
-			c.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("store: migrate %s schema (prefix %s): %w", s.d.name, s.p, err)
+	if err := s.drv.lockMigrations(ctx, "fulcrum_flow_migrate_"+s.p, run); err != nil {
+		return fmt.Errorf("store: migrate %s schema (prefix %s): %w", s.drv.name(), s.p, err)
 	}
 	return nil
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
@@ -29,21 +27,15 @@ func NewTxCreator(dialectName, prefix string) (*TxCreator, error) {
 	if !prefixRE.MatchString(prefix) {
 		return nil, fmt.Errorf("store: table prefix %q: use at most 40 letters, digits and _", prefix)
 	}
-	var d *dialect
-	switch dialectName {
-	case "postgres":
-		d = pgDialect()
-		d.instance = "app" // not a server's: every server's LISTEN takes it
-	case "mysql":
-		d = myDialect()
-	case "sqlite":
-		d = liteDialect()
-	default:
-		return nil, fmt.Errorf("store: dialect %q: want postgres, mysql or sqlite", dialectName)
+	for _, d := range drivers {
+		if d.name == dialectName {
+			s := &SQLStore{p: prefix}
+			s.drv = d.sqlOnly(s)
+			s.q = buildQueries(s.drv, prefix, false)
+			return &TxCreator{s: s}, nil
+		}
 	}
-	s := &SQLStore{d: d, p: prefix}
-	s.q = buildQueries(d, prefix, false)
-	return &TxCreator{s: s}, nil
+	return nil, fmt.Errorf("store: dialect %q: want postgres, mysql or sqlite", dialectName)
 }
 
 // Create validates tasks, reads their types' configs and inserts them in
@@ -53,14 +45,6 @@ func NewTxCreator(dialectName, prefix string) (*TxCreator, error) {
 // a unique key committed by another transaction is seen.
 func (c *TxCreator) Create(ctx context.Context, tx *sql.Tx, tasks []flow.NewTask) (*flow.CreateTaskResponse, error) {
 	return c.create(ctx, sqlTx{tx}, tasks)
-}
-
-// CreatePgx is Create for a pgx transaction (PostgreSQL).
-func (c *TxCreator) CreatePgx(ctx context.Context, tx pgx.Tx, tasks []flow.NewTask) (*flow.CreateTaskResponse, error) {
-	if c.s.d.name != "postgres" {
-		return nil, fmt.Errorf("store: a pgx transaction needs the postgres dialect, not %s", c.s.d.name)
-	}
-	return c.create(ctx, pgxTx{tx}, tasks)
 }
 
 func (c *TxCreator) create(ctx context.Context, tx txRunner, tasks []flow.NewTask) (*flow.CreateTaskResponse, error) {
@@ -104,15 +88,4 @@ func (c *TxCreator) create(ctx context.Context, tx txRunner, tasks []flow.NewTas
 		}
 	}
 	return out, nil
-}
-
-type pgxTx struct{ tx pgx.Tx }
-
-func (t pgxTx) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	tag, err := t.tx.Exec(ctx, q, args...)
-	return tag.RowsAffected(), err
-}
-
-func (t pgxTx) queryRow(ctx context.Context, q string, args ...any) scanner {
-	return t.tx.QueryRow(ctx, q, args...)
 }
