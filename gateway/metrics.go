@@ -23,6 +23,7 @@ type metrics struct {
 	discovery   *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
 	rateDropped *prometheus.CounterVec
+	splitPicks  *prometheus.CounterVec
 }
 
 func newMetrics(targets func() []*upstream) *metrics {
@@ -79,7 +80,11 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_rate_limit_keys_dropped_total",
 		Help: "Rate-limit buckets dropped to keep a route under its max_keys (least recently seen first), by route.",
 	}, []string{"route"})
-	m.reg.MustRegister(m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+	m.splitPicks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulcrum_gateway_split_requests_total",
+		Help: "Requests a route's weighted split sent to each side, by route (its index in the file) and upstream; the side's statuses are in fulcrum_gateway_requests_total.",
+	}, []string{"route", "upstream"})
+	m.reg.MustRegister(m.splitPicks, m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
 		&targetCollector{targets: targets},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

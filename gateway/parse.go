@@ -54,7 +54,7 @@ func (cc *clientConn) parse(headTO time.Duration) parseOutcome {
 	// routed to an https upstream over the cleartext fast path.
 	cc.lc = cc.g.rt.Load()
 	cc.rte = cc.lc.route(r)
-	cc.up = cc.rte.upstream()
+	cc.up = cc.rte.upstream((*h1View)(r), cc.clientIP)
 	if cc.up != nil && cc.up.tls != nil {
 		cc.lc, cc.rte, cc.up = nil, nil, nil
 		return parseHandOff // https targets: net/http sends it (upstream_tls.go)

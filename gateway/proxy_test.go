@@ -585,3 +585,46 @@ func TestAccessLogDoesNotHoldTheResponse(t *testing.T) {
 		w.release <- struct{}{}
 	}
 }
+
+// A split route sends each side its share, keeps a keyed client on one
+// side on every transport, and counts each side's requests.
+func TestSplitRoute(t *testing.T) {
+	bs := backends(t, 2)
+	g := start(t, base+`upstreams:
+  v1: {targets: [{url: "`+bs[0].url()+`"}]}
+  v2: {targets: [{url: "`+bs[1].url()+`"}]}
+routes:
+  - match: {path_prefix: /}
+    split: [{upstream: v1, weight: 50}, {upstream: v2, weight: 50}]
+    split_key: "header:X-User"
+`)
+	c := client()
+	sides := map[string]int{}
+	for u := range 40 {
+		user := fmt.Sprint("u", u)
+		first := ""
+		for i := range 4 {
+			var body io.Reader
+			if i%2 == 1 {
+				body = io.MultiReader(strings.NewReader("x")) // chunked: net/http's path
+			}
+			r := do(t, c, "POST", "http://"+g.Addr()+"/", body, "X-User", user)
+			if first == "" {
+				first = r.body
+			}
+			if r.code != 200 || r.body != first {
+				t.Fatalf("user %s: request %d went to %q (%d), the first to %q", user, i, r.body, r.code, first)
+			}
+		}
+		sides[first]++
+	}
+	if sides["b1"] == 0 || sides["b2"] == 0 {
+		t.Fatalf("40 users on a 50/50 split: %v", sides)
+	}
+	m := get(t, c, "http://"+g.AdminAddr()+"/metrics").body
+	for _, up := range []string{"v1", "v2"} {
+		if !strings.Contains(m, `fulcrum_gateway_split_requests_total{route="0",upstream="`+up+`"}`) {
+			t.Errorf("metrics lack side %s's requests", up)
+		}
+	}
+}

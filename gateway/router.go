@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +28,7 @@ type route struct {
 	index   int // in the file: the lowest matching one wins
 	up      *upstream
 	cfg     *config.Route
+	split   *split       // a weighted split, nil when the route names one upstream
 	limit   *rateLimiter // rate_limit, nil when none
 	limited prometheus.Counter
 	methods []string
@@ -71,6 +73,7 @@ func (r *route) extra(q reqView) bool {
 type reqView interface {
 	method() []byte
 	header(lowerName string) ([]byte, bool) // the first value
+	cookie(name string) (string, bool)
 	rawQuery() []byte
 }
 
@@ -103,6 +106,13 @@ func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *
 	}
 	for i, rc := range routes {
 		r := &route{index: i, up: ups[rc.Upstream], cfg: &routes[i], methods: rc.Match.Methods}
+		if len(rc.Split) > 0 {
+			var was *split
+			if old != nil && i < len(old.all) && old.all[i].split != nil && sameMatch(&old.all[i].cfg.Match, &rc.Match) {
+				was = old.all[i].split
+			}
+			r.split = newSplit(&routes[i], i, ups, was, g, time.Now())
+		}
 		if rl := rc.RateLimit; rl != nil {
 			if old != nil && i < len(old.all) && old.all[i].limit != nil && *old.all[i].cfg.RateLimit == *rl {
 				r.limit = old.all[i].limit
@@ -119,7 +129,7 @@ func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *
 				r.limit = l
 				made = append(made, l)
 			}
-			r.limited = g.metrics.rateLimited.WithLabelValues(strconv.Itoa(i), rc.Upstream)
+			r.limited = g.metrics.rateLimited.WithLabelValues(strconv.Itoa(i), routeTarget(&routes[i]))
 		}
 		for name, v := range rc.Match.Headers {
 			r.headers = append(r.headers, kv{strings.ToLower(name), v})
@@ -183,12 +193,51 @@ func (rt *router) find(host, path []byte, q reqView) *route {
 	return best
 }
 
-// upstream is the route's upstream; nil for no route.
-func (r *route) upstream() *upstream {
-	if r == nil {
+// upstream is the route's upstream for the request q (a split chooses
+// one); nil for no route.
+func (r *route) upstream(q reqView, clientIP func() string) *upstream {
+	switch {
+	case r == nil:
 		return nil
+	case r.split == nil:
+		return r.up
 	}
-	return r.up
+	sp := r.split
+	key, keyed := "", true
+	switch sp.key.Kind {
+	case "":
+		keyed = false
+	case "client_ip":
+		key = clientIP()
+	case "header":
+		v, _ := q.header(sp.lkey)
+		key = string(v)
+	case "cookie":
+		key, _ = q.cookie(sp.key.Name)
+	}
+	return sp.choose(key, keyed, time.Now())
+}
+
+// routeTarget names what a route sends to, for metrics: its upstream, or
+// its split's upstreams joined by "+".
+func routeTarget(rc *config.Route) string {
+	if len(rc.Split) == 0 {
+		return rc.Upstream
+	}
+	s := ""
+	for i, sd := range rc.Split {
+		if i > 0 {
+			s += "+"
+		}
+		s += sd.Upstream
+	}
+	return s
+}
+
+// sameMatch reports whether two routes match the same requests (a reload
+// that keeps a split's route keeps its ramp clocks).
+func sameMatch(a, b *config.Match) bool {
+	return fmt.Sprint(*a) == fmt.Sprint(*b)
 }
 
 // limiters lists the rate limiters in use.
@@ -353,6 +402,17 @@ func (v *h1View) header(name string) ([]byte, bool) {
 	return nil, false
 }
 
+func (v *h1View) cookie(name string) (string, bool) {
+	for _, h := range v.Headers {
+		if len(h.Name) == 6 && h1.EqFold(h.Name, "cookie") {
+			if c, ok := cookieValue(h.Value, name); ok {
+				return c, true
+			}
+		}
+	}
+	return "", false
+}
+
 func (v *h1View) rawQuery() []byte {
 	if i := bytes.IndexByte(v.URI, '?'); i >= 0 {
 		return v.URI[i+1:]
@@ -371,6 +431,14 @@ func (v *httpView) header(name string) ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(vs[0]), true
+}
+
+func (v *httpView) cookie(name string) (string, bool) {
+	c, err := (*http.Request)(v).Cookie(name)
+	if err != nil {
+		return "", false
+	}
+	return c.Value, true
 }
 
 func (v *httpView) rawQuery() []byte { return []byte(v.URL.RawQuery) }

@@ -97,7 +97,7 @@ func TestRouterMatchesTheLinearScan(t *testing.T) {
 			meth := pick("GET", "POST", "PUT", "DELETE")
 			r := parseReq(t, meth+" "+path+query+" HTTP/1.1\r\nHost: "+host+"\r\n"+hdr+"Content-Length: 0\r\n\r\n")
 			want := naiveFind(routes, host, path, (*h1View)(r))
-			got := rt.find([]byte(host), []byte(path), (*h1View)(r)).upstream()
+			got := rt.find([]byte(host), []byte(path), (*h1View)(r)).upstream((*h1View)(r), func() string { return "" })
 			wantUp := (*upstream)(nil)
 			if want >= 0 {
 				wantUp = ups[routes[want].Upstream]

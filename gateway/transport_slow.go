@@ -138,7 +138,7 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", rid)
 	sw := &statusWriter{ResponseWriter: w}
 	ro := rt.routeHTTP(r)
-	up := ro.upstream()
+	up := ro.upstream((*httpView)(r), func() string { return slowClientIP(r) })
 	sr := &slowReq{line: accessLine{start: start, rid: rid, client: r.RemoteAddr, proto: r.Proto,
 		method: r.Method, path: r.URL.RequestURI(), up: up}}
 	defer func() {

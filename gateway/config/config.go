@@ -272,8 +272,24 @@ func (q Queue) LIFO() time.Duration {
 type Route struct {
 	Match    Match  `yaml:"match"`
 	Upstream string `yaml:"upstream"`
+	// Split sends the route's requests to several upstreams by weight
+	// instead of Upstream (a canary, a blue/green switch).
+	Split []SplitSide `yaml:"split"`
+	// SplitKey keeps one client on one side: client_ip, header:NAME or
+	// cookie:NAME. Without it each request draws.
+	SplitKey string `yaml:"split_key"`
 	// RateLimit caps the requests per key that the route lets through.
 	RateLimit *RateLimit `yaml:"rate_limit"`
+}
+
+// SplitSide is one side of a weighted split.
+type SplitSide struct {
+	Upstream string `yaml:"upstream"`
+	// Weight is the side's share against the others' (0 takes it out).
+	Weight int `yaml:"weight"`
+	// Ramp raises the side's weight from 0 to Weight over this window,
+	// from when the side first appeared (a reload keeps the clock).
+	Ramp Duration `yaml:"ramp"`
 }
 
 // RateLimit is a token bucket per key (nginx's limit_req, Envoy's local
@@ -495,10 +511,47 @@ func (v *validator) config(c *Config) {
 	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
-		if r.Upstream == "" {
-			v.fail(p("routes", i, "upstream"), "required")
-		} else if _, ok := c.Upstreams[r.Upstream]; !ok {
-			v.fail(p("routes", i, "upstream"), "no upstream named %q (have %v)", r.Upstream, names)
+		switch {
+		case r.Upstream != "" && len(r.Split) > 0:
+			v.fail(p("routes", i, "split"), "set upstream or split, not both")
+		case len(r.Split) > 0:
+			total := 0
+			seen := map[string]bool{}
+			for j, sd := range r.Split {
+				if _, ok := c.Upstreams[sd.Upstream]; !ok {
+					v.fail(p("routes", i, "split", j, "upstream"), "no upstream named %q (have %v)", sd.Upstream, names)
+				}
+				if seen[sd.Upstream] {
+					v.fail(p("routes", i, "split", j, "upstream"), "%q appears twice in the split", sd.Upstream)
+				}
+				seen[sd.Upstream] = true
+				if sd.Weight < 0 || sd.Weight > 1000000 {
+					v.fail(p("routes", i, "split", j, "weight"), "%d is outside 0..1000000", sd.Weight)
+				}
+				if sd.Ramp < 0 {
+					v.fail(p("routes", i, "split", j, "ramp"), "%v is negative", sd.Ramp.D())
+				}
+				total += sd.Weight
+			}
+			if total == 0 {
+				v.fail(p("routes", i, "split"), "every weight is 0: nothing would be served")
+			}
+			if r.SplitKey != "" {
+				if k, err := ParseHashKey(r.SplitKey); err != nil {
+					v.fail(p("routes", i, "split_key"), "%v", err)
+				} else if k.Kind != "client_ip" && k.Kind != "header" && k.Kind != "cookie" {
+					v.fail(p("routes", i, "split_key"), "%q: a split key is client_ip, header:NAME or cookie:NAME", r.SplitKey)
+				}
+			}
+		case r.Upstream == "":
+			v.fail(p("routes", i, "upstream"), "required (or a split)")
+		default:
+			if _, ok := c.Upstreams[r.Upstream]; !ok {
+				v.fail(p("routes", i, "upstream"), "no upstream named %q (have %v)", r.Upstream, names)
+			}
+			if r.SplitKey != "" {
+				v.fail(p("routes", i, "split_key"), "only with a split")
+			}
 		}
 		m := &r.Match
 		switch {
