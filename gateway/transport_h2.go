@@ -375,8 +375,12 @@ func (x *ownExchange) relay(sw *statusWriter, w http.ResponseWriter) (upKeep boo
 	delete(hdr, "X-Request-Id") // the target's, if it sent one, as on the fast path
 	hasRID := false
 	for _, h := range res.Headers {
-		if h1.IsHopByHop(h.Name) || (res.ConnTokens && h1.HasToken(res.Conn, h.Name)) ||
+		if (h1.IsHopByHop(h.Name) && !(res.Chunked && h1.EqFold(h.Name, "trailer"))) ||
+			(res.ConnTokens && h1.HasToken(res.Conn, h.Name)) ||
 			(len(h.Name) == 17 && h1.EqFold(h.Name, "transfer-encoding")) {
+			// Trailer stays with a chunked body: net/http's HTTP/1.1
+			// writer sends trailers only when they were declared before
+			// the head went out.
 			continue
 		}
 		name := canonical(h.Name)

@@ -8,6 +8,9 @@
 #   PROFILE=after bench/proxy/h2.sh    # also a 5 s CPU profile of that row,
 #                                      # left in /tmp/h2-<row>.pprof
 #
+# Ports 27001-27003 (upstreams), 27443 (fulcrum), 27444 (nginx) and
+# 27901 (admin) keep it clear of run.sh, which may run beside it.
+#
 # Columns: req/s (h2load's), CPU µs per request (the proxy's utime+stime
 # from /proc/PID/stat, its workers' too, over the h2load run, divided by
 # the requests h2load completed), and h2load's mean and max request time.
@@ -38,13 +41,13 @@ trap cleanup EXIT
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
 	-subj /CN=127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1
 
-U1=127.0.0.1:19001 U2=127.0.0.1:19002 U3=127.0.0.1:19003
+U1=127.0.0.1:27001 U2=127.0.0.1:27002 U3=127.0.0.1:27003
 "$work/fulcrum" demo upstreams --listen $U1,$U2,$U3 >"$work/upstreams.log" 2>&1 &
 pids+=($!)
 
 cat >"$work/fulcrum.yaml" <<YAML
-listen: 127.0.0.1:18443
-admin: {listen: 127.0.0.1:19901}
+listen: 127.0.0.1:27443
+admin: {listen: 127.0.0.1:27901}
 access_log: {enabled: false}
 tls: {cert_file: $work/cert.pem, key_file: $work/key.pem}
 upstreams:
@@ -66,7 +69,7 @@ http {
   access_log off;
   upstream demo { server $U1; server $U2; server $U3; keepalive 128; }
   server {
-    listen 127.0.0.1:18444 ssl http2;
+    listen 127.0.0.1:27444 ssl http2;
     ssl_certificate $work/cert.pem;
     ssl_certificate_key $work/key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -86,7 +89,7 @@ NGINX
 rows="after nginx"
 [ -n "$FULCRUM_BEFORE" ] && rows="before $rows"
 
-port_of() { case $1 in nginx) echo 18444 ;; *) echo 18443 ;; esac; }
+port_of() { case $1 in nginx) echo 27444 ;; *) echo 27443 ;; esac; }
 
 start() {
 	case $1 in
@@ -121,7 +124,7 @@ for round in $(seq "$ROUNDS"); do
 		start "$row"
 		h2load -c16 -m16 -t2 -n5000 --tls13-ciphers=TLS_AES_128_GCM_SHA256 "https://127.0.0.1:$(port_of "$row")/" >/dev/null 2>&1 # warm-up
 		if [ "$PROFILE" = "$row" ]; then
-			curl -s -o "/tmp/h2-$row.pprof" "http://127.0.0.1:19901/debug/pprof/profile?seconds=5" &
+			curl -s -o "/tmp/h2-$row.pprof" "http://127.0.0.1:27901/debug/pprof/profile?seconds=5" &
 			prof=$!
 		fi
 		t0=$(ticks)
