@@ -133,8 +133,8 @@ func TestH2Bodies(t *testing.T) {
 	url := "https://" + g.Addr() + "/echo"
 	big := strings.Repeat("0123456789abcdef", 4096) // 64 KiB: streamed
 	for name, mk := range map[string]func() io.Reader{
-		"small":        func() io.Reader { return strings.NewReader("hello") },
-		"large":        func() io.Reader { return strings.NewReader(big) },
+		"small":                func() io.Reader { return strings.NewReader("hello") },
+		"large":                func() io.Reader { return strings.NewReader(big) },
 		"large-unknown-length": func() io.Reader { return io.MultiReader(strings.NewReader(big)) },
 	} {
 		req, _ := http.NewRequest("POST", url, mk())

@@ -112,6 +112,9 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 func (x *ownExchange) release() {
 	x.g, x.ctx, x.sr, x.stream, x.bodyErr, x.uc = nil, nil, nil, nil, nil, nil
 	x.busy, x.gone = nil, false
+	hs := x.res.Headers[:0]
+	clear(hs[:cap(hs)]) // slices into a connection's buffer: let it go
+	x.res = h1.Response{Headers: hs}
 	if cap(x.head) <= 64<<10 {
 		ownPool.Put(x)
 	}

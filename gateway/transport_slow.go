@@ -19,9 +19,11 @@ import (
 )
 
 // The net/http transport: net/http serves what the fast path hands over
-// (HTTP/2, TLS, upgrades, chunked uploads, HTTP/1.0), and
-// httputil.ReverseProxy relays it. Its RoundTrip runs the same attempt
-// loop as the fast path; exchange is one http.Transport round trip.
+// (HTTP/2, TLS, upgrades, chunked uploads, HTTP/1.0). Plain request and
+// response goes to the own exchange (transport_h2.go); upgrades and
+// https upstreams to httputil.ReverseProxy, whose RoundTrip runs the same
+// attempt loop as the fast path, exchange being one http.Transport round
+// trip.
 
 type slowKey struct{}
 
