@@ -327,3 +327,55 @@ func TestH2StreamingResponse(t *testing.T) {
 		next <- struct{}{}
 	}
 }
+
+// A target that breaks mid-body cuts the client's stream: the client
+// sees an error, not a complete short body.
+func TestH2TargetBreaksMidBody(t *testing.T) {
+	addr := serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	})
+	g := startTLS(t, "  api:\n    targets:\n      - {url: \"http://"+addr+"\"}\n")
+	res, err := h2client().Get("https://" + g.Addr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b, err := io.ReadAll(res.Body); err == nil {
+		t.Fatalf("a cut body arrived as complete: %q", b)
+	}
+}
+
+// Expect: 100-continue is answered by the gateway (net/http) and not
+// forwarded; the body follows the 100 and reaches the target.
+func TestExpectContinueOwnPath(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("interim response %q %v", line, err)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the 100's blank line
+		t.Fatal(err)
+	}
+	io.WriteString(c, "hello")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	e := echo(t, resp{code: res.StatusCode, body: string(body)})
+	if e.Body != "hello" || e.Header.Get("Expect") != "" {
+		t.Errorf("target saw body %q, Expect %q", e.Body, e.Header.Get("Expect"))
+	}
+}

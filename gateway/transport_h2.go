@@ -107,6 +107,13 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 	}
 	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(sr.rq.start).Seconds())
+	if targetErr != nil {
+		// The target broke mid-body: abort the client's response (a
+		// reset stream, a closed connection), as ReverseProxy does, so
+		// the client sees it cut rather than a complete short body.
+		// net/http recovers this panic and logs nothing.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (x *ownExchange) release() {
