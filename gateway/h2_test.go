@@ -85,41 +85,61 @@ func TestH2ForwardedAndHopByHop(t *testing.T) {
 	}
 }
 
-// A target's hop-by-hop response headers (and those its Connection
-// names) stay behind; its chunked body arrives whole, trailers too. Tried
-// with an HTTP/1.1 client whose chunked upload net/http serves.
-func TestOwnPathResponseHeadersAndTrailers(t *testing.T) {
+// Hop-by-hop headers (and those Connection names) stay behind both
+// ways; a chunked response body arrives whole, trailers too. Tried with
+// an HTTP/1.1 client whose chunked upload net/http serves, and with an
+// HTTP/2 client over TLS.
+func TestOwnPathHopByHopAndTrailers(t *testing.T) {
+	seen := make(chan http.Header, 2)
 	addr := serveRaw(t, func(c net.Conn) {
 		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
+		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err != nil {
 			return
 		}
 		body, _ := io.ReadAll(req.Body)
+		seen <- req.Header
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nConnection: X-Up-Secret\r\nX-Up-Secret: 1\r\nKeep-Alive: timeout=5\r\n"+
 			"Trailer: X-Sum\r\nTransfer-Encoding: chunked\r\nX-Up: yes\r\n\r\n"+
 			"%x\r\n%s\r\n3\r\nend\r\n0\r\nX-Sum: 42\r\n\r\n", len(body), body)
 	})
-	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \"http://"+addr+"\"}\n")
-	body := io.MultiReader(strings.NewReader("chunked "), strings.NewReader("upload ")) // unknown length: chunked
-	req, _ := http.NewRequest("POST", "http://"+g.Addr()+"/", body)
-	res, err := client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil || string(got) != "chunked upload end" {
-		t.Fatalf("body %q %v", got, err)
-	}
-	for _, k := range []string{"X-Up-Secret", "Keep-Alive", "Connection"} {
-		if v := res.Header.Get(k); v != "" {
-			t.Errorf("client got %s: %q", k, v)
+	ups := "  api:\n    targets:\n      - {url: \"http://" + addr + "\"}\n"
+	plain := start(t, base+"upstreams:\n"+ups)
+	tlsG := startTLS(t, ups)
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		url  string
+	}{{"HTTP/1.1", client(), "http://" + plain.Addr() + "/"}, {"HTTP/2", h2client(), "https://" + tlsG.Addr() + "/"}} {
+		body := io.MultiReader(strings.NewReader("chunked "), strings.NewReader("upload ")) // unknown length
+		req, _ := http.NewRequest("POST", tc.url, body)
+		req.Header.Set("X-Keep", "yes")
+		req.Header.Set("Proxy-Authorization", "Basic x")
+		if tc.name == "HTTP/1.1" {
+			req.Header.Set("Connection", "X-Secret")
+			req.Header.Set("X-Secret", "drop me")
 		}
-	}
-	if res.Header.Get("X-Up") != "yes" || res.Trailer.Get("X-Sum") != "42" {
-		t.Errorf("header X-Up %q, trailer X-Sum %q", res.Header.Get("X-Up"), res.Trailer.Get("X-Sum"))
+		res, err := tc.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || string(got) != "chunked upload end" {
+			t.Fatalf("%s: body %q %v", tc.name, got, err)
+		}
+		h := <-seen
+		if h.Get("X-Keep") != "yes" || h.Get("X-Secret") != "" || h.Get("Proxy-Authorization") != "" || h.Get("Connection") != "" {
+			t.Errorf("%s: target saw %v", tc.name, h)
+		}
+		for _, k := range []string{"X-Up-Secret", "Keep-Alive", "Connection"} {
+			if v := res.Header.Get(k); v != "" {
+				t.Errorf("%s: client got %s: %q", tc.name, k, v)
+			}
+		}
+		if res.Header.Get("X-Up") != "yes" || res.Trailer.Get("X-Sum") != "42" {
+			t.Errorf("%s: header X-Up %q, trailer X-Sum %q", tc.name, res.Header.Get("X-Up"), res.Trailer.Get("X-Sum"))
+		}
 	}
 }
 
