@@ -7,6 +7,8 @@
 #   FULCRUM_BEFORE=/tmp/fulcrum-h2-before ROUNDS=5 bench/proxy/h2.sh
 #   PROFILE=after bench/proxy/h2.sh    # also a 5 s CPU profile of that row,
 #                                      # left in /tmp/h2-<row>.pprof
+#   LOAD=wrk bench/proxy/h2.sh         # HTTP/1.1 over TLS instead:
+#                                      # wrk -t2 -c64 -d5s (WRK_ARGS)
 #
 # Ports 27001-27003 (upstreams), 27443 (fulcrum), 27444 (nginx) and
 # 27901 (admin) keep it clear of run.sh, which may run beside it.
@@ -20,6 +22,8 @@ set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
 ARGS=${ARGS:-"-c16 -m16 -t2 -D5"}
+LOAD=${LOAD:-h2load}
+WRK_ARGS=${WRK_ARGS:-"-t2 -c64 -d5s"}
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-}
 PROFILE=${PROFILE:-}
 export PATH=$PATH:/usr/sbin:/usr/local/go/bin
@@ -122,23 +126,42 @@ hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
 	for row in $rows; do
 		start "$row"
-		h2load -c16 -m16 -t2 -n5000 --tls13-ciphers=TLS_AES_128_GCM_SHA256 "https://127.0.0.1:$(port_of "$row")/" >/dev/null 2>&1 # warm-up
+		url="https://127.0.0.1:$(port_of "$row")/"
+		if [ "$LOAD" = wrk ]; then
+			wrk -t2 -c64 -d1s "$url" >/dev/null 2>&1 # warm-up
+		else
+			h2load -c16 -m16 -t2 -n5000 --tls13-ciphers=TLS_AES_128_GCM_SHA256 "$url" >/dev/null 2>&1 # warm-up
+		fi
 		if [ "$PROFILE" = "$row" ]; then
 			curl -s -o "/tmp/h2-$row.pprof" "http://127.0.0.1:27901/debug/pprof/profile?seconds=5" &
 			prof=$!
 		fi
 		t0=$(ticks)
-		# shellcheck disable=SC2086
-		out=$(h2load $ARGS --tls13-ciphers=TLS_AES_128_GCM_SHA256 "https://127.0.0.1:$(port_of "$row")/" 2>&1)
+		if [ "$LOAD" = wrk ]; then
+			# shellcheck disable=SC2086
+			out=$(wrk $WRK_ARGS "$url" 2>&1)
+		else
+			# shellcheck disable=SC2086
+			out=$(h2load $ARGS --tls13-ciphers=TLS_AES_128_GCM_SHA256 "$url" 2>&1)
+		fi
 		t1=$(ticks)
 		[ "$PROFILE" = "$row" ] && wait "$prof"
 		stop
-		rps=$(echo "$out" | awk '/^finished in/ {print $4}')
-		done_=$(echo "$out" | awk '/^requests:/ {print $8}')
-		ok=$(echo "$out" | awk '/^status codes:/ {print $3}')
-		mean=$(echo "$out" | awk '/^time for request:/ {print $6}')
-		maxt=$(echo "$out" | awk '/^time for request:/ {print $5}')
-		cipher=$(echo "$out" | awk -F': ' '/^Cipher:/ {print $2}')
+		if [ "$LOAD" = wrk ]; then
+			rps=$(echo "$out" | awk '/^Requests\/sec:/ {print $2}')
+			done_=$(echo "$out" | awk '/requests in/ {print $1}')
+			ok=$done_
+			mean=$(echo "$out" | awk '/Latency/ {print $2; exit}')
+			maxt=$(echo "$out" | awk '/Latency/ {print $4; exit}')
+			cipher=-
+		else
+			rps=$(echo "$out" | awk '/^finished in/ {print $4}')
+			done_=$(echo "$out" | awk '/^requests:/ {print $8}')
+			ok=$(echo "$out" | awk '/^status codes:/ {print $3}')
+			mean=$(echo "$out" | awk '/^time for request:/ {print $6}')
+			maxt=$(echo "$out" | awk '/^time for request:/ {print $5}')
+			cipher=$(echo "$out" | awk -F': ' '/^Cipher:/ {print $2}')
+		fi
 		cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$done_" 'BEGIN { printf "%.1f", n ? t / hz * 1e6 / n : 0 }')
 		echo "$round $row $rps $cpu $mean $maxt $ok/$done_ $cipher" | tee -a "$work/results" >&2
 	done
