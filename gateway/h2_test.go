@@ -100,7 +100,7 @@ func TestOwnPathHopByHopAndTrailers(t *testing.T) {
 		body, _ := io.ReadAll(req.Body)
 		seen <- req.Header
 		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nConnection: X-Up-Secret\r\nX-Up-Secret: 1\r\nKeep-Alive: timeout=5\r\n"+
-			"Trailer: X-Sum\r\nTransfer-Encoding: chunked\r\nX-Up: yes\r\n\r\n"+
+			"Trailer: X-Sum\r\nTransfer-Encoding: chunked\r\nSet-Cookie: a=1\r\nX-Up: yes\r\nSet-Cookie: b=2\r\n\r\n"+
 			"%x\r\n%s\r\n3\r\nend\r\n0\r\nX-Sum: 42\r\n\r\n", len(body), body)
 	})
 	ups := "  api:\n    targets:\n      - {url: \"http://" + addr + "\"}\n"
@@ -136,6 +136,9 @@ func TestOwnPathHopByHopAndTrailers(t *testing.T) {
 			if v := res.Header.Get(k); v != "" {
 				t.Errorf("%s: client got %s: %q", tc.name, k, v)
 			}
+		}
+		if got := strings.Join(res.Header["Set-Cookie"], " "); got != "a=1 b=2" {
+			t.Errorf("%s: Set-Cookie %q", tc.name, got)
 		}
 		if res.Header.Get("X-Up") != "yes" || res.Trailer.Get("X-Sum") != "42" {
 			t.Errorf("%s: header X-Up %q, trailer X-Sum %q", tc.name, res.Header.Get("X-Up"), res.Trailer.Get("X-Sum"))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -384,20 +385,40 @@ func (x *ownExchange) relay(sw *statusWriter, w http.ResponseWriter) (upKeep boo
 	hdr := w.Header()
 	delete(hdr, "X-Request-Id") // the target's, if it sent one, as on the fast path
 	hasRID := false
+	// One string holds every value and one array every field's []string:
+	// two allocations for the head rather than two per field.
+	size, n := 0, 0
+	for i := range res.Headers {
+		if x.forward(&res.Headers[i]) {
+			size += len(res.Headers[i].Value)
+			n++
+		}
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for i := range res.Headers {
+		if h := &res.Headers[i]; x.forward(h) {
+			sb.Write(h.Value)
+		}
+	}
+	all, vals := sb.String(), make([]string, n)
+	off, i := 0, 0
 	for _, h := range res.Headers {
-		if (h1.IsHopByHop(h.Name) && !(res.Chunked && h1.EqFold(h.Name, "trailer"))) ||
-			(res.ConnTokens && h1.HasToken(res.Conn, h.Name)) ||
-			(len(h.Name) == 17 && h1.EqFold(h.Name, "transfer-encoding")) {
-			// Trailer stays with a chunked body: net/http's HTTP/1.1
-			// writer sends trailers only when they were declared before
-			// the head went out.
+		if !x.forward(&h) {
 			continue
 		}
 		name := canonical(h.Name)
 		if name == "X-Request-Id" {
 			hasRID = true
 		}
-		hdr[name] = append(hdr[name], string(h.Value))
+		vals[i] = all[off : off+len(h.Value)]
+		off += len(h.Value)
+		if prev := hdr[name]; prev != nil {
+			hdr[name] = append(prev, vals[i]) // a repeated field (Set-Cookie)
+		} else {
+			hdr[name] = vals[i : i+1 : i+1]
+		}
+		i++
 	}
 	if !hasRID {
 		hdr["X-Request-Id"] = []string{x.sr.line.rid}
@@ -439,6 +460,18 @@ func (x *ownExchange) relay(sw *statusWriter, w http.ResponseWriter) (upKeep boo
 		return false, err
 	}
 	return !res.Close, err
+}
+
+// forward reports whether a response field goes to the client: not a
+// hop-by-hop one, nor one Connection names, nor Transfer-Encoding
+// (net/http frames the body its own way). Trailer stays with a chunked
+// body: net/http's HTTP/1.1 writer sends trailers only when they were
+// declared before the head went out.
+func (x *ownExchange) forward(h *h1.Header) bool {
+	res := &x.res
+	return !((h1.IsHopByHop(h.Name) && !(res.Chunked && h1.EqFold(h.Name, "trailer"))) ||
+		(res.ConnTokens && h1.HasToken(res.Conn, h.Name)) ||
+		(len(h.Name) == 17 && h1.EqFold(h.Name, "transfer-encoding")))
 }
 
 // relayer copies a response body from the target's buffer to the

@@ -154,7 +154,8 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(sw, "request body too large", http.StatusRequestEntityTooLarge)
 		return
 	}
-	if r.Body != nil && r.Body != http.NoBody {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		// (An HTTP/2 request without a body still has a Body, empty.)
 		r.Body = http.MaxBytesReader(sw, r.Body, int64(cfg.MaxBodySize))
 	}
 	sr.rq = request{up: up, start: start}
