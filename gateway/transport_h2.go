@@ -65,12 +65,12 @@ var ownPool = sync.Pool{New: func() any { return &ownExchange{head: make([]byte,
 func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.Request, sr *slowReq) {
 	g, up := h.g, sr.rq.up
 	x := ownPool.Get().(*ownExchange)
-	defer x.release()
 	x.g, x.ctx, x.sr, x.isHead, x.replayable = g, r.Context(), sr, r.Method == http.MethodHead, sr.rq.replayable
 	if !sr.buffered {
 		x.stream, x.n = &onceBody{r: r.Body}, r.ContentLength
 	}
 	if !x.buildHead(r) {
+		x.release()
 		http.Error(sw, "malformed request", http.StatusBadRequest)
 		return
 	}
@@ -79,7 +79,11 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 	// wherever it waits on the target, so the pick ends and its permit
 	// is freed.
 	stop := context.AfterFunc(x.ctx, x.abort)
-	defer stop()
+	defer func() {
+		if stop() {
+			x.release()
+		} // else abort ran, or runs now: x stays out of the pool
+	}()
 	res := up.run(x.ctx, g, &sr.rq, x)
 	if res.t == nil {
 		var mbe *http.MaxBytesError
