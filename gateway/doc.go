@@ -20,8 +20,13 @@
 //     Content-Length body, over keep-alive pools (pool.go), nothing
 //     allocated per request; transport_slow.go: everything else (HTTP/2,
 //     upgrades, chunked uploads, Expect, HTTP/1.0, https targets), handed
-//     connection and all to net/http and httputil.ReverseProxy, whose
-//     RoundTrip runs the same attempt loop;
+//     connection and all to net/http, whose handler runs the same attempt
+//     loop with one of two exchanges: transport_h2.go's own for plain
+//     request and response (every HTTP/2 stream too), sent as HTTP/1.1 on
+//     the same pools by the same exchangeOn and relayed through the
+//     ResponseWriter; or httputil.ReverseProxy over an http.Transport,
+//     whose RoundTrip is the attempt loop, for upgrades and https
+//     upstreams;
 //   - relay.go: the response to the client, and the gateway's own answers;
 //   - log.go: one access line per request.
 //

@@ -140,19 +140,11 @@ func (cc *clientConn) buildHead(r *h1.Request) {
 		out = append(out, h.Value...)
 		out = append(out, "\r\n"...)
 	}
-	out = append(out, "X-Forwarded-For: "...)
-	if xff != nil {
-		out = append(out, xff...)
-		out = append(out, ", "...)
-	}
-	out = append(out, cc.ip...)
+	proto := "http"
 	if cc.tls {
-		out = append(out, "\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: "...)
-	} else {
-		out = append(out, "\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: "...)
+		proto = "https"
 	}
-	out = append(out, r.Host...)
-	out = append(out, "\r\n"...)
+	out = appendForwarded(out, xff, cc.ip, proto, r.Host)
 	if len(cc.rid) == 0 {
 		cc.buildRID()
 		out = append(out, "X-Request-Id: "...)
@@ -161,6 +153,24 @@ func (cc *clientConn) buildHead(r *h1.Request) {
 	}
 	out = append(out, "\r\n"...)
 	cc.out = out
+}
+
+// appendForwarded appends X-Forwarded-For (the client's chain, then its
+// address), X-Forwarded-Proto and X-Forwarded-Host, as
+// httputil.ReverseProxy's SetXForwarded writes them; both transports'
+// heads use it.
+func appendForwarded[S ~string | ~[]byte](out []byte, prior, ip S, proto string, host S) []byte {
+	out = append(out, "X-Forwarded-For: "...)
+	if len(prior) > 0 {
+		out = append(out, prior...)
+		out = append(out, ", "...)
+	}
+	out = append(out, ip...)
+	out = append(out, "\r\nX-Forwarded-Proto: "...)
+	out = append(out, proto...)
+	out = append(out, "\r\nX-Forwarded-Host: "...)
+	out = append(out, host...)
+	return append(out, "\r\n"...)
 }
 
 // buildRID makes a request ID: a random per-process prefix and a counter.

@@ -161,64 +161,83 @@ func streamPath(paths []string, uri []byte) bool {
 }
 
 // exchange sends cc's request to t and reads the response head into
-// cc.res, leaving its connection in cc.uc. A pooled connection the
-// target closed while idle is replaced by a fresh one, once, only for a
+// cc.res, leaving its connection in cc.uc.
+func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (int, bool, error) {
+	headTO := cc.g.cfg().Timeouts.ResponseHeader.D()
+	uc, written, err := exchangeOn(ctx, t, now, cc, cc.replayable, cc.n > 0, cc.isHead, headTO, &cc.res)
+	if err != nil {
+		return 0, written, err
+	}
+	cc.uc = uc
+	return cc.res.Status, true, nil
+}
+
+// upSender is a transport's request, as exchangeOn sends it on a target
+// connection: the fast path's clientConn, and the net/http path's own
+// exchange (transport_h2.go).
+type upSender interface {
+	// dial connects to t, for as long as the client stays.
+	dial(ctx context.Context, t *target) (*upConn, error)
+	// send writes the whole request and flushes it; errClientGone when
+	// the client's side of a streamed body broke.
+	send(uc *upConn) error
+}
+
+// exchangeOn sends s's request to t and reads the response head into
+// res, returning the connection it is on. A pooled connection the target
+// closed while idle is replaced by a fresh one, once, only for a
 // replayable request (the first write may have reached the target); a
 // request that must not run twice goes only on a connection known open.
-func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (int, bool, error) {
+// hasBody: sending took a client's time, so now is read again after it.
+func exchangeOn(ctx context.Context, t *target, now time.Time, s upSender, replayable, hasBody, isHead bool, headTO time.Duration, res *h1.Response) (*upConn, bool, error) {
 	uc, reused := t.pool.get(now)
-	replayable := cc.replayable
 	if reused && !replayable && !uc.alive() {
 		uc.c.Close()
 		uc = nil
 	}
 	var err error
 	if uc == nil {
-		if uc, err = cc.dial(ctx, t); err != nil {
-			return 0, false, err
+		if uc, err = s.dial(ctx, t); err != nil {
+			return nil, false, err
 		}
 		reused = false
 	}
 	written := false
-	headTO := cc.g.cfg().Timeouts.ResponseHeader.D()
 	for {
-		cc.busy.Store(uc)
 		uc.wrote = 0
-		err = cc.send(uc)
+		err = s.send(uc)
 		written = written || uc.wrote > 0 || errors.Is(err, errClientGone)
 		if err == nil {
-			if cc.n > 0 {
+			if hasBody {
 				now = time.Now() // reading and sending a body takes a client's time
 			}
 			if uc.deadline.Sub(now) < headTO/2 {
 				uc.deadline = now.Add(headTO)
 				_ = uc.c.SetReadDeadline(uc.deadline)
 			}
-			if err = cc.readHead(uc); err == nil {
-				res := &cc.res
-				if !h1.NoBody(res.Status, cc.isHead) && (res.ContentLength < 0 || int64(uc.br.Buffered()) < int64(res.Size)+res.ContentLength) {
+			if err = readHead(uc, res); err == nil {
+				if !h1.NoBody(res.Status, isHead) && (res.ContentLength < 0 || int64(uc.br.Buffered()) < int64(res.Size)+res.ContentLength) {
 					// More body to read: no response_header limit on it.
 					uc.deadline = time.Time{}
 					_ = uc.c.SetReadDeadline(uc.deadline)
 				}
-				cc.uc = uc
-				return res.Status, true, nil
+				return uc, true, nil
 			}
 		}
 		uc.c.Close()
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return 0, written, errTimeout
+			return nil, written, errTimeout
 		}
 		if reused && replayable && uc.br.Buffered() == 0 && !errors.Is(err, h1.ErrMalformed) && err != errSwitched {
 			// A stale keep-alive connection: nothing came back.
 			reused = false
-			if uc, err = cc.dial(ctx, t); err != nil {
-				return 0, written, err
+			if uc, err = s.dial(ctx, t); err != nil {
+				return nil, written, err
 			}
 			continue
 		}
-		return 0, written, err
+		return nil, written, err
 	}
 }
 
@@ -232,6 +251,7 @@ func (cc *clientConn) dial(ctx context.Context, t *target) (*upConn, error) {
 }
 
 func (cc *clientConn) send(uc *upConn) error {
+	cc.busy.Store(uc)
 	if _, err := uc.bw.Write(cc.out); err != nil {
 		return err
 	}
@@ -257,32 +277,37 @@ func (cc *clientConn) send(uc *upConn) error {
 }
 
 // readHead reads the response head, skipping interim 1xx responses.
-func (cc *clientConn) readHead(uc *upConn) error {
+func readHead(uc *upConn, res *h1.Response) error {
 	for {
-		if err := h1.ReadResponse(uc.br, upReadBuf, &cc.res); err != nil {
+		if err := h1.ReadResponse(uc.br, upReadBuf, res); err != nil {
 			return err
 		}
-		if cc.res.Status >= 200 {
+		if res.Status >= 200 {
 			return nil
 		}
-		if cc.res.Status == 101 {
-			return errSwitched // the fast path sends no Upgrade
+		if res.Status == 101 {
+			return errSwitched // neither transport sends Upgrade on a pooled connection
 		}
-		if _, err := uc.br.Discard(cc.res.Size); err != nil {
+		if _, err := uc.br.Discard(res.Size); err != nil {
 			return err
 		}
 	}
 }
 
-// drop discards the response in cc.uc before a retry. The connection
-// goes back to the pool only when the whole response is already in its
-// buffer: waiting for the rest would hold the retry on a target that may
-// never send it (a body read has no deadline).
+// drop discards the response in cc.uc before a retry.
 func (cc *clientConn) drop(t *target) {
-	uc, res := cc.uc, &cc.res
+	uc := cc.uc
 	cc.uc = nil
+	discard(t, uc, &cc.res, cc.isHead)
+}
+
+// discard drops a response read up to its head. The connection goes back
+// to the pool only when the whole response is already in its buffer:
+// waiting for the rest would hold the retry on a target that may never
+// send it (a body read has no deadline).
+func discard(t *target, uc *upConn, res *h1.Response, isHead bool) {
 	n := int64(res.Size)
-	if !h1.NoBody(res.Status, cc.isHead) {
+	if !h1.NoBody(res.Status, isHead) {
 		n += res.ContentLength // -1 (chunked, until EOF): never whole
 	}
 	if !res.Close && n >= int64(res.Size) && int64(uc.br.Buffered()) >= n {

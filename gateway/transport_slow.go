@@ -19,9 +19,11 @@ import (
 )
 
 // The net/http transport: net/http serves what the fast path hands over
-// (HTTP/2, TLS, upgrades, chunked uploads, HTTP/1.0), and
-// httputil.ReverseProxy relays it. Its RoundTrip runs the same attempt
-// loop as the fast path; exchange is one http.Transport round trip.
+// (HTTP/2, TLS, upgrades, chunked uploads, HTTP/1.0). Plain request and
+// response goes to the own exchange (transport_h2.go); upgrades and
+// https upstreams to httputil.ReverseProxy, whose RoundTrip runs the same
+// attempt loop as the fast path, exchange being one http.Transport round
+// trip.
 
 type slowKey struct{}
 
@@ -167,7 +169,8 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(sw, "request body too large", http.StatusRequestEntityTooLarge)
 		return
 	}
-	if r.Body != nil && r.Body != http.NoBody {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		// (An HTTP/2 request without a body still has a Body, empty.)
 		r.Body = http.MaxBytesReader(sw, r.Body, int64(cfg.MaxBodySize))
 	}
 	sr.rq = request{up: up, start: start}
@@ -201,6 +204,10 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	idem := isIdempotent([]byte(r.Method)) || r.Header.Get("Idempotency-Key") != ""
 	sr.rq.replayable = idem && sr.buffered
+	if ownsRequest(r, up) {
+		h.serveOwn(sw, w, r, sr) // transport_h2.go
+		return
+	}
 	h.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), slowKey{}, sr)))
 }
 
@@ -220,23 +227,28 @@ func (g *Gateway) slowError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &mbe):
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 	case errors.As(err, &ge):
-		if sr != nil {
-			sr.line.reason = ge.reason
-			if ge.reason == reasonAtCapacity {
-				ra := retryAfter(sr.rq.up.cfg.Queue.MaxWait.D())
-				w.Header()["Retry-After"] = []string{string(bytes.TrimSpace(ra[len("Retry-After: "):]))}
-			}
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.WriteHeader(ge.code)
-		_, _ = io.WriteString(w, failureBody(ge.code, ge.reason))
+		g.answer(w, sr, ge.code, ge.reason)
 	default: // the client went away, or ReverseProxy failed on its side
 		if sr != nil {
 			sr.line.reason = reasonReset
 		}
 		http.Error(w, failureBody(502, reasonReset), http.StatusBadGateway)
 	}
+}
+
+// answer writes the attempt loop's own answer (sr may be nil).
+func (g *Gateway) answer(w http.ResponseWriter, sr *slowReq, code int, reason string) {
+	if sr != nil {
+		sr.line.reason = reason
+		if reason == reasonAtCapacity {
+			ra := retryAfter(sr.rq.up.cfg.Queue.MaxWait.D())
+			w.Header()["Retry-After"] = []string{string(bytes.TrimSpace(ra[len("Retry-After: "):]))}
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, failureBody(code, reason))
 }
 
 // slowTransport's RoundTrip is the attempt loop over http.Transport.

@@ -175,3 +175,63 @@ func Discard(src *bufio.Reader, n int64) error {
 	}
 	return nil
 }
+
+// The chunked body decoded, for a destination that frames bodies its own
+// way (HTTP/2, or net/http's writer): ChunkSize, the data (CopyN),
+// ChunkEnd, and after the last chunk, Trailers.
+
+// ChunkSize reads a chunk-size line (extensions ignored); 0 is the last
+// chunk.
+func ChunkSize(src *bufio.Reader) (int64, error) {
+	line, err := src.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return 0, ErrBadChunk
+		}
+		return 0, eof(err)
+	}
+	n, ok := chunkSize(line)
+	if !ok {
+		return 0, ErrBadChunk
+	}
+	return n, nil
+}
+
+// ChunkEnd reads the line break that ends a chunk's data.
+func ChunkEnd(src *bufio.Reader) error {
+	line, err := src.ReadSlice('\n')
+	if err != nil {
+		return eof(err)
+	}
+	if len(bytes.TrimRight(line, "\r\n")) != 0 {
+		return ErrBadChunk
+	}
+	return nil
+}
+
+// Trailers reads the trailer section after the last chunk, up to its
+// blank line, passing each well-formed field to fn (its slices are valid
+// only during the call); malformed ones are skipped, as a trailer is
+// advice that the body, already relayed, does not depend on.
+func Trailers(src *bufio.Reader, fn func(name, value []byte)) error {
+	for {
+		line, err := src.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return ErrBadChunk
+			}
+			return eof(err)
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			return nil
+		}
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 || !isToken(line[:c]) {
+			continue
+		}
+		if v := trimOWS(line[c+1:]); validValue(v) {
+			fn(line[:c], v)
+		}
+	}
+}

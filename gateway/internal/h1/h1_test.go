@@ -159,3 +159,49 @@ func FuzzCopyChunked(f *testing.F) {
 		}
 	})
 }
+
+// dechunk decodes a chunked body with ChunkSize, ChunkEnd and Trailers,
+// as the gateway's own exchange relays one.
+func dechunk(in string) (body, trailers string, err error) {
+	src := bufio.NewReader(iotest.OneByteReader(strings.NewReader(in)))
+	var b, tr strings.Builder
+	for {
+		n, err := ChunkSize(src)
+		if err != nil {
+			return b.String(), "", err
+		}
+		if n == 0 {
+			break
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(src, data); err != nil {
+			return b.String(), "", err
+		}
+		b.Write(data)
+		if err := ChunkEnd(src); err != nil {
+			return b.String(), "", err
+		}
+	}
+	err = Trailers(src, func(name, value []byte) { tr.WriteString(string(name) + "=" + string(value) + ";") })
+	return b.String(), tr.String(), err
+}
+
+func TestDechunk(t *testing.T) {
+	cases := []struct {
+		in, body, trailers string
+		err                error
+	}{
+		{"5\r\nhello\r\n0\r\n\r\n", "hello", "", nil},
+		{"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\nbad line\r\nX-Bad: a\x01b\r\n\r\n", "hello world", "X-Sum=42;", nil},
+		{"5\r\nhelloX\r\n0\r\n\r\n", "hello", "", ErrBadChunk}, // data longer than its size
+		{"zz\r\nhello\r\n", "", "", ErrBadChunk},
+		{"5\r\nhel", "", "", io.ErrUnexpectedEOF},
+		{"5\r\nhello\r\n0\r\nX-Sum: 42\r\n", "hello", "", io.ErrUnexpectedEOF}, // no blank line after the trailers
+	}
+	for _, c := range cases {
+		body, tr, err := dechunk(c.in)
+		if !errors.Is(err, c.err) || (err == nil && (body != c.body || tr != c.trailers)) {
+			t.Errorf("%q: body %q trailers %q err %v, want %q %q %v", c.in, body, tr, err, c.body, c.trailers, c.err)
+		}
+	}
+}
