@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // The own exchange behind net/http (transport_h2.go), tried with HTTP/2
@@ -362,9 +363,12 @@ func TestH2TargetBreaksMidBody(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
 	})
 	g := startTLS(t, "  api:\n    targets:\n      - {url: \"http://"+addr+"\"}\n")
+	// The response is held until the target is done (a slow client holds
+	// no permit), so the break shows as a reset stream, at the head or in
+	// the body, never as a complete short body.
 	res, err := h2client().Get("https://" + g.Addr() + "/")
 	if err != nil {
-		t.Fatal(err)
+		return
 	}
 	defer res.Body.Close()
 	if b, err := io.ReadAll(res.Body); err == nil {
@@ -401,4 +405,69 @@ func TestExpectContinueOwnPath(t *testing.T) {
 	if e.Body != "hello" || e.Header.Get("Expect") != "" {
 		t.Errorf("target saw body %q, Expect %q", e.Body, e.Header.Get("Expect"))
 	}
+}
+
+// HTTP/2 clients that ask for a large response and do not read it hold
+// no permit either: the own exchange spools it as the fast path does.
+func TestH2StalledClientsHoldNoPermit(t *testing.T) {
+	big := make([]byte, 32<<20) // past the client's stream window and our memory buffer
+	for i := range big {
+		big[i] = byte(i)
+	}
+	var done atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/big" {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(big)))
+		if _, err := w.Write(big); err == nil {
+			done.Add(1)
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String()
+	g := startTLS(t, "  api:\n    targets: [{url: \""+url+"\", max_concurrency: 2}]\n    queue: {max_wait: 10s}\n")
+	c := h2client()
+	c.Timeout = 0 // the stalled bodies are read at the end
+	var stalled []*http.Response
+	for range 4 {
+		res, err := c.Get("https://" + g.Addr() + "/big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		if res.StatusCode != 200 || res.ProtoMajor != 2 {
+			t.Fatalf("stalled request: %s over %s", res.Status, res.Proto)
+		}
+		stalled = append(stalled, res)
+	}
+	testenv.Eventually(t, "every permit back", func() bool {
+		return done.Load() == 4 && view(t, g, "api")[url].InFlight == 0
+	})
+	for i := range 10 {
+		if r := h2do(t, h2client(), mustReq(t, "GET", "https://"+g.Addr()+"/")); r.code != 200 || r.body != "ok" {
+			t.Fatalf("request %d beside stalled streams: %d %q", i, r.code, r.body)
+		}
+	}
+	for i, res := range stalled {
+		n, err := io.Copy(io.Discard, res.Body)
+		if err != nil || n != int64(len(big)) {
+			t.Fatalf("stalled stream %d: %d bytes, %v", i, n, err)
+		}
+	}
+}
+
+func mustReq(t *testing.T, method, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

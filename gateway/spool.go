@@ -2,7 +2,7 @@ package gateway
 
 import (
 	"io"
-	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -24,7 +24,7 @@ import (
 // A response that fits cc.bw's own buffer never reaches the spool before
 // flush: the common small response costs one write, as without it.
 type spool struct {
-	c        net.Conn
+	c        deadlineWriter // the client: its connection, or net/http's ResponseWriter
 	sendTO   time.Duration
 	deadline time.Time // the write deadline set on c
 	now      time.Time // the caller's clock reading for the next write; zero: read it
@@ -40,7 +40,23 @@ type spool struct {
 
 var spoolBufs sync.Pool // *[]byte
 
-func (s *spool) reset(c net.Conn, cfg *config.Config) {
+// deadlineWriter is where a spool's bytes go: a net.Conn, or a
+// responseWriter.
+type deadlineWriter interface {
+	io.Writer
+	SetWriteDeadline(time.Time) error
+}
+
+// responseWriter lets a spool write to net/http's ResponseWriter under the
+// send timeout (HTTP/1.x and HTTP/2 alike, through ResponseController).
+type responseWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w responseWriter) SetWriteDeadline(t time.Time) error { return w.rc.SetWriteDeadline(t) }
+
+func (s *spool) reset(c deadlineWriter, cfg *config.Config) {
 	s.c = c
 	s.sendTO = cfg.Timeouts.Send.D()
 	s.deadline, s.now = time.Time{}, time.Time{}

@@ -52,6 +52,8 @@ type ownExchange struct {
 	bodyErr    error     // why reading the client's body failed
 	uc         *upConn   // the connection whose response head was read
 	res        h1.Response
+	sp         spool // the response, held so a slow client holds no permit
+	streamPath bool  // the path is one of buffering.stream_paths
 
 	mu   sync.Mutex
 	busy *upConn // the connection in use, for abort to close
@@ -96,6 +98,10 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 	}
 	sr.line.target = res.t.addr
 	uc := x.uc
+	// As on the fast path (spool.go): the response goes into memory, then
+	// a temporary file, and to the client only after the pick ends.
+	x.sp.reset(responseWriter{w, http.NewResponseController(w)}, g.cfg())
+	x.streamPath = streamPath(g.cfg().Buffering.StreamPaths, []byte(r.URL.Path))
 	upKeep, rerr := x.relay(sw, w)
 	var targetErr error
 	var we *h1.WriteError
@@ -112,6 +118,16 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 	}
 	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(sr.rq.start).Seconds())
+	if targetErr == nil && rerr == nil {
+		x.sp.now = end
+		if x.sp.drain() == nil {
+			if fl, ok := w.(http.Flusher); ok {
+				fl.Flush()
+			}
+		}
+	}
+	x.sp.drop()
+	x.sp.c = nil
 	if targetErr != nil {
 		// The target broke mid-body: abort the client's response (a
 		// reset stream, a closed connection), as ReverseProxy does, so
@@ -431,6 +447,9 @@ func (x *ownExchange) relay(sw *statusWriter, w http.ResponseWriter) (upKeep boo
 	_, _ = uc.br.Discard(res.Size)
 	fl, _ := w.(http.Flusher)
 	rl := relayer{w: w, fl: fl, src: uc.br}
+	if !h1.NoBody(res.Status, x.isHead) && !x.streamPath && !streams(res) {
+		rl.w, rl.fl = &x.sp, nil // flushed once the target is done
+	}
 	switch {
 	case h1.NoBody(res.Status, x.isHead):
 	case res.Chunked:
@@ -475,7 +494,7 @@ func (x *ownExchange) forward(h *h1.Header) bool {
 	res := &x.res
 	return !((h1.IsHopByHop(h.Name) && !(res.Chunked && h1.EqFold(h.Name, "trailer"))) ||
 		(res.ConnTokens && h1.HasToken(res.Conn, h.Name)) ||
-		(len(h.Name) == 17 && h1.EqFold(h.Name, "transfer-encoding")))
+		(len(h.Name) == 17 && (h1.EqFold(h.Name, "transfer-encoding") || h1.EqFold(h.Name, "x-accel-buffering"))))
 }
 
 // relayer copies a response body from the target's buffer to the
