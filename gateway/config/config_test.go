@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -283,5 +284,39 @@ func TestTypeErrorNamesTheField(t *testing.T) {
 	_, err := config.Parse([]byte("upstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:9001\", weight: abc}\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 4: upstreams.api.targets[0].weight") {
 		t.Fatalf("got %v, want the error on targets[0].weight", err)
+	}
+}
+
+// Load reads a relative path against the file's folder, whatever the
+// working directory; LoadWith's override goes over the file before
+// validation; Parse leaves paths as written.
+func TestLoadResolvesPathsAndOverrides(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gw.yaml")
+	body := "listen: 127.0.0.1:8080\ntls: {cert_file: c.pem, key_file: /abs/k.pem}\naccess_log: {path: stderr}\n" +
+		"upstreams:\n  web:\n    discovery: {file: {path: sub/targets.yaml}}\n" +
+		"  api:\n    tls: {ca_file: ca.pem}\n    targets: [{url: \"https://127.0.0.1:9\"}]\n" +
+		"routes: [{upstream: web}]\n"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.LoadWith(path, func(c *config.Config) { c.Listen = "127.0.0.1:18080" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range [][2]string{
+		{c.Upstreams["web"].Discovery.File.Path, filepath.Join(dir, "sub/targets.yaml")},
+		{c.TLS.CertFile, filepath.Join(dir, "c.pem")},
+		{c.TLS.KeyFile, "/abs/k.pem"},
+		{c.Upstreams["api"].TLS.CAFile, filepath.Join(dir, "ca.pem")},
+		{c.AccessLog.Path, "stderr"},
+		{c.Listen, "127.0.0.1:18080"},
+	} {
+		if tc[0] != tc[1] {
+			t.Errorf("got %q, want %q", tc[0], tc[1])
+		}
+	}
+	if _, err := config.LoadWith(path, func(c *config.Config) { c.Admin.Listen = "0.0.0.0:9901" }); err == nil || !strings.Contains(err.Error(), "admin.token") {
+		t.Errorf("an override is validated like the file: %v", err)
 	}
 }
