@@ -51,7 +51,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 		if err := s.rdb.Ping(ctx).Err(); err != nil {
 			s.rdb.Close()
-			return nil, fmt.Errorf("flow server: lock mode redis: redis %s: %w", cfg.RedisAddr, err)
+			return nil, fmt.Errorf("flow server: --lock redis: no Redis at %s (give its address with --redis, or leave --lock at skip_locked, which needs none): %w", cfg.RedisAddr, err)
 		}
 		opts.HoldLock = redislock.New(s.rdb, 0)
 	}
