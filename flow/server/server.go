@@ -63,6 +63,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.st = st
 	s.types = &typeCache{st: st, ttl: cfg.TypeCacheTTL, m: map[string]typeEntry{}}
 	s.m = newMetrics(st)
+	if types, err := st.ListTypes(ctx); err == nil { // else the first scrape makes them
+		for _, tt := range types {
+			s.m.taskType(tt.TaskType)
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
