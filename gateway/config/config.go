@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -185,7 +186,9 @@ type Retry struct {
 	// (default 2; 1 turns retries off).
 	Attempts int `yaml:"attempts"`
 	// On lists what is retried: connect_error (always implied), timeout,
-	// and HTTP status codes (default [connect_error, 502, 503, 504]).
+	// and HTTP status codes, 5xx or 429 (default [connect_error, 502,
+	// 503, 504]). A 503 or 429 listed is also a refusal: the capacity
+	// strategy learns from it.
 	On []string `yaml:"on"`
 	// BufferBody is the largest request body kept so a request with a
 	// body can be retried after a status (default 64KiB).
@@ -571,8 +574,8 @@ func (v *validator) upstream(name string, u *Upstream) {
 			r.Timeout = true
 		default:
 			code, err := strconv.Atoi(s)
-			if err != nil || code < 500 || code > 599 {
-				v.fail(at("retry", "on", i), "%q is not connect_error, timeout or a 5xx status", s)
+			if err != nil || (code < 500 || code > 599) && code != http.StatusTooManyRequests {
+				v.fail(at("retry", "on", i), "%q is not connect_error, timeout, 429 or a 5xx status", s)
 				continue
 			}
 			if !slices.Contains(r.Statuses, code) {
