@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,18 +69,48 @@ FULCRUM_GATEWAY_LISTEN and FULCRUM_GATEWAY_ADMIN):
 }
 
 func newDemoUpstreamsCmd() *cobra.Command {
-	var listen []string
+	var (
+		listen  []string
+		permits []int
+		latency time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "upstreams --listen 127.0.0.1:9001,127.0.0.1:9002",
 		Short: "Run only the demo upstreams (for benchmarks and experiments)",
-		Args:  cobra.NoArgs,
+		Long: `Run only the demo upstreams. With --permits each serves that many requests
+at once, each held for --latency, and refuses one more at once with 503, as a
+full server does: targets for the capacity strategy to learn limits from
+(examples/gateway/learned.yaml).`,
+		Example: `  fulcrum demo upstreams
+  fulcrum demo upstreams --permits 10,20,40 --latency 20ms   # 3 upstreams that refuse past 10, 20, 40 at once`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			us, err := demo.StartAll(listen)
-			if err != nil {
-				return err
+			if len(permits) > 1 && len(permits) != len(listen) {
+				return fmt.Errorf("demo upstreams: --permits: %d values for %d --listen addresses (give one for all, or one each)", len(permits), len(listen))
 			}
-			for _, u := range us {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s listening on http://%s\n", u.Name, u.Addr)
+			if latency < 0 {
+				return fmt.Errorf("demo upstreams: --latency: %v is negative", latency)
+			}
+			opts := make([]demo.Options, len(listen))
+			for i := range opts {
+				opts[i].Latency = latency
+				if len(permits) > 0 {
+					opts[i].Permits = permits[min(i, len(permits)-1)]
+					if opts[i].Permits <= 0 {
+						return fmt.Errorf("demo upstreams: --permits: %d is not positive", opts[i].Permits)
+					}
+				}
+			}
+			us, err := demo.StartAllWith(listen, opts)
+			if err != nil {
+				return fmt.Errorf("demo upstreams: --listen: %w", err)
+			}
+			for i, u := range us {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s listening on http://%s", u.Name, u.Addr)
+				if opts[i].Permits > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), " (%d permits, %v each; 503 when full)", opts[i].Permits, opts[i].Latency)
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
 			}
 			ctx, stop := signal.NotifyContext(ctxOf(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -88,6 +119,8 @@ func newDemoUpstreamsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&listen, "listen", []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}, "addresses, one upstream each")
+	cmd.Flags().IntSliceVar(&permits, "permits", nil, "requests each upstream serves at once, one value for all or one per address; one more gets 503 (default: unlimited)")
+	cmd.Flags().DurationVar(&latency, "latency", 0, "how long each request holds its permit before the answer")
 	return cmd
 }
 
