@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"testing"
+	"time"
 )
 
 // A 429 listed in retry.on is retried like a 503 and counts as a refusal:
@@ -10,6 +11,10 @@ import (
 func TestRetryOn429IsARefusal(t *testing.T) {
 	full, ok := newBackend(t, "full"), newBackend(t, "ok")
 	full.status.Store(429)
+	// ok answers in 5 ms: slower than an unmeasured target ranks (1 ms),
+	// so the strategy keeps trying full, which never succeeds, instead of
+	// settling on ok after its first answers.
+	ok.delay.Store(int64(5 * time.Millisecond))
 	g := start(t, base+"upstreams:\n  api:\n    strategy: capacity\n    strategy_settings: {initial_limit: 20}\n"+
 		"    retry: {attempts: 2, on: [connect_error, 429]}\n    targets:\n"+targets([]*backend{full, ok}))
 	c := client()
