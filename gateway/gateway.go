@@ -25,6 +25,10 @@ import (
 type Options struct {
 	// ConfigPath is the file Reload reads again. Empty: Reload fails.
 	ConfigPath string
+	// Override, when set, is applied to the file each Reload reads
+	// before it is validated (see config.LoadWith): the command line's
+	// --listen and --admin, which would otherwise be reloads refused.
+	Override func(*config.Config)
 	// Logger receives the gateway's own events (default slog.Default()).
 	Logger *slog.Logger
 	// AccessLog, when not nil, replaces the access log's destination
@@ -364,7 +368,7 @@ func (g *Gateway) Reload() error {
 	if g.opts.ConfigPath == "" {
 		return errors.New("reload: the gateway was not started from a config file")
 	}
-	cfg, err := config.Load(g.opts.ConfigPath)
+	cfg, err := config.LoadWith(g.opts.ConfigPath, g.opts.Override)
 	if err != nil {
 		return err
 	}

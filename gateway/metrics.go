@@ -6,11 +6,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
 // metrics are the gateway's Prometheus metrics, on a registry of its own.
 type metrics struct {
 	reg         *prometheus.Registry
+	own         []prometheus.Collector // the gateway's own, each family of which exists from the start (test)
 	requests    *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
@@ -84,9 +87,10 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_split_requests_total",
 		Help: "Requests a route's weighted split sent to each side, by route (its index in the file) and upstream; the side's statuses are in fulcrum_gateway_requests_total.",
 	}, []string{"route", "upstream"})
-	m.reg.MustRegister(m.splitPicks, m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
-		&targetCollector{targets: targets},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.own = []prometheus.Collector{m.splitPicks, m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+		&targetCollector{targets: targets}}
+	m.reg.MustRegister(m.own...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -100,7 +104,42 @@ type targetMetrics struct {
 }
 
 func (m *metrics) target(up, addr string) *targetMetrics {
+	// The target's series exist from the start, at 0: dashboards and
+	// alerts can be built before the first error.
+	m.requests.WithLabelValues(up, addr, "200")
+	m.ejections.WithLabelValues(up, addr)
+	m.checks.WithLabelValues(up, addr, "ok")
+	m.checks.WithLabelValues(up, addr, "fail")
 	return &targetMetrics{m: m, up: up, addr: addr, dur: m.duration.WithLabelValues(up, addr)}
+}
+
+// upstream makes an upstream's series exist at 0 from the start (or its
+// addition by a reload): its retries by reason, the budget's refusals,
+// the queue, discovery updates, and the answers the gateway makes itself
+// (502, 503, 504). nil-safe: Check builds upstreams without metrics.
+func (m *metrics) upstream(name string, u *config.Upstream) {
+	if m == nil {
+		return
+	}
+	for _, r := range []string{"connect_error", "reset", "timeout", "status"} {
+		m.retries.WithLabelValues(name, r)
+	}
+	m.retryDenied.WithLabelValues(name)
+	for _, o := range []string{"served", "timeout", "client_gone"} {
+		m.queued.WithLabelValues(name, o)
+	}
+	m.queueWait.WithLabelValues(name)
+	m.waiting.WithLabelValues(name)
+	for _, code := range []string{"502", "503", "504"} {
+		m.requests.WithLabelValues(name, "", code)
+	}
+	// A Go provider names its own source (Provider.Source); the built-in
+	// ones are named by their kind.
+	if d := u.Discovery; d != nil && d.Provider == "" {
+		for _, r := range []string{"applied", "refused"} {
+			m.discovery.WithLabelValues(name, d.Kind(), r)
+		}
+	}
 }
 
 func (t *targetMetrics) count(code int) {

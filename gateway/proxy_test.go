@@ -407,8 +407,9 @@ func TestStatusRetriesOnlyWhenSafe(t *testing.T) {
 		t.Fatalf("a POST with a body too large to buffer was retried")
 	}
 	m := get(t, c, "http://"+g.AdminAddr()+"/metrics").body
-	if !strings.Contains(m, `fulcrum_gateway_retries_total{reason="status",upstream="api"}`) {
-		t.Errorf("metrics lack status retries")
+	if !strings.Contains(m, `fulcrum_gateway_retries_total{reason="status",upstream="api"} `) ||
+		strings.Contains(m, `fulcrum_gateway_retries_total{reason="status",upstream="api"} 0`+"\n") {
+		t.Errorf("metrics lack status retries (the series exists from the start at 0; it must have counted)")
 	}
 }
 

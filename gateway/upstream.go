@@ -118,6 +118,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		uc := cfg.Upstreams[name]
 		u := &upstream{name: name, cfg: uc, m: g.metrics}
+		g.metrics.upstream(name, uc)
 		for _, s := range uc.Retry.Statuses {
 			u.statuses[s] = true
 		}

@@ -199,7 +199,7 @@ func (c *Config) Validate() error {
 	case err != nil:
 		bad("listen", "%q is not host:port", c.Listen)
 	case c.Token == "" && !loopback.Is(host):
-		bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it)", c.Listen)
+		bad("token", "required because listen %q is not a loopback address (workers and admin calls authenticate with it): set token in the file or FULCRUM_TOKEN", c.Listen)
 	}
 	tickOK := c.Tick >= time.Millisecond
 	if !tickOK {

@@ -115,7 +115,7 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 	// A missing token is on listen's line, which requires it; problems
 	// not in the file come last.
 	_, err = ParseConfig([]byte("send_queue: 0\nlisten: 0.0.0.0:7300\nsource: {type: static}\n"))
-	if !errors.As(err, &ce) || len(ce.Problems) != 2 || ce.Problems[0].Path != "send_queue" || ce.Problems[1].Error() != `line 2: token: required because listen "0.0.0.0:7300" is not a loopback address (workers and admin calls authenticate with it)` {
+	if !errors.As(err, &ce) || len(ce.Problems) != 2 || ce.Problems[0].Path != "send_queue" || ce.Problems[1].Error() != `line 2: token: required because listen "0.0.0.0:7300" is not a loopback address (workers and admin calls authenticate with it): set token in the file or FULCRUM_TOKEN` {
 		t.Errorf("missing token: %v", err)
 	}
 	_, err = ParseConfigWith([]byte("source: {type: static}\nsend_queue: 0\n"), func(c *Config) { c.Listen = "0.0.0.0:7300" })

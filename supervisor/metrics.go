@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
 // view is the state the gauges show, refreshed by the event loop after each
@@ -18,6 +20,7 @@ type view struct {
 
 type metrics struct {
 	reg          *prometheus.Registry
+	own          []prometheus.Collector // every collector registered, each family of which exists from the start (test)
 	view         atomic.Pointer[view]
 	messages     *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
@@ -29,13 +32,17 @@ type metrics struct {
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.view.Store(&view{})
+	register := func(cs ...prometheus.Collector) {
+		m.own = append(m.own, cs...)
+		m.reg.MustRegister(cs...)
+	}
 	const ns, sub = "fulcrum", "supervisor"
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: ns, Subsystem: sub, Name: name, Help: help}
 	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts(opts(name, help)), labels)
-		m.reg.MustRegister(c)
+		register(c)
 		return c
 	}
 	m.messages = counter("messages_total", "Worker messages accepted, by type.", "type")
@@ -43,11 +50,22 @@ func newMetrics(s *Server) *metrics {
 	m.payloads = counter("payloads_total", "Payloads by result: published (first within the dedup window), duplicate, unknown_task.", "result")
 	m.instructions = prometheus.NewCounter(prometheus.CounterOpts(opts("instructions_total", "Instruction sets sent to workers.")))
 	m.undelivered = prometheus.NewCounter(prometheus.CounterOpts(opts("instructions_undelivered_total", "Instruction sets for workers not connected or too slow (they get their whole assignment on reconnect).")))
-	m.reg.MustRegister(m.instructions, m.undelivered)
+	register(m.instructions, m.undelivered)
+	// Every label value known in advance exists from the start, at 0, so
+	// dashboards and alerts can be built before the first event.
+	for _, t := range []string{protocol.TypeReport, protocol.TypePayload} {
+		m.messages.WithLabelValues(t)
+	}
+	for _, r := range []string{"unauthorized", "invalid", "identity"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, r := range []string{"published", "duplicate", "unknown_task"} {
+		m.payloads.WithLabelValues(r)
+	}
 
 	v := func() *view { return m.view.Load() }
 	gauge := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), f))
+		register(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts(name, help)), f))
 	}
 	gauge("running", "1 once warm-up is over and tasks are assigned, 0 while warming up.", func() float64 { return float64(v().phase) })
 	gauge("workers", "Live workers.", func() float64 { return float64(v().workers) })
@@ -57,7 +75,7 @@ func newMetrics(s *Server) *metrics {
 	gauge("connections", "Open worker connections.", func() float64 { return float64(v().connections) })
 	gauge("timers", "Timeouts armed on the timer wheel.", func() float64 { return float64(v().timers) })
 	cfunc := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), f))
+		register(prometheus.NewCounterFunc(prometheus.CounterOpts(opts(name, help)), f))
 	}
 	cfunc("holdings_placed_total", "Holdings created (a task started on a worker).", func() float64 { return float64(v().engine.Placed) })
 	cfunc("holdings_vacated_total", "Holdings lost to a dead worker, a silent task or a lowered max load.", func() float64 { return float64(v().engine.Vacated) })

@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/demo"
@@ -26,7 +30,10 @@ type demoOptions struct {
 
 func newDemoCmd() *cobra.Command {
 	o := demoOptions{}
-	var gogc int
+	var (
+		gogc  int
+		addrs listenFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run 3 local demo upstreams behind a round-robin gateway",
@@ -34,15 +41,25 @@ func newDemoCmd() *cobra.Command {
 front of them, then print what to curl. No setup needed:
 
   go run ./cmd/fulcrum demo
-  curl -s localhost:8080/   # upstream-1, upstream-2, upstream-3, ...`,
+  curl -s localhost:8080/   # upstream-1, upstream-2, upstream-3, ...
+
+Ports taken? --listen, --admin and --upstreams move them (or
+FULCRUM_GATEWAY_LISTEN and FULCRUM_GATEWAY_ADMIN):
+
+  go run ./cmd/fulcrum demo --listen 127.0.0.1:18080 --admin 127.0.0.1:19901 \
+      --upstreams 127.0.0.1:19001,127.0.0.1:19002,127.0.0.1:19003`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setGC(gogc)
+			if err := addrs.resolve(cmd); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			o.listen, o.admin = addrs.listenOr("127.0.0.1:8080"), addrs.adminOr("127.0.0.1:9901")
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway address")
-	cmd.Flags().StringVar(&o.admin, "admin", "127.0.0.1:9901", "admin API address")
+	addrs.register(cmd, "gateway address (default 127.0.0.1:8080, or $FULCRUM_GATEWAY_LISTEN)",
+		"admin API and console address (default 127.0.0.1:9901, or $FULCRUM_GATEWAY_ADMIN)")
 	cmd.Flags().StringSliceVar(&o.upstreams, "upstreams", []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}, "demo upstream addresses")
 	cmd.Flags().StringVar(&o.strategy, "strategy", "round_robin", "balance strategy")
 	cmd.Flags().BoolVar(&o.accessLog, "access-log", false, "print an access log line per request")
@@ -52,18 +69,48 @@ front of them, then print what to curl. No setup needed:
 }
 
 func newDemoUpstreamsCmd() *cobra.Command {
-	var listen []string
+	var (
+		listen  []string
+		permits []int
+		latency time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "upstreams --listen 127.0.0.1:9001,127.0.0.1:9002",
 		Short: "Run only the demo upstreams (for benchmarks and experiments)",
-		Args:  cobra.NoArgs,
+		Long: `Run only the demo upstreams. With --permits each serves that many requests
+at once, each held for --latency, and refuses one more at once with 503, as a
+full server does: targets for the capacity strategy to learn limits from
+(examples/gateway/learned.yaml).`,
+		Example: `  fulcrum demo upstreams
+  fulcrum demo upstreams --permits 10,20,40 --latency 20ms   # 3 upstreams that refuse past 10, 20, 40 at once`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			us, err := demo.StartAll(listen)
-			if err != nil {
-				return err
+			if len(permits) > 1 && len(permits) != len(listen) {
+				return fmt.Errorf("demo upstreams: --permits: %d values for %d --listen addresses (give one for all, or one each)", len(permits), len(listen))
 			}
-			for _, u := range us {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s listening on http://%s\n", u.Name, u.Addr)
+			if latency < 0 {
+				return fmt.Errorf("demo upstreams: --latency: %v is negative", latency)
+			}
+			opts := make([]demo.Options, len(listen))
+			for i := range opts {
+				opts[i].Latency = latency
+				if len(permits) > 0 {
+					opts[i].Permits = permits[min(i, len(permits)-1)]
+					if opts[i].Permits <= 0 {
+						return fmt.Errorf("demo upstreams: --permits: %d is not positive", opts[i].Permits)
+					}
+				}
+			}
+			us, err := demo.StartAllWith(listen, opts)
+			if err != nil {
+				return fmt.Errorf("demo upstreams: --listen: %w", err)
+			}
+			for i, u := range us {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s listening on http://%s", u.Name, u.Addr)
+				if opts[i].Permits > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), " (%d permits, %v each; 503 when full)", opts[i].Permits, opts[i].Latency)
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
 			}
 			ctx, stop := signal.NotifyContext(ctxOf(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -72,6 +119,8 @@ func newDemoUpstreamsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&listen, "listen", []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}, "addresses, one upstream each")
+	cmd.Flags().IntSliceVar(&permits, "permits", nil, "requests each upstream serves at once, one value for all or one per address; one more gets 503 (default: unlimited)")
+	cmd.Flags().DurationVar(&latency, "latency", 0, "how long each request holds its permit before the answer")
 	return cmd
 }
 
@@ -92,9 +141,28 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	if o.strategy == "" {
 		o.strategy = "round_robin"
 	}
+	// The flags are checked here, by name: the config below is generated,
+	// and an error at one of its lines would point at a file nobody wrote.
+	if !balance.Known(o.strategy) {
+		return fmt.Errorf("demo: --strategy: unknown strategy %q (known: %s)", o.strategy, strings.Join(balance.Names(), ", "))
+	}
+	if o.listen == "" {
+		o.listen = "127.0.0.1:8080"
+	}
+	if o.admin == "" {
+		o.admin = "127.0.0.1:9901"
+	}
+	if o.admin == "off" {
+		return errors.New("demo: --admin: the demo needs its admin API (give host:port)")
+	}
+	for _, a := range o.upstreams {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("demo: --upstreams: %q is not host:port, like 127.0.0.1:9001", a)
+		}
+	}
 	us, err := demo.StartAll(o.upstreams)
 	if err != nil {
-		return fmt.Errorf("demo upstreams: %w", err)
+		return fmt.Errorf("demo: --upstreams: %w (move them with --upstreams, like --upstreams 127.0.0.1:19001,127.0.0.1:19002,127.0.0.1:19003)", err)
 	}
 	defer demo.CloseAll(us)
 	var b strings.Builder
@@ -104,7 +172,8 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	}
 	cfg, err := config.Parse([]byte(b.String()))
 	if err != nil {
-		return err
+		// Not reached with the flags checked above; say where it came from.
+		return fmt.Errorf("demo: the generated config: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	g, err := gateway.New(cfg, gateway.Options{Logger: log})

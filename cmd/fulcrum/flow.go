@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-lb/fulcrum/flow/server"
@@ -43,6 +45,9 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			// go-redis prints its own lines (every failed dial, before our
+			// error says the same once): send them to debug, unseen.
+			redis.SetLogger(redisLogger{cfg.Logger})
 			if cfg.Token == "" {
 				cfg.Token = os.Getenv("FULCRUM_FLOW_TOKEN")
 			}
@@ -71,4 +76,12 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "API requests served at once, waiting holds included; past it 503 with Retry-After (default 1024)")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", 0, "time allowed to read a request's header, and then its body (default 10s)")
 	return cmd
+}
+
+// redisLogger takes go-redis's log lines at debug level, where the
+// default level does not show them.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }

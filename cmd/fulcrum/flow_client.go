@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -59,7 +60,17 @@ func (f *flowClientFlags) with(fn func(c *client.Client) error) error {
 		return err
 	}
 	defer c.Close()
-	return fn(c)
+	return explainAPIError(fn(c))
+}
+
+// explainAPIError adds to a refused token what to give: the HTTP header
+// the server names is not what a command-line user sets.
+func explainAPIError(err error) error {
+	var ae *client.APIError
+	if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) {
+		return fmt.Errorf("%w: give the server's token with --token or FULCRUM_FLOW_TOKEN", err)
+	}
+	return err
 }
 
 func (f *flowClientFlags) client() (*client.Client, error) {
@@ -142,6 +153,14 @@ func flowSubmitCmd() *cobra.Command {
 				for start := 0; start < len(tasks); start += batch {
 					part := tasks[start:min(start+batch, len(tasks))]
 					got, err := c.CreateTasks(cmd.Context(), part)
+					if ae := (*client.APIError)(nil); errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+						// create_task's only 404: a type never registered.
+						typ := "TYPE"
+						if len(args) == 2 {
+							typ = args[0]
+						}
+						err = fmt.Errorf("%w: register the type first: fulcrum flow register %s (see fulcrum flow register --help for its retry and schedule settings)", err, typ)
+					}
 					if err != nil {
 						if len(ids) > 0 {
 							fmt.Fprintf(cmd.ErrOrStderr(), "created %d tasks before the failure (ids printed below)\n", len(ids))

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -24,25 +26,35 @@ func newGatewayCmd() *cobra.Command {
 		check    bool
 		demoMode bool
 		gogc     int
+		addrs    listenFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway --config gateway.yaml",
 		Short: "Run the HTTP load-balancing gateway",
 		Long: `Run the HTTP reverse proxy described by a YAML config (see docs/gateway.md).
 
+--listen and --admin (or FULCRUM_GATEWAY_LISTEN and FULCRUM_GATEWAY_ADMIN)
+override the file's listen and admin.listen, on start and on every reload.
+Relative paths in the file are read from the file's folder.
+
 SIGHUP re-reads the config (a bad file leaves the running config as it was);
 SIGTERM or SIGINT stop accepting and let in-flight requests finish within
 shutdown_grace.`,
+		Example: `  fulcrum gateway --config examples/gateway/basic.yaml
+  fulcrum gateway --config examples/gateway/basic.yaml --listen 127.0.0.1:18080 --admin 127.0.0.1:19901`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setGC(gogc)
+			if err := addrs.resolve(cmd); err != nil {
+				return fmt.Errorf("gateway: %w", err)
+			}
 			if demoMode {
-				return runDemo(cmd.Context(), cmd.OutOrStdout(), demoOptions{listen: "127.0.0.1:8080", admin: "127.0.0.1:9901"})
+				return runDemo(cmd.Context(), cmd.OutOrStdout(), demoOptions{listen: addrs.listenOr("127.0.0.1:8080"), admin: addrs.adminOr("127.0.0.1:9901")})
 			}
 			if path == "" {
 				return errors.New("gateway: --config is required (or --demo)")
 			}
-			cfg, err := config.Load(path)
+			cfg, err := config.LoadWith(path, addrs.override)
 			if err != nil {
 				return err
 			}
@@ -56,11 +68,12 @@ shutdown_grace.`,
 				if err := gateway.Check(cfg, gateway.Options{}); err != nil {
 					return fmt.Errorf("%s: %w", path, err)
 				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d upstreams, %d routes)\n", path, len(cfg.Upstreams), len(cfg.Routes))
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (listen %s, admin %s, %d upstreams, %d routes)\n",
+					path, cfg.Listen, cfg.Admin.Listen, len(cfg.Upstreams), len(cfg.Routes))
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			g, err := gateway.New(cfg, gateway.Options{ConfigPath: path, Logger: log})
+			g, err := gateway.New(cfg, gateway.Options{ConfigPath: path, Override: addrs.override, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -69,6 +82,8 @@ shutdown_grace.`,
 	}
 	cmd.Flags().StringVarP(&path, "config", "c", "", "config file (YAML)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the config and exit")
+	addrs.register(cmd, "the proxy's address, host:port (overrides the file's listen; default $FULCRUM_GATEWAY_LISTEN)",
+		"the admin API's address, host:port or off (overrides the file's admin.listen; default $FULCRUM_GATEWAY_ADMIN)")
 	cmd.Flags().BoolVar(&demoMode, "demo", false, "run the demo (3 local upstreams behind a gateway) instead of a config")
 	cmd.Flags().IntVar(&gogc, "gogc", 400, "GC target percentage unless GOGC is set (the proxy's live heap is small, so a higher target trades a little memory for fewer collections)")
 	return cmd
@@ -87,6 +102,9 @@ func serveWithSignals(ctx context.Context, g *gateway.Gateway, log *slog.Logger,
 		ctx = context.Background()
 	}
 	if err := g.Start(); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w (a port in use: move it with --listen or --admin, or %s / %s)", err, envGatewayListen, envGatewayAdmin)
+		}
 		return err
 	}
 	sig := make(chan os.Signal, 4)
@@ -111,3 +129,55 @@ func serveWithSignals(ctx context.Context, g *gateway.Gateway, log *slog.Logger,
 		return g.Shutdown(sctx)
 	}
 }
+
+// The environment variables that stand for --listen and --admin of
+// `fulcrum gateway` and `fulcrum demo`.
+const (
+	envGatewayListen = "FULCRUM_GATEWAY_LISTEN"
+	envGatewayAdmin  = "FULCRUM_GATEWAY_ADMIN"
+)
+
+// listenFlags are --listen and --admin: a flag wins, then its environment
+// variable, then the file (or the command's default).
+type listenFlags struct {
+	listen, admin string
+}
+
+func (l *listenFlags) register(cmd *cobra.Command, listenHelp, adminHelp string) {
+	cmd.Flags().StringVar(&l.listen, "listen", "", listenHelp)
+	cmd.Flags().StringVar(&l.admin, "admin", "", adminHelp)
+}
+
+// resolve fills what the flags left empty from the environment and
+// checks both, naming the flag or variable that gave a bad value.
+func (l *listenFlags) resolve(cmd *cobra.Command) error {
+	check := func(flag, env, want string, v *string) error {
+		name := "--" + flag
+		if !cmd.Flags().Changed(flag) {
+			*v, name = os.Getenv(env), env
+		}
+		if *v == "" || (flag == "admin" && *v == "off") {
+			return nil
+		}
+		if _, _, err := net.SplitHostPort(*v); err != nil {
+			return fmt.Errorf("%s: %q is not %s", name, *v, want)
+		}
+		return nil
+	}
+	return errors.Join(
+		check("listen", envGatewayListen, "host:port, like 127.0.0.1:8080", &l.listen),
+		check("admin", envGatewayAdmin, "host:port, like 127.0.0.1:9901, or off", &l.admin))
+}
+
+// override puts the given addresses over a config file's.
+func (l *listenFlags) override(c *config.Config) {
+	if l.listen != "" {
+		c.Listen = l.listen
+	}
+	if l.admin != "" {
+		c.Admin.Listen = l.admin
+	}
+}
+
+func (l *listenFlags) listenOr(def string) string { return cmp.Or(l.listen, def) }
+func (l *listenFlags) adminOr(def string) string  { return cmp.Or(l.admin, def) }

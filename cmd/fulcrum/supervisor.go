@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulcrum-lb/fulcrum/supervisor"
+	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
 )
 
@@ -51,6 +52,12 @@ and one leads; the others stand by and take over when its lease lapses.
 			}
 			if check {
 				if err := checkSupervisorSource(commandContext(cmd), cfg); err != nil {
+					return fmt.Errorf("supervisor config %s: %w", path, err)
+				}
+				// The sink is tried as the gateway's --check resolves
+				// names: a broker down, a wrong password, a missing
+				// queue or stream fail here, not in a log after start.
+				if err := sink.Check(commandContext(cmd), cfg.Sink); err != nil {
 					return fmt.Errorf("supervisor config %s: %w", path, err)
 				}
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (listen %s, redundancy %d, source %s, sink %s)\n",

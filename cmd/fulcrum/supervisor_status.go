@@ -36,6 +36,9 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			if token == "" {
 				token = os.Getenv("FULCRUM_TOKEN")
 			}
+			if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+				return fmt.Errorf("supervisor status: --url: %q has no http:// or https:// scheme: give http://%s", base, strings.TrimPrefix(base, "//"))
+			}
 			req, err := http.NewRequestWithContext(commandContext(cmd), http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
 			if err != nil {
 				return fmt.Errorf("supervisor status: --url: %w", err)
@@ -51,6 +54,13 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 			if err != nil {
 				return fmt.Errorf("supervisor status: %w", err)
+			}
+			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+				what := "refused the token"
+				if token == "" {
+					what = "wants a token"
+				}
+				return fmt.Errorf("supervisor status: %s answered %s: the supervisor %s: give its token with --token or FULCRUM_TOKEN", req.URL, resp.Status, what)
 			}
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("supervisor status: %s answered %s: %s", req.URL, resp.Status, strings.TrimSpace(string(body)))

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/source"
@@ -90,5 +95,63 @@ func TestSupervisorStatus(t *testing.T) {
 	}
 	if _, err := run("wrong"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("wrong token: %v, want an error naming 401", err)
+	}
+}
+
+// `supervisor --check` tries the sink as start would: a RabbitMQ routing
+// key naming no queue, a wrong password, a NATS server that is down and a
+// subject no JetStream stream captures fail with the field to fix; a
+// reachable broker passes. Real brokers.
+func TestSupervisorCheckTriesTheSink(t *testing.T) {
+	amqpURL := testenv.AMQP(t)
+	natsURL := testenv.NATS(t)
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "wrong-password")
+	badPass := u.String()
+	// A port nothing listens on: a listener opened and closed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "nats://" + ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	missing := fmt.Sprintf("fulcrum-check-missing-%d", time.Now().UnixNano())
+	for _, tc := range []struct {
+		name, sink, want string
+		ok               bool
+	}{
+		{"rabbitmq ok", fmt.Sprintf("{type: rabbitmq, url: %q, queue: fulcrum-check-ok}", amqpURL), "sink rabbitmq", true},
+		{"rabbitmq queue missing", fmt.Sprintf("{type: rabbitmq, url: %q, routing_key: %s}", amqpURL, missing), "sink.routing_key: no queue", false},
+		{"rabbitmq wrong password", fmt.Sprintf("{type: rabbitmq, url: %q, queue: q}", badPass), "sink.url: connect to", false},
+		{"nats ok", fmt.Sprintf("{type: nats, url: %q, subject: fulcrum.check}", natsURL), "sink nats", true},
+		{"nats down", fmt.Sprintf("{type: nats, url: %q, subject: fulcrum.check}", down), "sink.url: connect to " + down, false},
+		{"jetstream without a stream", fmt.Sprintf("{type: nats, url: %q, subject: %s, jetstream: true}", natsURL, missing), "sink.subject: no JetStream stream", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "sup.yaml")
+			body := "listen: 127.0.0.1:7300\nsource: {type: static, tasks: [{task_id: a}]}\nsink: " + tc.sink + "\n"
+			if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			root := newRootCmd()
+			root.SetOut(&out)
+			root.SetArgs([]string{"supervisor", "--check", "--config", path})
+			err := root.Execute()
+			got := out.String()
+			if err != nil {
+				got = err.Error()
+			}
+			if (err == nil) != tc.ok || !strings.Contains(got, tc.want) {
+				t.Fatalf("got %q (err %v), want ok=%v containing %q", got, err, tc.ok, tc.want)
+			}
+			if strings.Contains(got, "wrong-password") {
+				t.Errorf("the password is printed: %q", got)
+			}
+		})
 	}
 }

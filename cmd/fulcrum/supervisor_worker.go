@@ -50,6 +50,11 @@ The token can also come from the environment variable FULCRUM_TOKEN.`,
 			if c.Token == "" {
 				c.Token = os.Getenv("FULCRUM_TOKEN")
 			}
+			for _, u := range strings.Split(c.URL, ",") {
+				if err := worker.CheckURL(u); err != nil {
+					return fmt.Errorf("supervisor worker: --supervisor: %w", err)
+				}
+			}
 			if urls := strings.Split(c.URL, ","); len(urls) > 1 {
 				c.URL, c.URLs = urls[0], urls[1:]
 			}

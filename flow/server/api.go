@@ -208,6 +208,7 @@ func (*memBody) Close() error { return nil }
 // metrics.
 func (s *Server) handle(path string, ep endpoint) http.Handler {
 	name := strings.TrimPrefix(path, "/v1/")
+	s.m.endpoint(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		code := http.StatusOK
@@ -363,6 +364,7 @@ func (s *Server) registerTask(_ http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	s.types.put(tt)
+	s.m.taskType(tt.TaskType)
 	return tt, nil
 }
 
@@ -755,6 +757,7 @@ func (s *Server) setPaused(r *http.Request, paused bool) (any, error) {
 		return nil, err
 	}
 	s.types.put(tt)
+	s.m.taskType(tt.TaskType)
 	return tt, nil
 }
 

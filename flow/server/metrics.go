@@ -14,6 +14,7 @@ import (
 // that several servers can live in one process (tests).
 type metrics struct {
 	reg      *prometheus.Registry
+	own      []prometheus.Collector // the server's own, each family of which exists from the start (test)
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	created  *prometheus.CounterVec
@@ -45,15 +46,40 @@ func newMetrics(st store.Store) *metrics {
 			Help:    "How long held tasks waited between becoming due (order_time) and being held, by type.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12)}, []string{"task_type"}),
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned, m.wait,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&taskGauge{st: st})
+	m.own = []prometheus.Collector{m.requests, m.latency, m.created, m.held, m.set, m.rescued, m.pruned, m.wait, &taskGauge{st: st, m: m}}
+	m.reg.MustRegister(m.own...)
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every family from the start, at 0, so dashboards and alerts can be
+	// built before the first event: the set results here, each endpoint
+	// as handle wraps it, each task type as it becomes known (taskType).
+	for _, r := range []string{"ok", "stale", "not_found", "invalid"} {
+		m.set.WithLabelValues(r)
+	}
 	return m
+}
+
+// endpoint makes an endpoint's series exist at 0.
+func (m *metrics) endpoint(name string) {
+	m.requests.WithLabelValues(name, "200")
+	m.latency.WithLabelValues(name)
+}
+
+// taskType makes a task type's series exist at 0. The server calls it for
+// the types in the database at start and for each type registered; a
+// scrape does for every type the database has (another server may have
+// registered it).
+func (m *metrics) taskType(name string) {
+	m.created.WithLabelValues(name)
+	m.held.WithLabelValues(name)
+	m.wait.WithLabelValues(name)
 }
 
 // taskGauge reports the task counts by type and status, read from the
 // database at scrape time (all servers see the same numbers).
-type taskGauge struct{ st store.Store }
+type taskGauge struct {
+	st store.Store
+	m  *metrics
+}
 
 var (
 	taskDesc   = prometheus.NewDesc("fulcrum_flow_tasks", "Tasks in the database by type and status.", []string{"task_type", "status"}, nil)
@@ -73,7 +99,8 @@ func (g *taskGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 	for _, t := range stats {
-		for status, n := range t.Counts {
+		g.m.taskType(t.TaskType)
+		for status, n := range t.Counts { // every status, 0 included (Store.Stats)
 			ch <- prometheus.MustNewConstMetric(taskDesc, prometheus.GaugeValue, float64(n), t.TaskType, status)
 		}
 		// One index lookup per type (the claim index's first entry).

@@ -51,7 +51,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 		if err := s.rdb.Ping(ctx).Err(); err != nil {
 			s.rdb.Close()
-			return nil, fmt.Errorf("flow server: lock mode redis: redis %s: %w", cfg.RedisAddr, err)
+			return nil, fmt.Errorf("flow server: --lock redis: no Redis at %s (give its address with --redis, or leave --lock at skip_locked, which needs none): %w", cfg.RedisAddr, err)
 		}
 		opts.HoldLock = redislock.New(s.rdb, 0)
 	}
@@ -63,6 +63,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.st = st
 	s.types = &typeCache{st: st, ttl: cfg.TypeCacheTTL, m: map[string]typeEntry{}}
 	s.m = newMetrics(st)
+	if types, err := st.ListTypes(ctx); err == nil { // else the first scrape makes them
+		for _, tt := range types {
+			s.m.taskType(tt.TaskType)
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()

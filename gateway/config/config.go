@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -222,7 +224,9 @@ type Retry struct {
 	// (default 2; 1 turns retries off).
 	Attempts int `yaml:"attempts"`
 	// On lists what is retried: connect_error (always implied), timeout,
-	// and HTTP status codes (default [connect_error, 502, 503, 504]).
+	// and HTTP status codes, 5xx or 429 (default [connect_error, 502,
+	// 503, 504]). A 503 or 429 listed is also a refusal: the capacity
+	// strategy learns from it.
 	On []string `yaml:"on"`
 	// BufferBody is the largest request body kept so a request with a
 	// body can be retried after a status (default 64KiB).
@@ -367,28 +371,79 @@ type FieldError = confyaml.FieldError
 // Error is a refused configuration: every problem found.
 type Error = confyaml.Error
 
-// Load reads and parses a file.
-func Load(path string) (*Config, error) {
+// Load reads and parses a file. Relative paths in it (a discovery file,
+// TLS files, the access log) are relative to the file's folder, so the
+// config means the same whatever directory the gateway starts in.
+func Load(path string) (*Config, error) { return LoadWith(path, nil) }
+
+// LoadWith is Load with override applied to the decoded file before it
+// is validated: command-line flags that take precedence over the file
+// (`fulcrum gateway --listen`), checked as if the file said them.
+func LoadWith(path string, override func(*Config)) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(data)
+	dir := filepath.Dir(path)
+	c, err := parse(data, func(c *Config) {
+		c.ResolvePaths(dir)
+		if override != nil {
+			override(c)
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
+// ResolvePaths makes every relative file path of c relative to dir: the
+// discovery files, the TLS files (served and upstream) and an access log
+// file. Load calls it with the config file's folder.
+func (c *Config) ResolvePaths(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	if c.TLS != nil {
+		abs(&c.TLS.CertFile)
+		abs(&c.TLS.KeyFile)
+	}
+	if p := c.AccessLog.Path; p != "stdout" && p != "stderr" {
+		abs(&c.AccessLog.Path)
+	}
+	for _, u := range c.Upstreams {
+		if u == nil {
+			continue
+		}
+		if u.Discovery != nil && u.Discovery.File != nil {
+			abs(&u.Discovery.File.Path)
+		}
+		if t := u.TLS; t != nil {
+			abs(&t.CAFile)
+			abs(&t.CertFile)
+			abs(&t.KeyFile)
+		}
+	}
+}
+
 // Parse decodes and validates a configuration. The error, when not nil,
 // is an *Error listing every problem: every decoding problem (unknown
 // fields, with the nearest known name; durations without a unit; values of
 // the wrong kind), or, when the file decodes, every validation problem.
-func Parse(data []byte) (*Config, error) {
+// Relative paths stay relative to the working directory (Load resolves
+// them against the file's folder).
+func Parse(data []byte) (*Config, error) { return parse(data, nil) }
+
+func parse(data []byte, adjust func(*Config)) (*Config, error) {
 	var c Config
 	doc, err := confyaml.Decode(data, &c)
 	if err != nil {
 		return nil, err
+	}
+	if adjust != nil {
+		adjust(&c)
 	}
 	v := validator{doc: doc}
 	v.config(&c)
@@ -754,8 +809,8 @@ func (v *validator) upstream(name string, u *Upstream) {
 			r.Timeout = true
 		default:
 			code, err := strconv.Atoi(s)
-			if err != nil || code < 500 || code > 599 {
-				v.fail(at("retry", "on", i), "%q is not connect_error, timeout or a 5xx status", s)
+			if err != nil || (code < 500 || code > 599) && code != http.StatusTooManyRequests {
+				v.fail(at("retry", "on", i), "%q is not connect_error, timeout, 429 or a 5xx status", s)
 				continue
 			}
 			if !slices.Contains(r.Statuses, code) {

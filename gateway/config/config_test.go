@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,7 +118,8 @@ func TestBadConfigs(t *testing.T) {
 		{"route to nowhere", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: /}, upstream: apx}\n", []string{"line 5: routes[0].upstream", `no upstream named "apx"`}},
 		{"route prefix", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\nroutes:\n  - {match: {path_prefix: api}, upstream: api}\n", []string{"routes[0].match.path_prefix", "must start with /"}},
 		{"routes needed", "upstreams:\n  a: {targets: [{url: \"http://a:1\"}]}\n  b: {targets: [{url: \"http://b:1\"}]}\n", []string{"routes", "more than one upstream"}},
-		{"retry on", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [connect_error, 404]}\n", []string{"upstreams.api.retry.on[1]", `"404"`}},
+		{"retry on", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [connect_error, 404]}\n", []string{"upstreams.api.retry.on[1]", `"404" is not connect_error, timeout, 429 or a 5xx status`}},
+		{"retry on 428", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [429, 428]}\n", []string{"upstreams.api.retry.on[1]", `"428"`}},
 		{"retry attempts", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 50}\n", []string{"upstreams.api.retry.attempts", "1..10"}},
 		{"ejected percent", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {max_ejected_percent: 150}}\n", []string{"health.passive.max_ejected_percent", "150"}},
 		{"max eject below eject", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {eject_for: 10s, max_eject_for: 1s}}\n", []string{"health.passive.max_eject_for", "below eject_for"}},
@@ -283,5 +285,39 @@ func TestTypeErrorNamesTheField(t *testing.T) {
 	_, err := config.Parse([]byte("upstreams:\n  api:\n    targets:\n      - {url: \"http://127.0.0.1:9001\", weight: abc}\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 4: upstreams.api.targets[0].weight") {
 		t.Fatalf("got %v, want the error on targets[0].weight", err)
+	}
+}
+
+// Load reads a relative path against the file's folder, whatever the
+// working directory; LoadWith's override goes over the file before
+// validation; Parse leaves paths as written.
+func TestLoadResolvesPathsAndOverrides(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gw.yaml")
+	body := "listen: 127.0.0.1:8080\ntls: {cert_file: c.pem, key_file: /abs/k.pem}\naccess_log: {path: stderr}\n" +
+		"upstreams:\n  web:\n    discovery: {file: {path: sub/targets.yaml}}\n" +
+		"  api:\n    tls: {ca_file: ca.pem}\n    targets: [{url: \"https://127.0.0.1:9\"}]\n" +
+		"routes: [{upstream: web}]\n"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.LoadWith(path, func(c *config.Config) { c.Listen = "127.0.0.1:18080" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range [][2]string{
+		{c.Upstreams["web"].Discovery.File.Path, filepath.Join(dir, "sub/targets.yaml")},
+		{c.TLS.CertFile, filepath.Join(dir, "c.pem")},
+		{c.TLS.KeyFile, "/abs/k.pem"},
+		{c.Upstreams["api"].TLS.CAFile, filepath.Join(dir, "ca.pem")},
+		{c.AccessLog.Path, "stderr"},
+		{c.Listen, "127.0.0.1:18080"},
+	} {
+		if tc[0] != tc[1] {
+			t.Errorf("got %q, want %q", tc[0], tc[1])
+		}
+	}
+	if _, err := config.LoadWith(path, func(c *config.Config) { c.Admin.Listen = "0.0.0.0:9901" }); err == nil || !strings.Contains(err.Error(), "admin.token") {
+		t.Errorf("an override is validated like the file: %v", err)
 	}
 }

@@ -75,7 +75,8 @@ type DNSDiscovery struct {
 type FileDiscovery struct {
 	// Path is a YAML or JSON list of targets (url, weight,
 	// max_concurrency, warmup, disabled, started_at), bare or under
-	// "targets:". A relative path is relative to the working directory.
+	// "targets:". A relative path is relative to the config file's
+	// folder.
 	Path string `yaml:"path"`
 }
 

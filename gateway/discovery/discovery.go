@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"slices"
 	"time"
@@ -69,12 +70,23 @@ func New(d *config.Discovery, log *slog.Logger) (Provider, error) {
 	return nil, errors.New("discovery: no source configured")
 }
 
-// Check looks up, once, every DNS source that says require: true, for
-// `fulcrum gateway --check`: a name that does not resolve is an error.
+// Check looks up, once, every DNS source that says require: true and
+// every file source, for `fulcrum gateway --check`: a name that does not
+// resolve, a file that is missing or does not parse, is an error.
 func Check(ctx context.Context, cfg *config.Config) error {
 	var errs []error
 	for _, name := range sortedNames(cfg.Upstreams) {
 		u := cfg.Upstreams[name]
+		if u.Discovery != nil && u.Discovery.File != nil {
+			if _, err := NewFile(u.Discovery.File.Path, slog.Default()).Lookup(ctx); err != nil {
+				hint := ""
+				if errors.Is(err, fs.ErrNotExist) {
+					hint = " (a relative path is read from the config file's folder)"
+				}
+				errs = append(errs, fmt.Errorf("upstreams.%s.discovery.file.path: %w%s", name, err, hint))
+			}
+			continue
+		}
 		if u.Discovery == nil || u.Discovery.DNS == nil || !u.Discovery.DNS.Require {
 			continue
 		}

@@ -84,16 +84,37 @@ func Open(ctx context.Context, c Config, log *slog.Logger) (*Buffered, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("sink", c.Type)
-	var dial dialFunc
+	return open(ctx, c, log, dialer(c))
+}
+
+func dialer(c Config) dialFunc {
 	switch c.Type {
-	case TypeStdout:
-		dial = stdoutDialer(nil)
 	case TypeRabbitMQ:
-		dial = amqpDialer(c)
+		return amqpDialer(c)
 	case TypeNATS:
-		dial = natsDialer(c)
+		return natsDialer(c)
 	}
-	return open(ctx, c, log, dial)
+	return stdoutDialer(nil)
+}
+
+// Check connects to c's destination once, as Open does first, and closes
+// the connection again, for `fulcrum supervisor --check`: a broker that
+// is down, a wrong user or password, a missing exchange, queue or
+// JetStream stream fail here with the field to fix. It publishes nothing;
+// as at start, a RabbitMQ sink.queue is declared (created if missing).
+// The stdout sink needs nothing.
+func Check(ctx context.Context, c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Type == TypeStdout {
+		return nil
+	}
+	p, err := dialer(c)(ctx)
+	if err != nil {
+		return err
+	}
+	return p.close()
 }
 
 func open(ctx context.Context, c Config, log *slog.Logger, dial dialFunc) (*Buffered, error) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,12 +100,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: URL is required")
 	}
 	for _, raw := range append([]string{c.URL}, c.URLs...) {
-		u, err := url.Parse(raw)
-		switch {
-		case err != nil:
-			return fmt.Errorf("worker: URL: %w", err)
-		case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
-			return fmt.Errorf("worker: URL %q: scheme must be ws or wss", raw)
+		if err := CheckURL(raw); err != nil {
+			return fmt.Errorf("worker: URL %w", err)
 		}
 	}
 	switch {
@@ -328,6 +325,35 @@ type FatalError struct {
 
 func (e *FatalError) Error() string {
 	return fmt.Sprintf("worker: %s answered %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Reason)
+}
+
+// CheckURL checks a supervisor's worker endpoint URL as Config does,
+// with an error that shows the URL to give instead: a scheme (ws or wss)
+// and a path (the supervisor's is /ws) are required.
+func CheckURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		return fmt.Errorf("%q has no scheme: give ws://%s (or wss://)", raw, withWS(raw))
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q: %w", raw, err)
+	case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q: scheme must be ws or wss", raw)
+	case u.Path == "" || u.Path == "/":
+		// The supervisor's root answers its console, not a worker.
+		return fmt.Errorf("%q has no path: the supervisor's worker endpoint is /ws (%s://%s/ws)", raw, u.Scheme, u.Host)
+	}
+	return nil
+}
+
+// withWS is a scheme-less address with the worker endpoint's path added
+// when it has none, for the error that suggests the URL to give.
+func withWS(raw string) string {
+	if strings.Contains(raw, "/") {
+		return raw
+	}
+	return raw + "/ws"
 }
 
 // LeaderHeader is where a standby supervisor's 503 names the leader.

@@ -398,7 +398,7 @@ func TestRefusedStops(t *testing.T) {
 	for _, c := range []struct {
 		url, token string
 		status     int
-	}{{sup.url(), "wrong", 401}, {strings.TrimSuffix(sup.url(), "/ws"), token, 404}} {
+	}{{sup.url(), "wrong", 401}, {strings.TrimSuffix(sup.url(), "/ws") + "/wss", token, 404}} {
 		w, err := New(Config{URL: c.url, Token: c.token, WorkerID: "w1", MaxLoad: 1, Session: newFakeRoom(),
 			MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 		if err != nil {
@@ -512,6 +512,10 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"no url", func(c *Config) { c.URL = "" }, "URL is required"},
 		{"bad scheme", func(c *Config) { c.URL = "ftp://h/" }, "scheme"},
+		{"no scheme", func(c *Config) { c.URL = "127.0.0.1:7300/ws" }, `"127.0.0.1:7300/ws" has no scheme: give ws://127.0.0.1:7300/ws`},
+		{"no scheme nor path", func(c *Config) { c.URL = "127.0.0.1:7300" }, "give ws://127.0.0.1:7300/ws"},
+		{"no path", func(c *Config) { c.URL = "ws://127.0.0.1:7300" }, "worker endpoint is /ws (ws://127.0.0.1:7300/ws)"},
+		{"a further URL without its path", func(c *Config) { c.URLs = []string{"ws://127.0.0.1:7301/"} }, "(ws://127.0.0.1:7301/ws)"},
 		{"no id", func(c *Config) { c.WorkerID = "" }, "WorkerID"},
 		{"zero load", func(c *Config) { c.MaxLoad = 0 }, "MaxLoad"},
 		{"no session", func(c *Config) { c.Session = nil }, "Session"},
