@@ -25,7 +25,7 @@
 // it). The learner has two regimes, per target:
 //
 //   - a target that rejects (an outcome whose error is a rejection, see
-//     IsRejection, in the last 30s) says itself when it is full, and the
+//     balance.IsRejection, in the last 30s) says itself when it is full, and the
 //     limit tracks its permits exactly. A rejection proves the target had
 //     fewer permits than our picks in flight, so it takes one permit off
 //     the limit, and cuts it to our other picks in flight when those are
