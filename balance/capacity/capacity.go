@@ -41,7 +41,12 @@ func (s strategy) Build(eps []*balance.Endpoint) balance.Picker {
 
 // capacityOf returns e's learner state, making it on first use. It lives in
 // the endpoint's state, so it survives updates of the set.
-func capacityOf(e *balance.Endpoint) *capState { return balance.StateOf[capState](e) }
+func capacityOf(e *balance.Endpoint) *capState {
+	if c, ok := e.Ext().(*capState); ok {
+		return c // every outcome asks: a plain type assertion, no generic call
+	}
+	return balance.StateOf[capState](e)
+}
 
 // capState is one target's learner. lat is read by picks without a lock;
 // the rest is guarded by mu and only touched by Observe and Build.
