@@ -255,7 +255,10 @@ type Registry struct {
 // ErrUnknownStrategy is returned (wrapped) for a name no one registered.
 var ErrUnknownStrategy = errors.New("balance: unknown strategy")
 
-// NewRegistry returns a registry holding the built-in strategies.
+// NewRegistry returns a registry holding the built-in strategies. A
+// strategy of its own package registers itself in the default registry
+// only; here it is added like any plug-in (for capacity,
+// r.Register(capacity.Name, capacity.New)).
 func NewRegistry() *Registry {
 	r := &Registry{}
 	for name, f := range builtins() {
