@@ -151,6 +151,25 @@ func (b *Balancer) UsesKey() bool {
 // now is the balancer's clock in nanoseconds; never 0, so 0 can mean unset.
 func (b *Balancer) now() int64 { return int64(b.opts.Clock().Sub(b.epoch)) + 1 }
 
+// Now returns the balancer's clock in nanoseconds, as PickInfo.Now and
+// Outcome.Now read it (monotonic from the balancer's creation, never 0):
+// a strategy's tests feed its Observer outcomes stamped with it.
+func (b *Balancer) Now() int64 { return b.now() }
+
+// Queued returns the callers queued in Wait now and the ticket of the
+// one first in line (0 when none). Tickets count up in queueing order,
+// and a woken waiter that finds no permit keeps its ticket and its
+// place: a strategy's tests see from the ticket whether what it did (a
+// refusal that parks a target, say) sent the oldest waiter to the back.
+func (b *Balancer) Queued() (n int, head uint64) {
+	b.wq.mu.Lock()
+	defer b.wq.mu.Unlock()
+	if len(b.wq.q) > 0 {
+		head = b.wq.q[0].seq
+	}
+	return len(b.wq.q), head
+}
+
 // Update replaces the set of targets. Targets that stay (same Addr) keep
 // their runtime state; new ones start their warm-up; removed ones are never
 // picked again, and picks already handed out on them finish safely. An
@@ -330,7 +349,7 @@ func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
 		for i := range n {
 			e := s.eps[(off+i)%n]
 			if !info.Usable(e) {
-				if isExcluded(&info, e) {
+				if info.Excluded(e) {
 					excluded++
 				}
 				continue
@@ -344,15 +363,6 @@ func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
 		return Pick{}, ErrNoneAvailable
 	}
 	return Pick{}, ErrAtCapacity
-}
-
-func isExcluded(in *PickInfo, e *Endpoint) bool {
-	for _, x := range in.Exclude {
-		if x.s == e.s {
-			return true
-		}
-	}
-	return false
 }
 
 // refresh rebuilds a snapshot whose ejection has ended.

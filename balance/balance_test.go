@@ -16,7 +16,7 @@ import (
 )
 
 func TestNamesListsEveryBuiltin(t *testing.T) {
-	want := []string{"bounded_hash", "capacity", "hash", "least_active", "least_loaded", "p2c", "random", "round_robin", "shortest_response"}
+	want := []string{"bounded_hash", "hash", "least_active", "least_loaded", "p2c", "random", "round_robin", "shortest_response"}
 	got := NewRegistry().Names()
 	if !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
@@ -66,8 +66,6 @@ func TestStrategySettings(t *testing.T) {
 		{"p2c", SettingsFrom(P2CSettings{Decay: -time.Second}), "decay"},
 		{"shortest_response", SettingsFrom(ShortestResponseSettings{Window: time.Minute}), ""},
 		{"shortest_response", SettingsFrom(ShortestResponseSettings{Window: -1}), "window"},
-		{"capacity", SettingsFrom(map[string]float64{"initial_limit": 50}), ""},
-		{"capacity", SettingsFrom(map[string]float64{"initial": 50}), "initial"},
 		{"round_robin", nil, ""},
 		{"round_robin", SettingsFrom(P2CSettings{}), "-"},
 	} {

@@ -1,9 +1,12 @@
-package balance
+package balance_test
 
 import (
 	"fmt"
 	"strconv"
 	"testing"
+
+	"github.com/fulcrum-lb/fulcrum/balance"
+	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // registers capacity, measured with the rest
 )
 
 // Every strategy at 3, 100 and 1000 targets, serial and parallel: one
@@ -14,14 +17,14 @@ func BenchmarkPick(b *testing.B) {
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
-	for _, name := range Names() {
+	for _, name := range balance.Names() {
 		for _, n := range []int{3, 100, 1000} {
-			ts := targetsN(n)
+			ts := benchTargets(n)
 			for i := range ts {
 				ts[i].Weight = 1 + i%4
 			}
 			b.Run(fmt.Sprintf("%s/n=%d/serial", name, n), func(b *testing.B) {
-				bal := mustNew(b, name, Options{}, ts...)
+				bal := benchNew(b, name, balance.Options{}, ts...)
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
@@ -34,7 +37,7 @@ func BenchmarkPick(b *testing.B) {
 				}
 			})
 			b.Run(fmt.Sprintf("%s/n=%d/parallel", name, n), func(b *testing.B) {
-				bal := mustNew(b, name, Options{}, ts...)
+				bal := benchNew(b, name, balance.Options{}, ts...)
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					i := 0
@@ -54,8 +57,8 @@ func BenchmarkPick(b *testing.B) {
 
 // Building a snapshot (a membership change) for the hash ring, the costliest.
 func BenchmarkUpdateHash1000(b *testing.B) {
-	bal := mustNew(b, "hash", Options{})
-	ts := targetsN(1000)
+	bal := benchNew(b, "hash", balance.Options{})
+	ts := benchTargets(1000)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		ts[0].Weight = 1 + i%2
@@ -63,4 +66,25 @@ func BenchmarkUpdateHash1000(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func benchNew(b *testing.B, name string, o balance.Options, targets ...balance.Target) *balance.Balancer {
+	b.Helper()
+	bal, err := balance.New(name, o)
+	if err != nil {
+		b.Fatalf("New(%q): %v", name, err)
+	}
+	if err := bal.Update(targets); err != nil {
+		b.Fatalf("Update: %v", err)
+	}
+	return bal
+}
+
+// benchTargets makes n targets of weight 1, as the package's own tests do.
+func benchTargets(n int) []balance.Target {
+	ts := make([]balance.Target, n)
+	for i := range ts {
+		ts[i] = balance.Target{Addr: fmt.Sprintf("10.0.%d.%d:8080", i/256, i%256), Weight: 1}
+	}
+	return ts
 }

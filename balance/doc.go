@@ -17,6 +17,9 @@
 //
 // Strategies are registered by name in a Registry, a plug-in interface like
 // Dubbo's LoadBalance SPI; the built-in ones are random, round_robin, hash,
-// bounded_hash, least_active, shortest_response, p2c, least_loaded and
-// capacity. docs/balance.md explains each and when to use it.
+// bounded_hash, least_active, shortest_response, p2c and least_loaded.
+// capacity, the learner of each target's permits, lives in package
+// balance/capacity and registers itself when imported (as grpc's
+// weightedroundrobin does), built on this package's exported API alone.
+// docs/balance.md explains each and when to use it.
 package balance

@@ -76,6 +76,10 @@ func (e *Endpoint) Addr() string { return e.t.Addr }
 // Weight returns the configured weight.
 func (e *Endpoint) Weight() int { return e.t.Weight }
 
+// MaxConcurrency returns the configured permits (Target.MaxConcurrency):
+// 0 means the limit, if any, is a strategy's to learn.
+func (e *Endpoint) MaxConcurrency() int { return e.t.MaxConcurrency }
+
 // Index is the endpoint's position in the slice given to Strategy.Build.
 func (e *Endpoint) Index() int { return e.index }
 
@@ -88,6 +92,19 @@ func (e *Endpoint) Limit() int64 { return e.s.limit.Load() }
 // SetLimit sets the permits. It is for strategies that learn a limit; a
 // configured MaxConcurrency is restored by the next Update.
 func (e *Endpoint) SetLimit(n int64) { e.s.limit.Store(n) }
+
+// HoldPermits takes n of the target's permits out of use without a pick:
+// they count in InFlight (and in Outcome.InFlight) whatever the limit,
+// so no pick, not even the balancer's fallback to any free permit, gets
+// them. A learner holds the permits of a target it believes down
+// (capacity parks it) and gives them back with ReleasePermits. The
+// strategy keeps the count it holds: the balancer does not.
+func (e *Endpoint) HoldPermits(n int64) { e.s.inflight.Add(n) }
+
+// ReleasePermits gives back n permits HoldPermits took. It wakes no
+// waiter by itself: a picker that releases permits in Pick says so with
+// PickInfo.Wake, after it has taken the one its own pick needs.
+func (e *Endpoint) ReleasePermits(n int64) { e.s.inflight.Add(-n) }
 
 // Reopen tells the balancer that the target has permits again after
 // refusing (a learner found its capacity back, or its configured limit

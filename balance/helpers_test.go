@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,3 +64,9 @@ func targetsN(n int) []Target {
 	}
 	return ts
 }
+
+// capClock is a settable clock (the wait-queue tests; the capacity
+// package's tests have their own).
+type capClock struct{ ns atomic.Int64 }
+
+func (c *capClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }

@@ -23,7 +23,7 @@ type Options struct {
 
 	// Settings are the strategy's own settings, which its factory decodes
 	// and checks (HashSettings, BoundedHashSettings, P2CSettings,
-	// ShortestResponseSettings, capacity's named numbers); nil means the
+	// ShortestResponseSettings, capacity.Settings); nil means the
 	// strategy's defaults.
 	Settings Settings
 

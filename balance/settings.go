@@ -3,12 +3,7 @@ package balance
 import (
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
-	"slices"
-	"strings"
-
-	"github.com/fulcrum-lb/fulcrum/internal/suggest"
 )
 
 // Settings is one strategy's own section of configuration, not yet
@@ -23,8 +18,8 @@ type Settings interface {
 }
 
 // SettingsFrom returns Settings that decode to v: a strategy's settings
-// value (or a pointer to one), such as BoundedHashSettings{LoadBound: 1.5},
-// or map[string]float64 for capacity.
+// value (or a pointer to one), such as BoundedHashSettings{LoadBound: 1.5}
+// or capacity.Settings. The value replaces the strategy's settings whole.
 func SettingsFrom(v any) Settings { return given{v} }
 
 type given struct{ v any }
@@ -71,30 +66,4 @@ func decodeSettings(s Settings, v any) error {
 func noSettings(s Settings) error {
 	var v struct{}
 	return decodeSettings(s, &v)
-}
-
-// decodeNumbers decodes settings that are a set of named numbers, the
-// keys among known (capacity's learner knobs).
-func decodeNumbers(s Settings, known []string) (map[string]float64, error) {
-	var m map[string]float64
-	if err := decodeSettings(s, &m); err != nil {
-		return nil, err
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !slices.Contains(known, k) {
-			if near := suggest.Closest(k, known); near != "" {
-				return nil, settingErr(k, "unknown setting (did you mean %s?)", near)
-			}
-			return nil, settingErr(k, "unknown setting (known: %s)", strings.Join(known, ", "))
-		}
-		if v := m[k]; math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, settingErr(k, "%v is not a number", v)
-		}
-	}
-	return m, nil
 }

@@ -28,8 +28,12 @@ type Picker interface {
 
 // The optional interfaces below are how a picker asks the balancer for
 // more than Pick; the built-in strategies use nothing else, so a strategy
-// registered from outside the package can do whatever they do. A picker
-// keeps per-endpoint state of its own with StateOf.
+// registered from outside the package can do whatever they do (capacity,
+// in package balance/capacity, is one). A picker keeps per-endpoint state
+// of its own with StateOf; a learner sets an endpoint's permits
+// (Endpoint.SetLimit), holds some out of use (Endpoint.HoldPermits), wakes
+// waiters for permits it freed in Pick (PickInfo.Wake) and lets refused
+// retries back (Endpoint.Reopen).
 
 // Observer is implemented by pickers that learn from outcomes. Observe is
 // called from Done for every pick the picker made (so e is one of its own
@@ -121,6 +125,26 @@ func (c Class) String() string {
 // failure nor a latency is recorded.
 var ErrClientGone = errors.New("balance: the client left before the target answered")
 
+// ErrRejected is what a caller reports (wrapped or not) when a target
+// refused a request for lack of capacity (HTTP 503 or 429, a full pool):
+// the outcome's Class is Refused, on which the capacity strategy
+// (package balance/capacity) cuts the target's learned limit.
+var ErrRejected = errors.New("balance: target rejected the request (no permit)")
+
+// IsRejection reports whether err says a target had no capacity: it wraps
+// ErrRejected, or has a method Rejected() bool that returns true. The
+// error's text is not read: a refusal is a type (see Class).
+func IsRejection(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrRejected) {
+		return true
+	}
+	var r interface{ Rejected() bool }
+	return errors.As(err, &r) && r.Rejected()
+}
+
 // ClassOf classifies a reported error: nil succeeded; ErrClientGone, the
 // client left; ErrRejected or an error with a Rejected() bool method that
 // returns true, refused; anything else failed.
@@ -162,13 +186,36 @@ type PickInfo struct {
 // Usable reports whether e may be picked now: not excluded and with a free
 // permit.
 func (in *PickInfo) Usable(e *Endpoint) bool {
-	for _, x := range in.Exclude {
-		if x == e || x.s == e.s {
-			return false
-		}
+	if in.Excluded(e) {
+		return false
 	}
 	l := e.s.limit.Load()
 	return l <= 0 || e.s.inflight.Load() < l
+}
+
+// Excluded reports whether the pick excludes e's target (Exclude names
+// it, as an endpoint of this snapshot or of an older one).
+func (in *PickInfo) Excluded(e *Endpoint) bool {
+	for _, x := range in.Exclude {
+		if x == e || x.s == e.s {
+			return true
+		}
+	}
+	return false
+}
+
+// Wake tells the balancer that n permits came free during this pick
+// other than by a pick's end (the picker gave back permits it held, or
+// raised a limit): up to n callers queued in Balancer.Wait are woken to
+// take them, as n releases would wake them. Without it they would sleep
+// until picks elsewhere end. After Observe no call is needed: the
+// balancer wakes one waiter per permit that a raised limit added. Wake
+// on a PickInfo that no balancer made (a picker called directly) does
+// nothing.
+func (in *PickInfo) Wake(n int64) {
+	if n > 0 && in.snap != nil {
+		in.snap.b.wakeWaiters(n)
+	}
 }
 
 // Weight returns e's weight with warm-up applied.
@@ -208,7 +255,10 @@ type Registry struct {
 // ErrUnknownStrategy is returned (wrapped) for a name no one registered.
 var ErrUnknownStrategy = errors.New("balance: unknown strategy")
 
-// NewRegistry returns a registry holding the built-in strategies.
+// NewRegistry returns a registry holding the built-in strategies. A
+// strategy of its own package registers itself in the default registry
+// only; here it is added like any plug-in (for capacity,
+// r.Register(capacity.Name, capacity.New)).
 func NewRegistry() *Registry {
 	r := &Registry{}
 	for name, f := range builtins() {
@@ -304,6 +354,5 @@ func builtins() map[string]Factory {
 		"shortest_response": newShortestResponse,
 		"p2c":               newP2C,
 		"least_loaded":      newLeastLoaded,
-		"capacity":          newCapacity,
 	}
 }

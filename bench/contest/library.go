@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // the library contenders run "capacity"
 )
 
 // forwarder is the "library" contender: the smallest HTTP forwarder around

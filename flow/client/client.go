@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // Options.Strategy may name "capacity"
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // the strategy "capacity", registered on import
 	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 )

@@ -1,4 +1,4 @@
-package balance
+package capacity
 
 import (
 	"container/heap"
@@ -15,17 +15,13 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
-// capClock is a settable clock for the learner simulations.
-type capClock struct{ ns atomic.Int64 }
-
-func (c *capClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
-
-func newCapacityBalancer(t testing.TB, params map[string]float64, clock func() time.Time, targets ...Target) *Balancer {
+func newCapacityBalancer(t testing.TB, params map[string]float64, clock func() time.Time, targets ...balance.Target) *balance.Balancer {
 	t.Helper()
-	b, err := New("capacity", Options{Settings: SettingsFrom(params), Clock: clock})
+	b, err := newRecorded(settingsOf(params), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +31,7 @@ func newCapacityBalancer(t testing.TB, params map[string]float64, clock func() t
 	return b
 }
 
-func limitOf(b *Balancer, addr string) int64 {
+func limitOf(b *balance.Balancer, addr string) int64 {
 	for _, s := range b.Endpoints() {
 		if s.Target.Addr == addr {
 			return s.Limit
@@ -61,7 +57,7 @@ type simTarget struct {
 
 type simEvent struct {
 	at, start int64
-	p         Pick
+	p         balance.Pick
 	t         *simTarget
 	held      bool // held a provider permit
 	rejected  bool
@@ -84,7 +80,7 @@ func (h *simHeap) Pop() any {
 // simulated targets, in simulated time: a client whose pick finds every
 // permit taken waits for the next completion, as Wait would.
 type simulation struct {
-	b       *Balancer
+	b       *balance.Balancer
 	clk     *capClock
 	targets map[string]*simTarget
 	conns   int
@@ -93,7 +89,7 @@ type simulation struct {
 	idle    int
 }
 
-func newSimulation(b *Balancer, clk *capClock, targets map[string]*simTarget, conns int, seed uint64) *simulation {
+func newSimulation(b *balance.Balancer, clk *capClock, targets map[string]*simTarget, conns int, seed uint64) *simulation {
 	return &simulation{b: b, clk: clk, targets: targets, conns: conns, idle: conns, rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
@@ -103,7 +99,7 @@ func (s *simulation) run(t testing.TB, n int) (rejected int) {
 	for done := 0; done < n; done++ {
 		for s.idle > 0 {
 			p, err := s.b.Pick("")
-			if errors.Is(err, ErrAtCapacity) {
+			if errors.Is(err, balance.ErrAtCapacity) {
 				break
 			}
 			if err != nil {
@@ -140,7 +136,7 @@ func (s *simulation) run(t testing.TB, n int) (rejected int) {
 		}
 		var err error
 		if ev.rejected {
-			err = fmt.Errorf("upstream said 503: %w", ErrRejected)
+			err = fmt.Errorf("upstream said 503: %w", balance.ErrRejected)
 			rejected++
 		}
 		ev.p.Report(time.Duration(ev.at-ev.start), err)
@@ -177,11 +173,11 @@ func TestCapacityLearnsPermits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &capClock{}
 			clk.ns.Store(1)
-			var targets []Target
+			var targets []balance.Target
 			sims := map[string]*simTarget{}
 			for i := range tc.stages[0].permits {
 				addr := fmt.Sprintf("p%d", i)
-				targets = append(targets, Target{Addr: addr, Weight: 1})
+				targets = append(targets, balance.Target{Addr: addr, Weight: 1})
 				sims[addr] = &simTarget{}
 			}
 			b := newCapacityBalancer(t, nil, clk.Now, targets...)
@@ -214,7 +210,7 @@ func TestCapacityLatencyGradientBoundsQueueingTarget(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	for seed := range uint64(5) {
-		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "q", Weight: 1})
+		b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "q", Weight: 1})
 		sims := map[string]*simTarget{"q": {rtt: 20 * time.Millisecond, knee: 30}}
 		sim := newSimulation(b, clk, sims, 400, seed)
 		sim.run(t, 20000)
@@ -243,7 +239,7 @@ func TestCapacityParksADeadTarget(t *testing.T) {
 	clk.ns.Store(1)
 	ms := time.Millisecond
 	sims := map[string]*simTarget{"a": {permits: 30, rtt: 50 * ms}, "b": {permits: 60, rtt: 50 * ms}}
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1})
 	sim := newSimulation(b, clk, sims, 120, 3)
 	sim.run(t, 6000)
 	sims["b"].permits = 0
@@ -270,21 +266,21 @@ func TestCapacityRetryProbes(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 2}, clk.Now,
-		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1}, Target{Addr: "c", Weight: 1, MaxConcurrency: 1})
-	var held []Pick
+		balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1}, balance.Target{Addr: "c", Weight: 1, MaxConcurrency: 1})
+	var held []balance.Pick
 	for range 5 {
 		held = append(held, mustPickCapacity(t, b))
 	}
-	if _, err := b.Pick(""); !errors.Is(err, ErrAtCapacity) {
+	if _, err := b.Pick(""); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("a first pick with every permit taken: %v, want ErrAtCapacity (only retries probe)", err)
 	}
-	var a *Endpoint
+	var a *balance.Endpoint
 	for _, p := range held {
 		if p.Addr() == "a" {
 			a = p.Endpoint()
 		}
 	}
-	p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{a}})
+	p, err := b.PickWith(balance.PickInfo{Exclude: []*balance.Endpoint{a}})
 	if err != nil {
 		t.Fatalf("retry excluding a: %v, want a probe of b", err)
 	}
@@ -293,13 +289,13 @@ func TestCapacityRetryProbes(t *testing.T) {
 	}
 	// A second retry before the probe's answer does not probe b again: a
 	// burst of retries would raise the limit once per retry.
-	if q, err := b.PickWith(PickInfo{Exclude: []*Endpoint{a}}); !errors.Is(err, ErrAtCapacity) {
+	if q, err := b.PickWith(balance.PickInfo{Exclude: []*balance.Endpoint{a}}); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("second retry while b's probe is out: %v to %s, want ErrAtCapacity", err, q.Addr())
 	}
 	if l := limitOf(b, "b"); l != 3 {
 		t.Fatalf("b's limit %d after a second retry, want 3 (one probe at a time)", l)
 	}
-	p.Report(time.Millisecond, ErrRejected)
+	p.Report(time.Millisecond, balance.ErrRejected)
 	if l := limitOf(b, "b"); l != 2 {
 		t.Fatalf("b's limit %d after the probe was refused, want 2", l)
 	}
@@ -320,7 +316,7 @@ func TestCapacityRemeasuresAnIdleTarget(t *testing.T) {
 	clk.ns.Store(1)
 	ms := time.Millisecond
 	sims := map[string]*simTarget{"a": {permits: 60, rtt: 10 * ms}, "b": {permits: 80, rtt: 30 * ms}, "c": {permits: 100, rtt: 80 * ms}}
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1}, Target{Addr: "c", Weight: 1})
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1}, balance.Target{Addr: "c", Weight: 1})
 	sim := newSimulation(b, clk, sims, 40, 5)
 	sim.run(t, 40000)
 	sims["a"].rtt, sims["c"].rtt = 80*ms, 10*ms
@@ -340,7 +336,7 @@ func TestCapacityDoesNotGrowWithoutDemand(t *testing.T) {
 	// limit must not run away (the target has 500 permits; we do not know).
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1})
 	sim := newSimulation(b, clk, map[string]*simTarget{"a": {permits: 500, rtt: 10 * time.Millisecond}}, 10, 3)
 	sim.run(t, 5000)
 	if l := limitOf(b, "a"); l != 20 {
@@ -349,19 +345,19 @@ func TestCapacityDoesNotGrowWithoutDemand(t *testing.T) {
 }
 
 func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
-	b := newCapacityBalancer(t, nil, nil, Target{Addr: "a", Weight: 1, MaxConcurrency: 7})
+	b := newCapacityBalancer(t, nil, nil, balance.Target{Addr: "a", Weight: 1, MaxConcurrency: 7})
 	for range 50 {
 		p, err := b.Pick("")
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Report(time.Millisecond, ErrRejected)
+		p.Report(time.Millisecond, balance.ErrRejected)
 	}
 	if l := limitOf(b, "a"); l != 7 {
 		t.Fatalf("configured limit became %d after rejections", l)
 	}
 	// Removing the configuration starts learning from the initial limit.
-	if err := b.Update([]Target{{Addr: "a", Weight: 1}}); err != nil {
+	if err := b.Update([]balance.Target{{Addr: "a", Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if l := limitOf(b, "a"); l != 20 {
@@ -371,28 +367,28 @@ func TestCapacityConfiguredLimitIsNotLearned(t *testing.T) {
 
 // taughtPair is a capacity balancer over two targets with configured
 // limits, each taught a latency by 40 outcomes.
-func taughtPair(t *testing.T, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *Balancer {
+func taughtPair(t *testing.T, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *balance.Balancer {
 	t.Helper()
 	clk := &capClock{}
 	clk.ns.Store(1)
 	return taughtPairAt(t, clk, a, aMax, aLat, b, bMax, bLat)
 }
 
-func taughtPairAt(t *testing.T, clk *capClock, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *Balancer {
+func taughtPairAt(t *testing.T, clk *capClock, a string, aMax int, aLat time.Duration, b string, bMax int, bLat time.Duration) *balance.Balancer {
 	t.Helper()
 	bal := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: a, Weight: 1, MaxConcurrency: aMax},
-		Target{Addr: b, Weight: 1, MaxConcurrency: bMax})
+		balance.Target{Addr: a, Weight: 1, MaxConcurrency: aMax},
+		balance.Target{Addr: b, Weight: 1, MaxConcurrency: bMax})
 	teachLatency(t, bal, a, aLat, 40)
 	teachLatency(t, bal, b, bLat, 40)
 	return bal
 }
 
 // teachLatency reports n successes of lat on addr alone.
-func teachLatency(t *testing.T, b *Balancer, addr string, lat time.Duration, n int) {
+func teachLatency(t *testing.T, b *balance.Balancer, addr string, lat time.Duration, n int) {
 	t.Helper()
 	for range n {
-		p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, addr)})
+		p, err := b.PickWith(balance.PickInfo{Exclude: excludeAllBut(b, addr)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +397,7 @@ func teachLatency(t *testing.T, b *Balancer, addr string, lat time.Duration, n i
 }
 
 // pickN picks n times, holding every pick, and returns where they went.
-func pickN(t *testing.T, b *Balancer, n int) (got []string, held []Pick) {
+func pickN(t *testing.T, b *balance.Balancer, n int) (got []string, held []balance.Pick) {
 	t.Helper()
 	for range n {
 		p, err := b.Pick("")
@@ -450,9 +446,9 @@ func TestCapacityTiesGoToFreePermits(t *testing.T) {
 	}
 }
 
-func excludeAllBut(b *Balancer, addr string) []*Endpoint {
-	var ex []*Endpoint
-	for _, e := range b.snap.Load().eps {
+func excludeAllBut(b *balance.Balancer, addr string) []*balance.Endpoint {
+	var ex []*balance.Endpoint
+	for _, e := range snapOf(b).eps {
 		if e.Addr() != addr {
 			ex = append(ex, e)
 		}
@@ -463,13 +459,13 @@ func excludeAllBut(b *Balancer, addr string) []*Endpoint {
 func TestCapacityRejections(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
-	var held []Pick
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1})
+	var held []balance.Pick
 	for range 20 {
 		held = append(held, mustPickCapacity(t, b))
 	}
 	// One rejection with 20 in flight: the target has at most 19 permits.
-	held[19].Report(time.Millisecond, fmt.Errorf("upstream: %w", ErrRejected))
+	held[19].Report(time.Millisecond, fmt.Errorf("upstream: %w", balance.ErrRejected))
 	if l := limitOf(b, "a"); l != 19 {
 		t.Fatalf("limit %d after one rejection at 20 in flight, want 19", l)
 	}
@@ -481,7 +477,7 @@ func TestCapacityRejections(t *testing.T) {
 		clk.ns.Add(int64(time.Millisecond))
 		p := held[len(held)-1]
 		held = held[:len(held)-1]
-		p.Report(time.Millisecond, ErrRejected)
+		p.Report(time.Millisecond, balance.ErrRejected)
 		if i < 9 {
 			// Re-take the permit, as a client would retry.
 			if p, err := b.Pick(""); err == nil {
@@ -498,7 +494,7 @@ func TestCapacityRejections(t *testing.T) {
 	}
 }
 
-func mustPickCapacity(t *testing.T, b *Balancer) Pick {
+func mustPickCapacity(t *testing.T, b *balance.Balancer) balance.Pick {
 	t.Helper()
 	p, err := b.Pick("")
 	if err != nil {
@@ -514,8 +510,8 @@ func TestIsRejection(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
-		{ErrRejected, true},
-		{fmt.Errorf("attempt 2: %w", ErrRejected), true},
+		{balance.ErrRejected, true},
+		{fmt.Errorf("attempt 2: %w", balance.ErrRejected), true},
 		// A refusal is a type: no error text makes one.
 		{errors.New("HTTP 503 Service Unavailable"), false},
 		{errors.New("status 429"), false},
@@ -526,7 +522,7 @@ func TestIsRejection(t *testing.T) {
 		{rejectedErr(false), false},
 		{rej{errors.New("x")}, false},
 	} {
-		if got := IsRejection(tc.err); got != tc.want {
+		if got := balance.IsRejection(tc.err); got != tc.want {
 			t.Errorf("IsRejection(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
@@ -537,19 +533,19 @@ type rejectedErr bool
 func TestClassOf(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		want Class
+		want balance.Class
 	}{
-		{nil, Succeeded},
-		{ErrRejected, Refused},
-		{fmt.Errorf("try 2: %w", ErrRejected), Refused},
-		{rejectedErr(true), Refused},
-		{rejectedErr(false), Failed},
-		{errors.New("status 503"), Failed},
-		{ErrClientGone, ClientGone},
-		{fmt.Errorf("relay: %w", ErrClientGone), ClientGone},
-		{context.DeadlineExceeded, Failed},
+		{nil, balance.Succeeded},
+		{balance.ErrRejected, balance.Refused},
+		{fmt.Errorf("try 2: %w", balance.ErrRejected), balance.Refused},
+		{rejectedErr(true), balance.Refused},
+		{rejectedErr(false), balance.Failed},
+		{errors.New("status 503"), balance.Failed},
+		{balance.ErrClientGone, balance.ClientGone},
+		{fmt.Errorf("relay: %w", balance.ErrClientGone), balance.ClientGone},
+		{context.DeadlineExceeded, balance.Failed},
 	} {
-		if got := ClassOf(tc.err); got != tc.want {
+		if got := balance.ClassOf(tc.err); got != tc.want {
 			t.Errorf("ClassOf(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
@@ -558,18 +554,18 @@ func TestClassOf(t *testing.T) {
 // A client that left says nothing of the target: its pick's permit goes
 // back, and no request, failure or latency is counted.
 func TestClientGoneCountsNothing(t *testing.T) {
-	b, err := New("round_robin", Options{})
+	b, err := balance.New("round_robin", balance.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Update([]Target{{Addr: "a", Weight: 1}}); err != nil {
+	if err := b.Update([]balance.Target{{Addr: "a", Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := b.Pick("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Report(time.Second, ErrClientGone)
+	p.Report(time.Second, balance.ErrClientGone)
 	e := b.Endpoints()[0]
 	if e.InFlight != 0 || e.Requests != 0 || e.Failures != 0 || e.AvgLatency != 0 {
 		t.Fatalf("after a client left: %+v", e)
@@ -594,7 +590,7 @@ func TestCapacityParams(t *testing.T) {
 		{map[string]float64{"probe_interval": math.NaN()}, "probe_interval"},
 		{map[string]float64{"probe_interval": 0.5}, ""},
 	} {
-		_, err := New("capacity", Options{Settings: SettingsFrom(tc.params)})
+		_, err := balance.New("capacity", balance.Options{Settings: settingsOf(tc.params)})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.params, err)
@@ -619,12 +615,12 @@ func contains(s, sub string) bool {
 func TestCapacityNeverExceedsPermits(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 4).Draw(rt, "targets")
-		var targets []Target
+		var targets []balance.Target
 		permits := map[string]int64{}
 		for i := range n {
 			addr := fmt.Sprintf("t%d", i)
 			p := rapid.IntRange(1, 6).Draw(rt, "permits")
-			targets = append(targets, Target{Addr: addr, Weight: rapid.IntRange(1, 3).Draw(rt, "weight"), MaxConcurrency: p})
+			targets = append(targets, balance.Target{Addr: addr, Weight: rapid.IntRange(1, 3).Draw(rt, "weight"), MaxConcurrency: p})
 			permits[addr] = int64(p)
 		}
 		workers := rapid.IntRange(2, 24).Draw(rt, "workers")
@@ -645,7 +641,7 @@ func TestCapacityNeverExceedsPermits(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range 60 {
-					p, err := b.Wait(ctx, PickInfo{})
+					p, err := b.Wait(ctx, balance.PickInfo{})
 					if err != nil {
 						errs <- err
 						return
@@ -660,7 +656,7 @@ func TestCapacityNeverExceedsPermits(t *testing.T) {
 					cur[p.Addr()].Add(-1)
 					var rerr error
 					if (w+i)%17 == 0 {
-						rerr = ErrRejected // rejections must not disturb configured permits
+						rerr = balance.ErrRejected // rejections must not disturb configured permits
 					}
 					p.Report(time.Duration(1+i%5)*time.Millisecond, rerr)
 					done.Add(1)
@@ -688,7 +684,7 @@ func TestCapacityNeverExceedsPermits(t *testing.T) {
 // moves under the goroutines' feet, and still no waiter may be lost.
 func TestCapacityLearnedStressCompletes(t *testing.T) {
 	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 4}, nil,
-		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
+		balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1})
 	provider := map[string]*atomic.Int64{"a": {}, "b": {}}
 	permits := map[string]int64{"a": 3, "b": 8}
 	var wg sync.WaitGroup
@@ -701,7 +697,7 @@ func TestCapacityLearnedStressCompletes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range iters {
-				p, err := b.Wait(ctx, PickInfo{})
+				p, err := b.Wait(ctx, balance.PickInfo{})
 				if err != nil {
 					t.Errorf("wait: %v", err)
 					return
@@ -709,7 +705,7 @@ func TestCapacityLearnedStressCompletes(t *testing.T) {
 				c := provider[p.Addr()].Add(1)
 				var rerr error
 				if c > permits[p.Addr()] {
-					rerr = ErrRejected
+					rerr = balance.ErrRejected
 					rejected.Add(1)
 				} else if (w+i)%2 == 0 {
 					time.Sleep(50 * time.Microsecond)
@@ -728,23 +724,23 @@ func TestCapacityLearnedStressCompletes(t *testing.T) {
 }
 
 func TestCapacityWaitBlocksAndWakes(t *testing.T) {
-	b := newCapacityBalancer(t, nil, nil, Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	b := newCapacityBalancer(t, nil, nil, balance.Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
 	held, err := b.Pick("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Pick(""); !errors.Is(err, ErrAtCapacity) {
+	if _, err := b.Pick(""); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("second pick: %v, want ErrAtCapacity", err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		p, err := b.Wait(context.Background(), PickInfo{})
+		p, err := b.Wait(context.Background(), balance.PickInfo{})
 		if err == nil {
 			p.Done(nil)
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { return b.wq.n.Load() == 1 })
+	waitFor(t, func() bool { return queued(b) == 1 })
 	select {
 	case err := <-got:
 		t.Fatalf("Wait returned %v while the only permit was held", err)
@@ -759,13 +755,13 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 	held = mustPickCapacity(t, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		_, err := b.Wait(ctx, PickInfo{})
+		_, err := b.Wait(ctx, balance.PickInfo{})
 		got <- err
 	}()
-	waitFor(t, func() bool { return b.wq.n.Load() == 1 })
+	waitFor(t, func() bool { return queued(b) == 1 })
 	cancel()
 	err = <-got
-	if !errors.Is(err, ErrAtCapacity) || !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, balance.ErrAtCapacity) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait: %v, want ErrAtCapacity and context.Canceled", err)
 	}
 	held.Done(nil)
@@ -776,23 +772,23 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 func TestCapacityGrowthWakesWaiters(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 2}, clk.Now, Target{Addr: "a", Weight: 1})
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 2}, clk.Now, balance.Target{Addr: "a", Weight: 1})
 	ms := int64(time.Millisecond)
 	x, y := mustPickCapacity(t, b), mustPickCapacity(t, b)
 	clk.ns.Add(100 * ms)
 	x.Report(10*time.Millisecond, nil) // opens the learner's window
 	x = mustPickCapacity(t, b)         // both permits taken again
-	got := make(chan Pick, 2)
+	got := make(chan balance.Pick, 2)
 	for range 2 {
 		go func() {
-			p, err := b.Wait(context.Background(), PickInfo{})
+			p, err := b.Wait(context.Background(), balance.PickInfo{})
 			if err != nil {
 				t.Error(err)
 			}
 			got <- p
 		}()
 	}
-	waitFor(t, func() bool { return b.wq.n.Load() == 2 })
+	waitFor(t, func() bool { return queued(b) == 2 })
 	clk.ns.Add(100 * ms)
 	y.Report(10*time.Millisecond, nil) // closes a saturated window: slow start doubles
 	if l := limitOf(b, "a"); l != 4 {
@@ -827,32 +823,32 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestCapacityRevivalWakesWaiters(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 8, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 8, "min_limit": 1}, clk.Now, balance.Target{Addr: "a", Weight: 1})
 	// Eight refusals walk the limit 8 -> 1 and park the target.
-	var picks []Pick
+	var picks []balance.Pick
 	for range 8 {
-		p, err := b.PickWith(PickInfo{})
+		p, err := b.PickWith(balance.PickInfo{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		picks = append(picks, p)
 	}
 	for _, p := range picks {
-		p.Report(100*time.Microsecond, ErrRejected)
+		p.Report(100*time.Microsecond, balance.ErrRejected)
 	}
-	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+	if _, err := b.PickWith(balance.PickInfo{}); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("pick on a target that refused everything = %v, want it parked (ErrAtCapacity)", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const waiters = 3
-	got := queueWaiters(t, ctx, b, waiters, PickInfo{})
+	got := queueWaiters(t, ctx, b, waiters, balance.PickInfo{})
 	// The park time passes: the next pick is the probe. Then no refusal
 	// comes back for it: the pick after that revives the target.
-	var held []Pick
+	var held []balance.Pick
 	for range 2 {
 		clk.ns.Add(int64(5 * time.Millisecond))
-		if p, err := b.PickWith(PickInfo{}); err == nil {
+		if p, err := b.PickWith(balance.PickInfo{}); err == nil {
 			held = append(held, p)
 		}
 	}
@@ -866,25 +862,25 @@ func TestCapacityRevivalWakesWaiters(t *testing.T) {
 
 // queueWaiters starts n callers of b.Wait with info and returns once all
 // are queued; their picks come on the channel.
-func queueWaiters(t *testing.T, ctx context.Context, b *Balancer, n int, info PickInfo) <-chan Pick {
+func queueWaiters(t *testing.T, ctx context.Context, b *balance.Balancer, n int, info balance.PickInfo) <-chan balance.Pick {
 	t.Helper()
-	got := make(chan Pick, n)
+	got := make(chan balance.Pick, n)
 	for i := range n {
 		go func() {
 			if p, err := b.Wait(ctx, info); err == nil {
 				got <- p
 			}
 		}()
-		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+		testenv.Eventually(t, "the waiter to queue", func() bool { return queued(b) == i+1 })
 	}
 	return got
 }
 
 // awaitWaiters collects n waiters' picks, each on target want unless
 // want is empty, and fails if they do not all come.
-func awaitWaiters(t *testing.T, got <-chan Pick, n int, want string) []Pick {
+func awaitWaiters(t *testing.T, got <-chan balance.Pick, n int, want string) []balance.Pick {
 	t.Helper()
-	var picks []Pick
+	var picks []balance.Pick
 	for range n {
 		select {
 		case p := <-got:
@@ -910,11 +906,11 @@ func TestCapacityRevivalReopensForRefusedRetries(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 8, "min_limit": 1}, clk.Now,
-		Target{Addr: "a", Weight: 1}, Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
-	var refused, held []Pick
-	var aEp, sEp *Endpoint
+		balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
+	var refused, held []balance.Pick
+	var aEp, sEp *balance.Endpoint
 	for range 9 { // a's 8 learned permits and s's one
-		p, err := b.PickWith(PickInfo{})
+		p, err := b.PickWith(balance.PickInfo{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -930,23 +926,23 @@ func TestCapacityRevivalReopensForRefusedRetries(t *testing.T) {
 		t.Fatal("nine picks did not take both targets' permits")
 	}
 	for _, p := range refused {
-		p.Report(100*time.Microsecond, ErrRejected)
+		p.Report(100*time.Microsecond, balance.ErrRejected)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const waiters = 3
-	got := queueWaiters(t, ctx, b, waiters, PickInfo{Exclude: []*Endpoint{aEp}})
+	got := queueWaiters(t, ctx, b, waiters, balance.PickInfo{Exclude: []*balance.Endpoint{aEp}})
 	clk.ns.Add(int64(5 * time.Millisecond)) // past the park
-	if p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{sEp}}); err == nil {
+	if p, err := b.PickWith(balance.PickInfo{Exclude: []*balance.Endpoint{sEp}}); err == nil {
 		t.Fatalf("a retry took %s's permit after the park; want the probe left to a first attempt", p.Addr())
 	}
-	probe, err := b.PickWith(PickInfo{})
+	probe, err := b.PickWith(balance.PickInfo{})
 	if err != nil || probe.Addr() != "a" {
 		t.Fatalf("first attempt after the park: %v on %q, want the probe of a", err, probe.Addr())
 	}
 	held = append(held, probe)
 	clk.ns.Add(int64(5 * time.Millisecond)) // no refusal of the probe: a is back
-	if p, err := b.PickWith(PickInfo{}); err == nil {
+	if p, err := b.PickWith(balance.PickInfo{}); err == nil {
 		held = append(held, p)
 	}
 	for _, p := range append(held, awaitWaiters(t, got, waiters, "a")...) {
@@ -965,7 +961,7 @@ func TestCapacityParkIsShortWhileCallersWait(t *testing.T) {
 	}{{false, 13 * time.Millisecond}, {true, 4 * time.Millisecond}} {
 		clk := &capClock{}
 		clk.ns.Store(1)
-		b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
+		b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1}, clk.Now, balance.Target{Addr: "a", Weight: 1})
 		p := mustPickCapacity(t, b)
 		p.Report(50*time.Millisecond, nil) // a's latency: 50 ms
 		p = mustPickCapacity(t, b)
@@ -974,22 +970,22 @@ func TestCapacityParkIsShortWhileCallersWait(t *testing.T) {
 		if tc.waiting {
 			go func() {
 				defer close(done)
-				if q, err := b.Wait(ctx, PickInfo{}); err == nil {
+				if q, err := b.Wait(ctx, balance.PickInfo{}); err == nil {
 					q.Done(nil)
 				}
 			}()
-			testenv.Eventually(t, "the caller to queue", func() bool { return b.wq.n.Load() == 1 })
+			testenv.Eventually(t, "the caller to queue", func() bool { return queued(b) == 1 })
 		} else {
 			close(done)
 		}
-		p.Report(100*time.Microsecond, ErrRejected) // refused at min_limit: parked
+		p.Report(100*time.Microsecond, balance.ErrRejected) // refused at min_limit: parked
 		clk.ns.Add(int64(tc.probeAt - time.Millisecond))
-		if q, err := b.PickWith(PickInfo{}); err == nil {
+		if q, err := b.PickWith(balance.PickInfo{}); err == nil {
 			t.Errorf("waiting=%v: a probe %v after parking, want none before %v", tc.waiting, tc.probeAt-time.Millisecond, tc.probeAt)
 			q.Done(nil)
 		}
 		clk.ns.Add(int64(time.Millisecond))
-		q, err := b.PickWith(PickInfo{})
+		q, err := b.PickWith(balance.PickInfo{})
 		if err != nil {
 			t.Errorf("waiting=%v: no probe %v after parking: %v", tc.waiting, tc.probeAt, err)
 		} else {
@@ -1010,10 +1006,10 @@ func TestCapacityRefusalThatParksWakesNobody(t *testing.T) {
 	clk.ns.Store(1)
 	// max_limit 1: the queued retry does not probe a over its limit.
 	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1, "max_limit": 1}, clk.Now,
-		Target{Addr: "a", Weight: 1}, Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
-	var aPick, sPick Pick
+		balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "s", Weight: 1, MaxConcurrency: 1})
+	var aPick, sPick balance.Pick
 	for range 2 {
-		p, err := b.PickWith(PickInfo{})
+		p, err := b.PickWith(balance.PickInfo{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1025,7 +1021,7 @@ func TestCapacityRefusalThatParksWakesNobody(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i, info := range []PickInfo{{Exclude: []*Endpoint{sPick.Endpoint()}}, {}} {
+	for i, info := range []balance.PickInfo{{Exclude: []*balance.Endpoint{sPick.Endpoint()}}, {}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -1033,15 +1029,11 @@ func TestCapacityRefusalThatParksWakesNobody(t *testing.T) {
 				p.Done(nil)
 			}
 		}()
-		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+		testenv.Eventually(t, "the waiter to queue", func() bool { return queued(b) == i+1 })
 	}
-	b.wq.mu.Lock()
-	first := b.wq.q[0].seq
-	b.wq.mu.Unlock()
-	aPick.Report(100*time.Microsecond, ErrRejected) // at min_limit: parked
-	b.wq.mu.Lock()
-	n, head := len(b.wq.q), b.wq.q[0].seq
-	b.wq.mu.Unlock()
+	_, first := b.Queued()
+	aPick.Report(100*time.Microsecond, balance.ErrRejected) // at min_limit: parked
+	n, head := b.Queued()
 	if n != 2 || head != first {
 		t.Errorf("after a refusal that parked a: %d waiting, oldest seq %d; want both, the oldest (%d) still first", n, head, first)
 	}
@@ -1059,8 +1051,8 @@ func TestCapacityNoRetryProbeAfterADownTargetsRefusal(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 1, "min_limit": 1}, clk.Now,
-		Target{Addr: "a", Weight: 1}, Target{Addr: "b", Weight: 1})
-	var aPick, bPick Pick
+		balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1})
+	var aPick, bPick balance.Pick
 	for range 2 {
 		p := mustPickCapacity(t, b)
 		if p.Addr() == "a" {
@@ -1070,8 +1062,8 @@ func TestCapacityNoRetryProbeAfterADownTargetsRefusal(t *testing.T) {
 		}
 	}
 	aEp := aPick.Endpoint()
-	aPick.Report(100*time.Microsecond, ErrRejected) // at min_limit: parked
-	if p, err := b.PickWith(PickInfo{Exclude: []*Endpoint{aEp}}); err == nil {
+	aPick.Report(100*time.Microsecond, balance.ErrRejected) // at min_limit: parked
+	if p, err := b.PickWith(balance.PickInfo{Exclude: []*balance.Endpoint{aEp}}); err == nil {
 		t.Errorf("the retry of a's refusal went to %s (b's limit now %d); want it to wait", p.Addr(), limitOf(b, "b"))
 		p.Done(nil)
 	}
@@ -1090,7 +1082,7 @@ func TestCapacityPartialDropIsNotOverCorrectedForLong(t *testing.T) {
 	const rtt = 50 * time.Millisecond
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1})
 	tg := &simTarget{permits: 100, rtt: rtt, refuseIn: 2 * time.Millisecond}
 	sim := newSimulation(b, clk, map[string]*simTarget{"a": tg}, 130, 7)
 	sim.run(t, 40000)
@@ -1138,7 +1130,7 @@ func TestCapacityProbesSoonerWhileCallersWait(t *testing.T) {
 			t.Fatalf("limit %d after a refusal at 20 in flight, want 19", l)
 		}
 		success := func() {
-			obs.Observe(e, Outcome{Latency: lat, InFlight: 19, Now: b.now(), Waiting: tc.waiting})
+			obs.Observe(e, balance.Outcome{Latency: lat, InFlight: 19, Now: b.Now(), Waiting: tc.waiting})
 		}
 		success() // full at the limit: the probe clock starts
 		clk.ns.Add(int64(tc.after - 5*time.Millisecond))
@@ -1161,30 +1153,30 @@ func TestCapacityProbesSoonerWhileCallersWait(t *testing.T) {
 func TestCapacityRevivalIsTimedByRefusals(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(int64(time.Second))
-	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 4, "min_limit": 1}, clk.Now, Target{Addr: "a", Weight: 1})
-	s := b.snap.Load()
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 4, "min_limit": 1}, clk.Now, balance.Target{Addr: "a", Weight: 1})
+	s := snapOf(b)
 	e, obs := s.eps[0], s.observer
 	for range 4 {
-		obs.Observe(e, Outcome{Latency: 80 * time.Millisecond, InFlight: 1, Now: b.now()})
+		obs.Observe(e, balance.Outcome{Latency: 80 * time.Millisecond, InFlight: 1, Now: b.Now()})
 	}
 	for range 4 { // 4 -> 3 -> 2 -> 1, then parked
-		obs.Observe(e, Outcome{Class: Refused, Err: ErrRejected, Latency: time.Millisecond, InFlight: 4, Now: b.now()})
+		obs.Observe(e, balance.Outcome{Class: balance.Refused, Err: balance.ErrRejected, Latency: time.Millisecond, InFlight: 4, Now: b.Now()})
 	}
-	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+	if _, err := b.PickWith(balance.PickInfo{}); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("pick on a parked target = %v, want ErrAtCapacity", err)
 	}
 	clk.ns.Add(int64(21 * time.Millisecond)) // past the park (a quarter latency)
-	probe, err := b.PickWith(PickInfo{})
+	probe, err := b.PickWith(balance.PickInfo{})
 	if err != nil {
 		t.Fatalf("no probe after the park: %v", err)
 	}
 	defer probe.Cancel()
 	clk.ns.Add(int64(3 * time.Millisecond))
-	if _, err := b.PickWith(PickInfo{}); !errors.Is(err, ErrAtCapacity) {
+	if _, err := b.PickWith(balance.PickInfo{}); !errors.Is(err, balance.ErrAtCapacity) {
 		t.Fatalf("pick 3 ms into the probe = %v, want ErrAtCapacity (not back yet)", err)
 	}
 	clk.ns.Add(int64(2 * time.Millisecond))
-	p, err := b.PickWith(PickInfo{})
+	p, err := b.PickWith(balance.PickInfo{})
 	if err != nil {
 		t.Fatalf("pick 5 ms into an unrefused probe: %v, want the target back", err)
 	}
@@ -1202,8 +1194,8 @@ func TestCapacityRevivalIsTimedByRefusals(t *testing.T) {
 func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(int64(time.Second))
-	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 30}, clk.Now, Target{Addr: "a", Weight: 1})
-	var held []Pick
+	b := newCapacityBalancer(t, map[string]float64{"initial_limit": 30}, clk.Now, balance.Target{Addr: "a", Weight: 1})
+	var held []balance.Pick
 	for range 30 {
 		held = append(held, mustPickCapacity(t, b))
 	}
@@ -1211,7 +1203,7 @@ func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
 	// each answer back within a few milliseconds, long before a success.
 	for i, p := range held[25:] {
 		clk.ns.Add(int64(time.Millisecond))
-		p.Report(time.Duration(i+1)*time.Millisecond, ErrRejected)
+		p.Report(time.Duration(i+1)*time.Millisecond, balance.ErrRejected)
 	}
 	if l := limitOf(b, "a"); l != 25 {
 		t.Fatalf("limit %d after 5 refusals of a burst of 30 at 25 permits, want 25", l)
@@ -1227,7 +1219,7 @@ func TestCapacityBurstOvershootIsNotHalved(t *testing.T) {
 			continue // the limit is below what still drains
 		}
 		clk.ns.Add(int64(time.Millisecond))
-		p.Report(time.Millisecond, ErrRejected)
+		p.Report(time.Millisecond, balance.ErrRejected)
 	}
 	if l := limitOf(b, "a"); l > 16 {
 		t.Fatalf("limit %d after refusals of picks sent during a drain from 25, want it halved (16 or less)", l)
@@ -1246,7 +1238,7 @@ func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
 	b, clk, e, obs := refusedAt20(t)
 	full := func() {
 		l := limitOf(b, "a")
-		obs.Observe(e, Outcome{Latency: lat, InFlight: l, Now: b.now(), Waiting: 5})
+		obs.Observe(e, balance.Outcome{Latency: lat, InFlight: l, Now: b.Now(), Waiting: 5})
 	}
 	full()
 	clk.ns.Add(int64(lat + time.Millisecond))
@@ -1264,14 +1256,14 @@ func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
 // refusedAt20 is a learned target "a" on a settable clock that has just
 // refused a pick with 20 in flight (its limit is 19), with the endpoint
 // and the learner to feed outcomes to directly.
-func refusedAt20(t *testing.T) (*Balancer, *capClock, *Endpoint, Observer) {
+func refusedAt20(t *testing.T) (*balance.Balancer, *capClock, *balance.Endpoint, balance.Observer) {
 	t.Helper()
 	clk := &capClock{}
 	clk.ns.Store(int64(time.Second))
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
-	s := b.snap.Load()
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1})
+	s := snapOf(b)
 	e, obs := s.eps[0], s.observer
-	obs.Observe(e, Outcome{Class: Refused, Err: ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.now()})
+	obs.Observe(e, balance.Outcome{Class: balance.Refused, Err: balance.ErrRejected, Latency: time.Millisecond, InFlight: 20, Now: b.Now()})
 	return b, clk, e, obs
 }
 
@@ -1311,7 +1303,7 @@ func TestCapacitySwappedRolesAreRankedSoon(t *testing.T) {
 		}
 		sims[fast].permits, sims[fast].rtt = 30, 20*ms
 		sims[slow].permits, sims[slow].rtt = 90, 100*ms
-		if err := b.Update([]Target{{Addr: fast, Weight: 1, MaxConcurrency: 30}, {Addr: slow, Weight: 1, MaxConcurrency: 90}}); err != nil {
+		if err := b.Update([]balance.Target{{Addr: fast, Weight: 1, MaxConcurrency: 30}, {Addr: slow, Weight: 1, MaxConcurrency: 90}}); err != nil {
 			t.Fatal(err)
 		}
 		until(100 * ms)
@@ -1344,9 +1336,9 @@ func TestCapacityMeasuresABusyTargetPassedOver(t *testing.T) {
 	b := taughtPairAt(t, clk, "drained", 100, 100*ms, "other", 100, 40*ms)
 	teachLatency(t, b, "drained", 100*ms, measureFrom) // a mean past its first, short samples
 	latOf := func(addr string) time.Duration { return time.Duration(stateOf(t, b, addr).lat.Load()) }
-	var old []Pick
+	var old []balance.Pick
 	for range 20 {
-		p, err := b.PickWith(PickInfo{Exclude: excludeAllBut(b, "drained")})
+		p, err := b.PickWith(balance.PickInfo{Exclude: excludeAllBut(b, "drained")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1403,8 +1395,8 @@ func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
 	b := taughtPairAt(t, clk, "failing", 40, 50*time.Millisecond, "fast", 40, 40*time.Millisecond)
 	// Keep the failing target busy while it answers 200 picks with fast
 	// errors, half of them refusals.
-	var held []Pick
-	only := PickInfo{Exclude: excludeAllBut(b, "failing")}
+	var held []balance.Pick
+	only := balance.PickInfo{Exclude: excludeAllBut(b, "failing")}
 	for range 8 {
 		p, err := b.PickWith(only)
 		if err != nil {
@@ -1420,7 +1412,7 @@ func TestCapacityFastFailuresDoNotRankATargetFast(t *testing.T) {
 		clk.ns.Add(int64(100 * time.Microsecond))
 		err = errors.New("status 500")
 		if i%2 == 0 {
-			err = ErrRejected
+			err = balance.ErrRejected
 		}
 		p.Report(100*time.Microsecond, err)
 	}
@@ -1445,7 +1437,7 @@ func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
 	samples, ranked := 0, 0
 	for range 40000 {
 		sim.run(t, 1)
-		for _, e := range b.snap.Load().eps {
+		for _, e := range snapOf(b).eps {
 			c := capacityOf(e)
 			samples++
 			if c.littleLat.Load() > 0 && clk.ns.Load() < c.littleTil.Load() {
@@ -1462,13 +1454,13 @@ func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
 // swapShape is bench/contest's swap scenario in the simulation, before a
 // swap: fast has 30 permits at 20 ms, slow 90 at 100 ms, both configured
 // as the oracle has them, and 100 clients.
-func swapShape(t *testing.T, fast, slow string, seed uint64) (*Balancer, *capClock, map[string]*simTarget, *simulation) {
+func swapShape(t *testing.T, fast, slow string, seed uint64) (*balance.Balancer, *capClock, map[string]*simTarget, *simulation) {
 	t.Helper()
 	clk := &capClock{}
 	clk.ns.Store(1)
 	b := newCapacityBalancer(t, nil, clk.Now,
-		Target{Addr: fast, Weight: 1, MaxConcurrency: 30},
-		Target{Addr: slow, Weight: 1, MaxConcurrency: 90})
+		balance.Target{Addr: fast, Weight: 1, MaxConcurrency: 30},
+		balance.Target{Addr: slow, Weight: 1, MaxConcurrency: 90})
 	sims := map[string]*simTarget{fast: {permits: 30, rtt: 20 * time.Millisecond}, slow: {permits: 90, rtt: 100 * time.Millisecond}}
 	return b, clk, sims, newSimulation(b, clk, sims, 100, seed)
 }
@@ -1513,7 +1505,7 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 	for seed := range uint64(64) {
 		clk := &capClock{}
 		clk.ns.Store(1)
-		b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "fast", Weight: 1}, Target{Addr: "slow", Weight: 1})
+		b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "fast", Weight: 1}, balance.Target{Addr: "slow", Weight: 1})
 		sims := map[string]*simTarget{"fast": {permits: 30, rtt: 20 * time.Millisecond}, "slow": {permits: 90, rtt: 100 * time.Millisecond}}
 		sim := newSimulation(b, clk, sims, 100, seed)
 		var base float64
@@ -1540,10 +1532,10 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 }
 
 // stateOf is the learner's state for addr.
-func stateOf(t *testing.T, b *Balancer, addr string) *capState {
+func stateOf(t *testing.T, b *balance.Balancer, addr string) *capState {
 	t.Helper()
-	for _, e := range b.snap.Load().all {
-		if e.t.Addr == addr {
+	for _, e := range snapOf(b).eps {
+		if e.Addr() == addr {
 			return capacityOf(e)
 		}
 	}
@@ -1555,7 +1547,7 @@ func stateOf(t *testing.T, b *Balancer, addr string) *capState {
 // either mean), refreshes other's at otherLat, and ends addr's stale
 // stretch with one sample: the re-measurement Pick sends to an idle
 // target.
-func remeasure(t *testing.T, clk *capClock, b *Balancer, other string, otherLat time.Duration, addr string, sample time.Duration) {
+func remeasure(t *testing.T, clk *capClock, b *balance.Balancer, other string, otherLat time.Duration, addr string, sample time.Duration) {
 	t.Helper()
 	clk.ns.Add(int64(2 * time.Second))
 	teachLatency(t, b, other, otherLat, 4)
@@ -1625,28 +1617,32 @@ func TestCapacityTrialNeverMakesACallerWait(t *testing.T) {
 func TestReconfigureKeepsLearnedState(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now, Target{Addr: "a", Weight: 1})
-	var held []Pick
+	b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "a", Weight: 1})
+	var held []balance.Pick
 	for range 20 {
 		held = append(held, mustPickCapacity(t, b))
 	}
-	held[19].Report(time.Millisecond, ErrRejected)
+	held[19].Report(time.Millisecond, balance.ErrRejected)
 	if l := limitOf(b, "a"); l != 19 {
 		t.Fatalf("limit %d, want 19", l)
 	}
-	if err := b.Reconfigure(Options{Settings: SettingsFrom(map[string]float64{"tolerance": 0.5})}); err == nil {
+	if err := b.Reconfigure(balance.Options{Settings: settingsOf(map[string]float64{"tolerance": 0.5})}); err == nil {
 		t.Fatal("an invalid setting was accepted")
 	}
-	if err := b.Reconfigure(Options{Settings: SettingsFrom(map[string]float64{"tolerance": 3}), Passive: Passive{MaxFailures: 2}}); err != nil {
+	if err := b.Reconfigure(balance.Options{Settings: settingsOf(map[string]float64{"tolerance": 3}), Passive: balance.Passive{MaxFailures: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	if l, n := limitOf(b, "a"), b.Endpoints()[0].InFlight; l != 19 || n != 19 {
 		t.Fatalf("after Reconfigure: limit %d, in flight %d; want 19, 19", l, n)
 	}
-	if got := b.live.Load().passive.MaxFailures; got != 2 {
-		t.Fatalf("passive.max_failures %d after Reconfigure, want 2", got)
-	}
 	for _, p := range held[:19] {
 		p.Done(nil)
+	}
+	// passive.max_failures 2 is in force: two failures in a row eject.
+	for range 2 {
+		mustPickCapacity(t, b).Done(errors.New("failed"))
+	}
+	if !b.Ejected("a") {
+		t.Fatal("passive.max_failures 2 not in force after Reconfigure: two failures did not eject")
 	}
 }

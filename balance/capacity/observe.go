@@ -1,0 +1,127 @@
+package capacity
+
+import (
+	"github.com/fulcrum-lb/fulcrum/balance"
+)
+
+// Observe feeds one outcome to the target's learner.
+func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
+	c := capacityOf(e)
+	lat := int64(o.Latency)
+	learn := e.MaxConcurrency() == 0
+	sent := o.Now - lat
+	ff := c.freshFrom.Load()
+	fresh := ff == 0 || sent >= ff
+	if fresh && c.trial.Load() != 0 && c.fresh.Add(-1) < 0 {
+		c.fresh.Store(0)
+	}
+	if pk := c.picked.Load(); c.freed.Load() <= pk && o.Now-pk >= freedGrain {
+		c.freed.Store(o.Now) // the first outcome since the stamped pick, to freedGrain
+	}
+	// The first outcome of a pick sent since the measuring one claims
+	// the measurement (outcomes run concurrently; one sample each).
+	m := c.measure.Load()
+	measured := sent >= m && c.measuring.Load() && c.measuring.CompareAndSwap(true, false)
+	if measured && o.Err != nil {
+		// Refused or failed (a target that turned fast may still hold
+		// more of the old load than it now has permits): the next pass
+		// over it measures again.
+		c.measure.Store(0)
+	}
+	if o.Err == nil && lat > 0 {
+		// alpha 1/16: exponential service times are noisy, and a stage
+		// change still shows within a few dozen outcomes. A sample that
+		// ends a stale stretch (the re-measurement Pick sends to an idle
+		// target) replaces the mean, the old one saying nothing of now,
+		// but within a quarter and twice the old mean: it is one sample.
+		// Taken whole, a short draw from a slow target ranked it first
+		// and the load herded there until its windows said otherwise
+		// (100-200 ms, every few seconds on bench/contest's underload),
+		// and a long draw from an idle target that had turned fast left
+		// it unmeasured for seconds (its next re-measurement comes
+		// staleAfter of the new mean later).
+		if old := c.lat.Load(); old == 0 {
+			c.lat.Store(lat)
+		} else if measured && lat < old/2 || o.Now-c.seen.Load() > staleAfter*old {
+			c.lat.Store(min(max(lat, old/4), 2*old))
+			c.freshFrom.Store(sent)
+			if lat < old {
+				c.fresh.Store(0)
+				c.trialLat.Store(old)
+				if measured {
+					c.trial.Store(measureTrial)
+				} else {
+					c.trial.Store(trialFrom)
+				}
+			}
+		} else if fresh {
+			// A pick sent before the last re-measuring one reports the
+			// state that sample replaced (a draining target's old
+			// requests are the long ones, and would pull the mean back
+			// to the old rate): it does not move the mean.
+			c.lat.Store(old + (lat-old)/16)
+			if t := c.trial.Load(); t+1 >= trialTo {
+				c.trial.Store(0)
+			} else if t != 0 {
+				c.trial.Store(t + 1)
+			}
+		}
+		c.seen.Store(o.Now)
+		if c.successes.Load() < measureFrom {
+			c.successes.Add(1)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.little(o)
+	if !learn || c.limit == 0 {
+		return // a configured limit, or not built by this strategy yet
+	}
+	if o.Err != nil {
+		if o.Class == balance.Refused {
+			c.reject(e, o, p.cfg)
+		}
+		return
+	}
+	if lat <= 0 {
+		return
+	}
+	if c.run > 0 && o.Now-lat >= c.runFrom {
+		// A pick sent after the run's first refused one got a permit:
+		// the target takes work again.
+		c.run, c.runFrom = 0, 0
+	}
+	if c.lastReject != 0 && o.Now-c.lastReject < int64(rejectMemory) {
+		c.probe(e, o, p.cfg)
+		return
+	}
+	if float64(o.InFlight) > c.limit+1 {
+		// Still draining down to a lowered limit: what we see now is the
+		// old load's latency, and so is the next round trip's.
+		c.quietUntil = max(c.quietUntil, o.Now+c.lat.Load())
+	}
+	if o.Now < c.quietUntil {
+		return
+	}
+	l := o.InFlight - c.held
+	if c.winStart == 0 {
+		c.winStart = o.Now
+	} else {
+		c.winL += float64(l) * float64(o.Now-c.winLast)
+	}
+	c.winIdle = c.winIdle || l < littleBusy
+	c.winLast = o.Now
+	c.n++
+	c.sum += float64(lat)
+	if float64(o.InFlight) >= c.limit*0.9 || o.InFlight+1 >= int64(c.limit) {
+		c.sat++
+	}
+	base := c.baseline
+	if base == 0 {
+		base = float64(c.lat.Load())
+	}
+	el := float64(o.Now - c.winStart)
+	if (c.n >= 32 && el >= base/2) || (c.n > 0 && el >= 8*base) {
+		c.closeWindow(e, o.Now, p.cfg)
+	}
+}
