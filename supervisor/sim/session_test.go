@@ -62,7 +62,7 @@ func TestRoomSessionThroughWorker(t *testing.T) {
 		}
 	}))
 	defer sup.Close()
-	w, err := worker.New(worker.Config{URL: "ws" + strings.TrimPrefix(sup.URL, "http"), WorkerID: "w1", MaxLoad: 5,
+	w, err := worker.New(worker.Config{URL: "ws" + strings.TrimPrefix(sup.URL, "http") + "/ws", WorkerID: "w1", MaxLoad: 5,
 		Session: &RoomSession{Base: sim.URL}, ReportInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
