@@ -52,7 +52,7 @@ const (
 	// so it takes milliseconds even when busy; a frozen one (SIGSTOP, a
 	// paused VM) accepts the TCP connection and never answers.
 	DefaultHandshakeTimeout = 3 * time.Second
-	readLimit              = 64 << 20 // an instruction set with a reset lists every task the worker keeps
+	readLimit               = 64 << 20 // an instruction set with a reset lists every task the worker keeps
 )
 
 // Config configures a Worker.
