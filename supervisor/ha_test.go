@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -257,4 +261,95 @@ func TestHALostLeaseRefusesWorkersBeforeTheLoopKnows(t *testing.T) {
 		}
 		return resp != nil && resp.StatusCode == http.StatusServiceUnavailable
 	})
+}
+
+// A leader stopped (SIGSTOP) with admin calls in its socket, resumed after
+// the standby took the lease: every call is answered 503 with the new
+// leader's address, however the resumed process's goroutines are ordered
+// (its event loop, its lease goroutine and the handlers all wake at once),
+// and the new leader's view shows none of them applied.
+func TestHAFrozenLeaderRefusesQueuedAdminCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts supervisor processes")
+	}
+	dsn := testenv.Postgres(t)
+	id := time.Now().UnixNano()
+	addrA, addrB := freeAddr(t), freeAddr(t)
+	urlA, urlB := "ws://"+addrA+WorkerPath, "ws://"+addrB+WorkerPath
+	f := startProcFleet(t, 4, 2, 10, 5, []string{urlA, urlB})
+	cfg := func(addr, url string) Config {
+		c := testConfig(nil)
+		c.Listen = addr
+		c.Redundancy = 1
+		c.Warmup = 200 * time.Millisecond
+		c.Tick = 50 * time.Millisecond
+		c.Source.Type, c.Source.URL = "http", f.roomURL+"/rooms"
+		c.HA = HAConfig{Database: dsn, Name: fmt.Sprintf("frozen-admin-%d", id), Advertise: url, Lease: time.Second}
+		return c
+	}
+	a := startChild(t, cfg(addrA, urlA), func(string) {})
+	testenv.Eventually(t, "A leading and running", func() bool {
+		st, ok := statusOf(addrA)
+		return ok && st.Role == "leader" && st.Phase == "running" && len(st.Workers) == 2
+	})
+	startChild(t, cfg(addrB, urlB), func(string) {})
+	testenv.Eventually(t, "B standing by", func() bool { st, ok := statusOf(addrB); return ok && st.Role == "standby" })
+
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct{ method, path, body string }{
+		{"POST", "/rebalance", ""},
+		{"POST", "/workers/w0/drain", ""},
+		{"POST", "/tasks", `{"add":[{"task_id":"extra"}]}`},
+		{"POST", "/rebalance?threshold=0", ""},
+		{"POST", "/workers/w1/drain", ""},
+	}
+	type answer struct {
+		code   int
+		leader string
+		err    error
+	}
+	answers := make(chan answer, len(calls))
+	var wrote sync.WaitGroup
+	for _, c := range calls {
+		wrote.Add(1)
+		var once sync.Once
+		trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(wrote.Done) }}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), c.method, "http://"+addrA+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		go func() {
+			resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+			if err != nil {
+				once.Do(wrote.Done)
+				answers <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			var body struct{ Leader string }
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			answers <- answer{code: resp.StatusCode, leader: body.Leader}
+		}()
+	}
+	wrote.Wait() // every call sits in the stopped leader's socket
+	testenv.Eventually(t, "B leading", func() bool { st, ok := statusOf(addrB); return ok && st.Role == "leader" })
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		a := <-answers
+		if a.err != nil || a.code != http.StatusServiceUnavailable || a.leader != urlB {
+			t.Errorf("call %d of %d: code %d, leader %q, err %v; want 503 naming %s", i+1, len(calls), a.code, a.leader, a.err, urlB)
+		}
+	}
+	testenv.Eventually(t, "B running", func() bool { st, ok := statusOf(addrB); return ok && st.Phase == "running" })
+	st, _ := statusOf(addrB)
+	for _, w := range st.Workers {
+		if w.Draining {
+			t.Errorf("worker %s draining on B: a call refused by A was applied", w.ID)
+		}
+	}
+	if st.Tasks != 4 {
+		t.Errorf("B supervises %d tasks, want the source's 4 (the refused POST /tasks stored nothing)", st.Tasks)
+	}
 }

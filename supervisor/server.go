@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -68,6 +69,13 @@ type Server struct {
 	role   atomic.Int32           // roleAlone, roleStandby, roleLeader
 	term   atomic.Uint64          // the term this process leads, 0 when it does not
 	leader atomic.Pointer[string] // the leader's worker URL, as last read
+	// trusted is how long after epoch (monotonic) the current term may act:
+	// the end of the trust elect counts from the start of its last
+	// successful renewal. Checked when an admin call acts, not only when it
+	// arrives, so a call queued behind a frozen loop (SIGSTOP) that comes
+	// due after the lease ran out is refused even before elect notices.
+	epoch   time.Time
+	trusted atomic.Int64
 
 	// Owned by the event loop goroutine.
 	clock    struct{ base, at time.Time } // the loop's clock read base at wall time at (now)
@@ -147,6 +155,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		ha:     ha,
 	}
 	s.clock.base, s.clock.at = start, start
+	s.epoch = start
 	if ha != nil {
 		s.role.Store(roleStandby)
 	}
@@ -304,8 +313,8 @@ func (s *Server) settle(now time.Time) {
 		go s.query(s.core, s.term.Load())
 	}
 	send, drop := s.core.Flush(now)
-	if s.ha != nil && s.term.Load() == 0 {
-		send = nil // stepped down (elect), the loop not yet told: nothing more to say
+	if s.ha != nil && !s.leads(s.leading) {
+		send = nil // stepped down, or the lease no longer trusted (elect not yet told): nothing more to say
 	}
 	for _, o := range send {
 		s.m.instructions.Inc()
@@ -428,7 +437,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	term := s.term.Load()
-	if s.ha != nil && (s.role.Load() != roleLeader || term == 0) {
+	if !s.leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -572,16 +581,53 @@ func (s *Server) roleStatus(st *Status) {
 	}
 }
 
-// standbyAnswer refuses a worker or an admin change on a standby: 503, with
-// the leader's worker URL in the Fulcrum-Leader header and the body.
+// leads reports whether this process may act as the leader of term now:
+// alone (no high availability), or leading term with the lease trusted at
+// this instant. Admin calls check it when they arrive and again on the
+// event loop when they act, against the term they were accepted under.
+func (s *Server) leads(term uint64) bool {
+	if s.ha == nil {
+		return true
+	}
+	return term != 0 && s.role.Load() == roleLeader && s.term.Load() == term &&
+		int64(time.Since(s.epoch)) < s.trusted.Load()
+}
+
+// standbyAnswer refuses a worker or an admin call on a supervisor that does
+// not lead: 503, with the leader's worker URL in the Fulcrum-Leader header
+// and the body (and its admin URL in the body). A leader that has just lost
+// its lease knows only itself as leader; it asks the database then.
 func (s *Server) standbyAnswer(w http.ResponseWriter) {
 	leader := ""
 	if l := s.leader.Load(); l != nil && *l != s.cfg.HA.Advertise {
 		leader = *l
+	} else if s.ha != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		if u, _, err := s.ha.Leader(ctx); err == nil && u != s.cfg.HA.Advertise {
+			leader = u
+		}
+		cancel()
+	}
+	if leader != "" {
 		w.Header().Set(protocol.LeaderHeader, leader)
 	}
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "standby supervisor: not the leader", "leader": leader})
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "standby supervisor: not the leader", "leader": leader,
+		"leader_admin": adminURL(leader)})
+}
+
+// adminURL is the admin API's base URL of a supervisor known by its worker
+// URL (the same listener): ws://h:7300/ws becomes http://h:7300.
+func adminURL(workerURL string) string {
+	u, err := url.Parse(workerURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme := "http"
+	if u.Scheme == "wss" || u.Scheme == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + u.Host
 }
 
 // elect runs the lease (high availability): a standby tries to take it every
@@ -626,6 +672,7 @@ func (s *Server) elect() {
 				logErr("lease: cannot reach the database", err)
 			case ok:
 				term, renewed = t, start
+				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
 				s.leader.Store(&url)
 				s.post(func(now time.Time) { s.lead(now, t) })
 			default:
@@ -638,6 +685,7 @@ func (s *Server) elect() {
 				logErr("lease: renewal failed; retrying every tick", err)
 			case ok:
 				renewed = start
+				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
 			default:
 				s.log.Warn("lease lost: it ran out before this renewal, or another supervisor took it", "term", term)
 				renewed = time.Time{} // step down now
@@ -647,6 +695,7 @@ func (s *Server) elect() {
 		if term != 0 && time.Since(renewed) >= trust {
 			t := term
 			term = 0
+			s.trusted.Store(0)
 			// Stop leading now, not when the event loop gets to it (a busy
 			// loop can be seconds behind): from here workers are refused,
 			// their messages of term t dropped, admin changes refused, and

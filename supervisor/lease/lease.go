@@ -209,6 +209,18 @@ func (l *Lease) Acquire(ctx context.Context) (term uint64, leading bool, leaderU
 	return term, leading, leaderURL, nil
 }
 
+// Leader reads who leads now: the worker URL and term of an unexpired
+// lease; "" when none is live.
+func (l *Lease) Leader(ctx context.Context) (url string, term uint64, err error) {
+	var t int64
+	err = l.db.QueryRowContext(ctx, l.d.q(`SELECT url, term FROM fulcrum_supervisor_lease WHERE name = ? AND expires_at > NOW`),
+		l.name).Scan(&url, &t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return url, uint64(t), err
+}
+
 // Renew extends the lease of term; false (and no error) when the term is
 // over: the lease ran out before this renewal (the database's clock says
 // so; renewals slower than the lease) or another supervisor took it.
