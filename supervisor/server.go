@@ -47,6 +47,7 @@ type Server struct {
 	src    source.Source
 	sink   publisher
 	dedup  *dedup.Deduper
+	window dedup.Store // the dedup window outside the process; nil: memory only
 	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -142,13 +143,46 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		return nil, fmt.Errorf("supervisor: sink: %w", err)
 	}
+	dd := dedup.New(cfg.Dedup.Window, cfg.Dedup.MaxEntries)
+	var window dedup.Store
+	switch {
+	case ha != nil:
+		window = ha.DedupLog(cfg.Dedup.Window, rateLimited(log, "dedup window not stored; a replay of these may be published twice"))
+	case cfg.Dedup.Path != "":
+		// A single supervisor: the window is read back before the
+		// listener serves, so the first replayed payload already meets it.
+		fs, err := dedup.OpenFile(cfg.Dedup.Path, cfg.Dedup.Window)
+		if err == nil {
+			var es []dedup.Entry
+			var unsure []dedup.Entry
+			if es, unsure, err = dedup.ReadFile(cfg.Dedup.Path, start.Add(-cfg.Dedup.Window)); err == nil {
+				// Uncertain: handed to the sink, unconfirmed when the last
+				// process stopped; their replay is published again.
+				log.Info("dedup window restored", "path", cfg.Dedup.Path, "keys", dd.Restore(es, start), "uncertain", len(unsure))
+			}
+			if err != nil {
+				fs.Close()
+			}
+		}
+		if err != nil {
+			ln.Close()
+			sk.Close()
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+		window = fs
+	}
+	if window != nil {
+		sk.OnSending(recordWith(window.Sending, log))
+		sk.OnDelivered(recordWith(window.Append, log))
+	}
 	s := &Server{
 		cfg:    cfg,
 		log:    log,
 		ln:     ln,
 		src:    src,
 		sink:   sk,
-		dedup:  dedup.New(cfg.Dedup.Window, cfg.Dedup.MaxEntries),
+		dedup:  dd,
+		window: window,
 		events: make(chan func(time.Time), 1024),
 		core:   core,
 		conns:  map[string]*conn{},
@@ -199,10 +233,15 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		err = s.sink.Close() // its last confirmations are recorded in the window
+		if s.window != nil {
+			if werr := s.window.Close(); werr != nil && err == nil {
+				err = werr
+			}
+		}
 		if s.ha != nil {
 			s.ha.Close()
 		}
-		err = s.sink.Close()
 		s.log.Info("supervisor stopped")
 	})
 	return err
@@ -562,13 +601,14 @@ func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
 		s.m.payloads.WithLabelValues("unknown_task").Inc()
 		return
 	}
-	if !s.dedup.First(p.TaskID, p.MessageID, p.Data, now) {
+	k := dedup.Key(p.TaskID, p.MessageID, p.Data)
+	if !s.dedup.FirstKey(k, now) {
 		s.m.payloads.WithLabelValues("duplicate").Inc()
 		return
 	}
 	s.m.payloads.WithLabelValues("published").Inc()
 	s.offered.Add(1)
-	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data}); err != nil {
+	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data, Key: k, At: now.UnixNano()}); err != nil {
 		s.log.Debug("sink dropped a payload", "task", p.TaskID, "err", err) // counted by the sink
 	}
 }
@@ -674,6 +714,7 @@ func (s *Server) elect() {
 				term, renewed = t, start
 				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
 				s.leader.Store(&url)
+				s.restoreWindow(lease / 3)
 				s.post(func(now time.Time) { s.lead(now, t) })
 			default:
 				s.leader.Store(&url)
@@ -703,6 +744,57 @@ func (s *Server) elect() {
 			s.role.Store(roleStandby)
 			s.term.CompareAndSwap(t, 0)
 			s.post(func(now time.Time) { s.stepDown(now, t) })
+		}
+	}
+}
+
+// restoreWindow reads the fleet's dedup window, which the previous leader
+// recorded, before this one leads: workers are accepted only once lead has
+// run, so their replay meets the window. Bounded by limit (the lease must
+// still be renewed); a failure is logged and leading goes on (the replay
+// may then publish again what the old leader had published).
+func (s *Server) restoreWindow(limit time.Duration) {
+	if s.window == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, limit)
+	defer cancel()
+	now := time.Now()
+	es, err := s.window.Load(ctx, now.Add(-s.cfg.Dedup.Window))
+	if err != nil {
+		s.log.Error("dedup window not read from the database; payloads replayed now may be published twice", "err", err)
+		return
+	}
+	s.log.Info("dedup window restored", "keys", s.dedup.Restore(es, now))
+}
+
+// recordWith makes the sink's OnSending and OnDelivered hooks: the keys of
+// messages handed to the destination, then of those it confirmed, go to the
+// window's store. Publish, then record: a message is in
+// the store only once its destination has it, so a crash can never make a
+// replayed payload look published when it was not (no loss); a crash
+// between the confirmation and this write publishes that one group again.
+func recordWith(record func([]dedup.Entry) error, log *slog.Logger) func([]sink.Message) {
+	var buf []dedup.Entry // the sink's one delivery goroutine calls this
+	warn := rateLimited(log, "dedup window not recorded; a replay of these may be published twice")
+	return func(ms []sink.Message) {
+		buf = buf[:0]
+		for _, m := range ms {
+			buf = append(buf, dedup.Entry{Key: m.Key, At: m.At})
+		}
+		if err := record(buf); err != nil {
+			warn(err)
+		}
+	}
+}
+
+// rateLimited logs msg with an error at most once every 5 s.
+func rateLimited(log *slog.Logger, msg string) func(error) {
+	var last atomic.Int64
+	return func(err error) {
+		now := time.Now().UnixNano()
+		if l := last.Load(); now-l >= int64(5*time.Second) && last.CompareAndSwap(l, now) {
+			log.Warn(msg, "err", err)
 		}
 	}
 }

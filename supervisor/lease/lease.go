@@ -17,11 +17,13 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
+	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -31,13 +33,16 @@ var ErrNotLeader = errors.New("lease: not the leader (term over)")
 // dialect holds what differs between the engines; statements use ? and are
 // rewritten to $n for PostgreSQL.
 type dialect struct {
-	driver  string
-	schema  []string
-	now     string // the database's clock
-	plus    string // now plus ? microseconds
-	share   string // lock a row for reading
-	upsert  string // store one task change: name, task_id, spec, removed
-	numbers bool   // placeholders are $1, $2…
+	driver string
+	schema []string
+	now    string // the database's clock
+	plus   string // now plus ? microseconds
+	share  string // lock a row for reading
+	upsert string // store one task change: name, task_id, spec, removed
+	// dedupUpsert ends a multi-row insert of dedup keys: a key seen again
+	// keeps its latest time.
+	dedupUpsert string
+	numbers     bool // placeholders are $1, $2…
 }
 
 var postgres = dialect{
@@ -50,10 +55,14 @@ var postgres = dialect{
 		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
 			name text NOT NULL, task_id text NOT NULL, spec text, removed boolean NOT NULL,
 			PRIMARY KEY (name, task_id))`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_dedup (
+			name text NOT NULL, k bigint NOT NULL, at bigint NOT NULL, PRIMARY KEY (name, k))`,
+		`CREATE INDEX IF NOT EXISTS fulcrum_supervisor_dedup_at ON fulcrum_supervisor_dedup (name, at)`,
 	},
-	now:   `now()`,
-	plus:  `now() + ? * interval '1 microsecond'`,
-	share: `FOR SHARE`,
+	dedupUpsert: ` ON CONFLICT (name, k) DO UPDATE SET at = EXCLUDED.at`,
+	now:         `now()`,
+	plus:        `now() + ? * interval '1 microsecond'`,
+	share:       `FOR SHARE`,
 	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
 		ON CONFLICT (name, task_id) DO UPDATE SET spec = EXCLUDED.spec, removed = EXCLUDED.removed`,
 	numbers: true,
@@ -68,10 +77,13 @@ var mariadb = dialect{
 		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
 			name varchar(255) NOT NULL, task_id varchar(255) NOT NULL, spec longtext, removed boolean NOT NULL,
 			PRIMARY KEY (name, task_id))`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_dedup (
+			name varchar(255) NOT NULL, k bigint NOT NULL, at bigint NOT NULL, PRIMARY KEY (name, k), KEY dedup_at (name, at))`,
 	},
-	now:   `NOW(6)`,
-	plus:  `NOW(6) + INTERVAL ? MICROSECOND`,
-	share: `LOCK IN SHARE MODE`,
+	dedupUpsert: ` ON DUPLICATE KEY UPDATE at = VALUES(at)`,
+	now:         `NOW(6)`,
+	plus:        `NOW(6) + INTERVAL ? MICROSECOND`,
+	share:       `LOCK IN SHARE MODE`,
 	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
 		ON DUPLICATE KEY UPDATE spec = VALUES(spec), removed = VALUES(removed)`,
 }
@@ -339,4 +351,154 @@ func (l *Lease) LoadTasks(ctx context.Context) (add []protocol.Task, remove []st
 		add = append(add, t)
 	}
 	return add, remove, rows.Err()
+}
+
+// DedupLog is the fleet's deduplication window in the database: every key
+// the sink delivered, with when it was first published, so the next leader
+// recognises a payload its predecessor published. Append never blocks: one
+// goroutine writes what accumulated while the previous write ran (group
+// commit), so the cost per message is a share of one multi-row statement.
+type DedupLog struct {
+	l      *Lease
+	window time.Duration
+
+	mu      sync.Mutex
+	pending []dedup.Entry
+	wake    chan struct{}
+	done    chan struct{}
+	closed  bool
+	err     func(error)
+	pruned  time.Time
+	dropped int
+}
+
+// maxDedupPending bounds what waits for the database; past it the oldest
+// keys are dropped (a replay of those would be published again).
+const maxDedupPending = 1 << 20
+
+// DedupLog starts the writer of the fleet's dedup window; onErr (may be
+// nil) hears about failed writes.
+func (l *Lease) DedupLog(window time.Duration, onErr func(error)) *DedupLog {
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	d := &DedupLog{l: l, window: window, wake: make(chan struct{}, 1), done: make(chan struct{}), err: onErr}
+	go d.run()
+	return d
+}
+
+// Load reads the keys recorded since since.
+func (d *DedupLog) Load(ctx context.Context, since time.Time) ([]dedup.Entry, error) {
+	rows, err := d.l.db.QueryContext(ctx, d.l.d.q(`SELECT k, at FROM fulcrum_supervisor_dedup WHERE name = ? AND at >= ?`),
+		d.l.name, since.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dedup.Entry
+	for rows.Next() {
+		var k, at int64
+		if err := rows.Scan(&k, &at); err != nil {
+			return nil, err
+		}
+		out = append(out, dedup.Entry{Key: uint64(k), At: at})
+	}
+	return out, rows.Err()
+}
+
+// Sending is a no-op: only confirmed keys are stored in the database
+// (noting the others would put a round trip before every publish).
+func (d *DedupLog) Sending([]dedup.Entry) error { return nil }
+
+// Append queues entries for the writer.
+func (d *DedupLog) Append(entries []dedup.Entry) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return errors.New("lease: dedup log closed")
+	}
+	d.pending = append(d.pending, entries...)
+	if over := len(d.pending) - maxDedupPending; over > 0 {
+		d.pending = append(d.pending[:0], d.pending[over:]...)
+		d.dropped += over
+	}
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Close writes what is queued (for at most a few seconds) and stops.
+func (d *DedupLog) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	close(d.wake)
+	<-d.done
+	return nil
+}
+
+func (d *DedupLog) run() {
+	defer close(d.done)
+	var batch []dedup.Entry
+	for {
+		_, open := <-d.wake
+		d.mu.Lock()
+		batch, d.pending = d.pending, batch[:0]
+		dropped := d.dropped
+		d.dropped = 0
+		d.mu.Unlock()
+		if dropped > 0 {
+			d.err(fmt.Errorf("dedup window: %d keys not stored (the database is behind)", dropped))
+		}
+		if len(batch) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := d.write(ctx, batch); err != nil {
+				d.err(fmt.Errorf("dedup window: store %d keys: %w", len(batch), err))
+			}
+			cancel()
+		}
+		if !open {
+			return
+		}
+	}
+}
+
+// dedupChunk rows per INSERT: well under both engines' placeholder limits.
+const dedupChunk = 1000
+
+func (d *DedupLog) write(ctx context.Context, batch []dedup.Entry) error {
+	for len(batch) > 0 {
+		n := min(len(batch), dedupChunk)
+		var b strings.Builder
+		b.WriteString(`INSERT INTO fulcrum_supervisor_dedup (name, k, at) VALUES `)
+		args := make([]any, 0, 3*n)
+		for i, e := range batch[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?)")
+			args = append(args, d.l.name, int64(e.Key), e.At)
+		}
+		b.WriteString(d.l.d.dedupUpsert)
+		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(b.String()), args...); err != nil {
+			return err
+		}
+		batch = batch[n:]
+	}
+	// Keys older than the window are dropped now and then, not per write.
+	if d.window > 0 && time.Since(d.pruned) >= d.window/4 {
+		d.pruned = time.Now()
+		cut := time.Now().Add(-d.window).UnixNano()
+		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ? AND at < ?`), d.l.name, cut); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+	}
+	return nil
 }
