@@ -765,7 +765,13 @@ func (s *Server) restoreWindow(limit time.Duration) {
 		s.log.Error("dedup window not read from the database; payloads replayed now may be published twice", "err", err)
 		return
 	}
-	s.log.Info("dedup window restored", "keys", s.dedup.Restore(es, now))
+	var unsure int
+	if dl, ok := s.window.(*lease.DedupLog); ok {
+		if u, err := dl.Uncertain(ctx); err == nil {
+			unsure = len(u) // handed to the sink, unconfirmed when the last leader stopped: published again
+		}
+	}
+	s.log.Info("dedup window restored", "keys", s.dedup.Restore(es, now), "uncertain", unsure)
 }
 
 // recordWith makes the sink's OnSending and OnDelivered hooks: the keys of

@@ -406,9 +406,41 @@ func (d *DedupLog) Load(ctx context.Context, since time.Time) ([]dedup.Entry, er
 	return out, rows.Err()
 }
 
-// Sending is a no-op: only confirmed keys are stored in the database
-// (noting the others would put a round trip before every publish).
-func (d *DedupLog) Sending([]dedup.Entry) error { return nil }
+// Sending stores entries as being sent (their time negated), before the
+// sink hands them to the destination: one statement per batch, waited
+// for, so that after a crash the next leader knows exactly which keys
+// were uncertain (handed over, never confirmed). It costs a round trip to
+// the database per batch on the publish path, not per message.
+func (d *DedupLog) Sending(entries []dedup.Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	neg := make([]dedup.Entry, len(entries))
+	for i, e := range entries {
+		neg[i] = dedup.Entry{Key: e.Key, At: -e.At}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return d.insert(ctx, neg)
+}
+
+// Uncertain lists the keys stored as being sent and never confirmed.
+func (d *DedupLog) Uncertain(ctx context.Context) ([]uint64, error) {
+	rows, err := d.l.db.QueryContext(ctx, d.l.d.q(`SELECT k FROM fulcrum_supervisor_dedup WHERE name = ? AND at < 0`), d.l.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var k int64
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, uint64(k))
+	}
+	return out, rows.Err()
+}
 
 // Append queues entries for the writer.
 func (d *DedupLog) Append(entries []dedup.Entry) error {
@@ -474,6 +506,24 @@ func (d *DedupLog) run() {
 const dedupChunk = 1000
 
 func (d *DedupLog) write(ctx context.Context, batch []dedup.Entry) error {
+	if err := d.insert(ctx, batch); err != nil {
+		return err
+	}
+	// Keys older than the window are dropped now and then, not per write
+	// (uncertain ones too: their time is stored negated).
+	if d.window > 0 && time.Since(d.pruned) >= d.window/4 {
+		d.pruned = time.Now()
+		cut := time.Now().Add(-d.window).UnixNano()
+		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ? AND (at BETWEEN 0 AND ? OR at BETWEEN ? AND 0)`),
+			d.l.name, cut, -cut); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+	}
+	return nil
+}
+
+// insert stores entries, a few statements of many rows.
+func (d *DedupLog) insert(ctx context.Context, batch []dedup.Entry) error {
 	for len(batch) > 0 {
 		n := min(len(batch), dedupChunk)
 		var b strings.Builder
@@ -491,14 +541,6 @@ func (d *DedupLog) write(ctx context.Context, batch []dedup.Entry) error {
 			return err
 		}
 		batch = batch[n:]
-	}
-	// Keys older than the window are dropped now and then, not per write.
-	if d.window > 0 && time.Since(d.pruned) >= d.window/4 {
-		d.pruned = time.Now()
-		cut := time.Now().Add(-d.window).UnixNano()
-		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ? AND at < ?`), d.l.name, cut); err != nil {
-			return fmt.Errorf("prune: %w", err)
-		}
 	}
 	return nil
 }
