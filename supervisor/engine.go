@@ -58,6 +58,9 @@ type EngineStats struct {
 	Resets   uint64 // reset assignments
 	Ended    uint64 // end instructions issued
 	Rejected uint64 // reported tasks a worker was told to end
+	// Suspected: workers found holding tasks and producing nothing (a task
+	// timed out with no life from them for any task since the last one).
+	Suspected uint64
 }
 
 type worker struct {
@@ -72,10 +75,20 @@ type worker struct {
 	// draining: stopping on purpose. It takes nothing new and keeps each
 	// task until a replacement holder has shown life for it.
 	draining bool
+	// lived: it showed life (a payload for any task, a moved last_seen)
+	// since its last task timeout or since it joined.
+	lived bool
+	// suspect: a task timed out on it while it had shown no life for any
+	// task since the timeout before (or since it joined): a worker that
+	// takes tasks and produces nothing. It is given nothing new (no
+	// placement, adoption, swap or rebalance) and its holdings count toward
+	// the deficit, until it sends data or reconnects (a restarted worker
+	// gets a fresh chance).
+	suspect bool
 }
 
 func (w *worker) free() int {
-	if w.draining {
+	if w.draining || w.suspect {
 		return 0
 	}
 	return w.maxLoad - len(w.held)
@@ -230,6 +243,10 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 		grew = true
 	}
 	w.claims = nil
+	if resync && w.suspect {
+		w.suspect, w.lived = false, false
+		grew = true // its capacity counts again
+	}
 	old := w.maxLoad
 	w.maxLoad = maxLoad
 	switch {
@@ -311,6 +328,7 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 		}
 		w.held = nil
 	}
+	var struck []*worker
 	for _, h := range silent {
 		w := e.workers[h[0]]
 		if w == nil {
@@ -320,6 +338,11 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 		if t == nil || !t.heldBy(w) {
 			continue
 		}
+		if !w.lived && !w.suspect {
+			w.suspect = true
+			e.stats.Suspected++
+		}
+		struck = append(struck, w)
 		e.release(t, w)
 		e.end(w, h[1])
 		e.stats.Vacated++
@@ -328,6 +351,9 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 			e.avoid = map[*task][]*worker{}
 		}
 		e.avoid[t] = append(e.avoid[t], w) // elsewhere this time, though w has room now
+	}
+	for _, w := range struck {
+		w.lived = false // the next timeout asks again: life since this one?
 	}
 	if dead > 0 || vacated > 0 {
 		e.fill()
@@ -428,7 +454,9 @@ func (e *Engine) reset() {
 	}
 	slices.SortStableFunc(keeps, func(a, b keep) int { return cmp.Compare(a.t.seq, b.t.seq) })
 	for _, kp := range keeps {
-		if len(kp.t.holders) < e.k && kp.w.free() > 0 && !kp.t.heldBy(kp.w) {
+		// A suspect keeps what it runs (placement is sticky); it only
+		// takes nothing new.
+		if len(kp.t.holders) < e.k && (kp.w.free() > 0 || (kp.w.suspect && !kp.w.draining && kp.w.maxLoad > len(kp.w.held))) && !kp.t.heldBy(kp.w) {
 			e.hold(kp.t, kp.w)
 			e.add(kp.w, kp.t)
 		}
@@ -563,6 +591,7 @@ func (e *Engine) Drain(workerID string) bool {
 // last_seen). When the task had draining holders and this was the last
 // replacement still unseen, the draining holders are told to end it.
 func (e *Engine) Alive(workerID, taskID string) {
+	e.Proven(workerID)
 	t := e.tasks[taskID]
 	if t == nil || t.draining == 0 {
 		return
@@ -585,6 +614,20 @@ func (e *Engine) Alive(workerID, taskID string) {
 			e.release(t, w)
 			e.end(w, taskID)
 		}
+	}
+}
+
+// Proven notes that a worker sent data (for any task it runs, held or
+// not): it produces, so a suspicion is lifted and its room counts again.
+func (e *Engine) Proven(workerID string) {
+	w := e.workers[workerID]
+	if w == nil {
+		return
+	}
+	w.lived = true
+	if w.suspect {
+		w.suspect = false
+		e.fill()
 	}
 }
 
@@ -991,6 +1034,9 @@ type WorkerInfo struct {
 	// Draining: stopping on purpose (POST /workers/{id}/drain or its
 	// report); it takes nothing new.
 	Draining bool `json:"draining,omitempty"`
+	// Suspect: a task timed out on it while it produced nothing at all;
+	// it gets no new tasks until it sends data (or reconnects).
+	Suspect bool `json:"suspect,omitempty"`
 }
 
 // TaskInfo is one supervised task as the admin API shows it.
@@ -1006,7 +1052,7 @@ func (e *Engine) Workers() []WorkerInfo {
 	ws := e.sortedWorkers()
 	out := make([]WorkerInfo, len(ws))
 	for i, w := range ws {
-		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free()), Draining: w.draining}
+		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free()), Draining: w.draining, Suspect: w.suspect}
 	}
 	return out
 }
@@ -1098,11 +1144,37 @@ func (e *Engine) TaskIDs() []string {
 }
 
 // Counts reports live workers, tasks, tasks in deficit and missing holdings.
+//
+// A holding on a suspect worker counts as missing: it has produced nothing
+// for a task timeout, so the task is not really held there.
 func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
-	for _, t := range e.deficit {
-		if t.inDef && len(t.holders) < e.k { // a draining holder still runs the task
+	seen := map[*task]bool{}
+	count := func(t *task) {
+		if seen[t] {
+			return
+		}
+		seen[t] = true
+		n := len(t.holders) // a draining holder still runs the task
+		for _, h := range t.holders {
+			if h.w.suspect {
+				n--
+			}
+		}
+		if n < e.k {
 			deficitTasks++
-			missing += e.k - len(t.holders)
+			missing += e.k - n
+		}
+	}
+	for _, t := range e.deficit {
+		if t.inDef {
+			count(t)
+		}
+	}
+	for _, w := range e.workers {
+		if w.suspect {
+			for _, t := range w.held {
+				count(t)
+			}
 		}
 	}
 	return len(e.workers), len(e.tasks), deficitTasks, missing

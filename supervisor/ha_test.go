@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -309,6 +310,16 @@ func TestHAFrozenLeaderRefusesQueuedAdminCalls(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The signal is delivered asynchronously: the calls go out once the
+	// kernel shows the process stopped, or one could be answered first.
+	testenv.Eventually(t, "A stopped", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
+		if err != nil {
+			return false
+		}
+		_, rest, _ := strings.Cut(string(b), ") ") // after the command name, which may hold spaces
+		return strings.HasPrefix(rest, "T")
+	})
 	calls := []struct{ method, path, body string }{
 		{"POST", "/rebalance", ""},
 		{"POST", "/workers/w0/drain", ""},
