@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -370,6 +371,10 @@ type DedupLog struct {
 	err     func(error)
 	pruned  time.Time
 	dropped int
+	// sendingOff: after a failed Sending, Sending is skipped until then, so
+	// a database that is away does not hold every batch of the sink for
+	// the statement's timeout (the uncertain set is then incomplete).
+	sendingOff atomic.Int64
 }
 
 // maxDedupPending bounds what waits for the database; past it the oldest
@@ -412,16 +417,20 @@ func (d *DedupLog) Load(ctx context.Context, since time.Time) ([]dedup.Entry, er
 // were uncertain (handed over, never confirmed). It costs a round trip to
 // the database per batch on the publish path, not per message.
 func (d *DedupLog) Sending(entries []dedup.Entry) error {
-	if len(entries) == 0 {
+	if len(entries) == 0 || time.Now().UnixNano() < d.sendingOff.Load() {
 		return nil
 	}
 	neg := make([]dedup.Entry, len(entries))
 	for i, e := range entries {
 		neg[i] = dedup.Entry{Key: e.Key, At: -e.At}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return d.insert(ctx, neg)
+	if err := d.insert(ctx, neg); err != nil {
+		d.sendingOff.Store(time.Now().Add(5 * time.Second).UnixNano())
+		return fmt.Errorf("%w (not noted for 5 s)", err)
+	}
+	return nil
 }
 
 // Uncertain lists the keys stored as being sent and never confirmed.
