@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
+	"github.com/fulcrum-lb/fulcrum/supervisor/lease"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
 )
 
@@ -66,13 +68,17 @@ func BenchmarkReassignAfterOneWorkerDies(b *testing.B) {
 
 // BenchmarkPublishPath is a single supervisor's publish path per message:
 // the dedup check, the sink's buffer and delivery goroutine (stdout, to
-// /dev/null), and, with the window kept in a file (dedup.path), the two
-// records per delivered batch (uncertain before the write, delivered
-// after). msgs/s counts messages confirmed by the sink (docs/supervisor.md):
+// /dev/null), and, with the window kept in a file (dedup.path), its
+// records (each batch's keys as uncertain before the write, as delivered
+// after: one write call per batch, the delivered records going with the
+// next batch's); "postgres" is a leader's path with the window in the lease's
+// database (a statement waited for per batch before it is written, one
+// more queued after). msgs/s counts messages confirmed by the sink
+// (docs/supervisor.md):
 //
 //	go test -run '^$' -bench PublishPath -benchtime 2000000x ./supervisor/
 func BenchmarkPublishPath(b *testing.B) {
-	for _, store := range []string{"memory", "file"} {
+	for _, store := range []string{"memory", "file", "postgres"} {
 		b.Run(store, func(b *testing.B) {
 			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			if err != nil {
@@ -87,14 +93,27 @@ func BenchmarkPublishPath(b *testing.B) {
 				b.Fatal(err)
 			}
 			dd := dedup.New(5*time.Minute, 1_000_000)
-			if store == "file" {
+			var st dedup.Store
+			switch store {
+			case "file":
 				fs, err := dedup.OpenFile(filepath.Join(b.TempDir(), "window"), 5*time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer fs.Close()
-				sk.OnSending(recordWith(fs.Sending, slog.New(slog.DiscardHandler)))
-				sk.OnDelivered(recordWith(fs.Append, slog.New(slog.DiscardHandler)))
+				st = fs
+			case "postgres": // a leader's path with high availability, for comparison
+				l, err := lease.Open(context.Background(), testenv.Postgres(b), fmt.Sprintf("bench-%d", time.Now().UnixNano()), "bench", "ws://bench/ws", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				st = l.DedupLog(5*time.Minute, func(err error) { b.Error(err) })
+			}
+			if st != nil {
+				defer st.Close()
+				sk.OnSending(recordWith(st.Sending, slog.New(slog.DiscardHandler)))
+				sk.OnDelivered(recordWith(st.Append, slog.New(slog.DiscardHandler)))
+				sk.OnIdle(func() { _ = st.Flush() })
 			}
 			rooms := make([]string, 1000)
 			for i := range rooms {

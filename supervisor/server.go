@@ -174,6 +174,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if window != nil {
 		sk.OnSending(recordWith(window.Sending, log))
 		sk.OnDelivered(recordWith(window.Append, log))
+		warn := rateLimited(log, "dedup window not recorded; a replay of these may be published twice")
+		sk.OnIdle(func() {
+			if err := window.Flush(); err != nil {
+				warn(err)
+			}
+		})
 	}
 	s := &Server{
 		cfg:    cfg,

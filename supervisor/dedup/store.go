@@ -30,8 +30,13 @@ type Store interface {
 	Sending(entries []Entry) error
 	// Append records entries the sink has delivered. It is called on the
 	// sink's delivery goroutine right after the destination confirmed
-	// them, so it must be quick (a store with a slow backend queues).
+	// them, so it must be quick (a store with a slow backend queues). A
+	// store may hold them until the next Sending or Flush (they are
+	// uncertain until written, never lost).
 	Append(entries []Entry) error
+	// Flush writes what Append holds; the sink calls it when it has
+	// nothing more to send.
+	Flush() error
 	// Close flushes what is queued and releases the store.
 	Close() error
 }
@@ -65,7 +70,7 @@ func (d *Deduper) Restore(entries []Entry, now time.Time) int {
 const entrySize = 16
 
 // FileStore keeps the window in two append-only segment files, path and
-// path.old, of 16 bytes per key: a single supervisor's store. Appends are
+// path.old, of 16 bytes per key: a single supervisor's store. Writes are
 // plain write(2) calls, with no fsync: they survive the process being
 // killed (the kernel has them), not the machine losing power. Every
 // window the current segment becomes the old one and the previous old one
@@ -77,7 +82,7 @@ type FileStore struct {
 	mu      sync.Mutex
 	f       *os.File
 	started time.Time // when the current segment began
-	buf     []byte
+	buf     []byte    // delivered records not yet written (Append), then the write's bytes
 }
 
 // OpenFile opens (creating) the store at path. A torn last record (a crash
@@ -185,18 +190,43 @@ func readSegment(path string, since int64) ([]Entry, error) {
 	}
 }
 
-// Sending writes entries as being sent, with one write call.
-func (s *FileStore) Sending(entries []Entry) error { return s.write(entries, -1) }
-
-// Append writes entries as delivered, with one write call.
-func (s *FileStore) Append(entries []Entry) error { return s.write(entries, 1) }
-
-func (s *FileStore) write(entries []Entry, sign int64) error {
-	if len(entries) == 0 {
-		return nil
-	}
+// Sending writes entries as being sent, together with the delivered ones
+// Append holds: one write call per batch the sink sends, so the window
+// costs the publish path one system call per batch, not two.
+func (s *FileStore) Sending(entries []Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.buf = appendEntries(s.buf, entries, -1)
+	return s.writeLocked()
+}
+
+// Append holds entries as delivered until the next Sending or Flush.
+func (s *FileStore) Append(entries []Entry) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = appendEntries(s.buf, entries, 1)
+	return nil
+}
+
+// Flush writes what Append holds.
+func (s *FileStore) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeLocked()
+}
+
+func appendEntries(buf []byte, entries []Entry, sign int64) []byte {
+	for _, e := range entries {
+		buf = binary.LittleEndian.AppendUint64(buf, e.Key)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(sign*e.At))
+	}
+	return buf
+}
+
+func (s *FileStore) writeLocked() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
 	if s.f == nil {
 		return errors.New("dedup: store closed")
 	}
@@ -205,12 +235,8 @@ func (s *FileStore) write(entries []Entry, sign int64) error {
 			return err
 		}
 	}
-	s.buf = s.buf[:0]
-	for _, e := range entries {
-		s.buf = binary.LittleEndian.AppendUint64(s.buf, e.Key)
-		s.buf = binary.LittleEndian.AppendUint64(s.buf, uint64(sign*e.At))
-	}
 	_, err := s.f.Write(s.buf)
+	s.buf = s.buf[:0]
 	return err
 }
 
@@ -232,14 +258,17 @@ func (s *FileStore) rotate() error {
 	return nil
 }
 
-// Close closes the file.
+// Close writes what Append holds and closes the file.
 func (s *FileStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return nil
 	}
-	err := s.f.Close()
+	err := s.writeLocked()
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
 	s.f = nil
 	return err
 }

@@ -433,6 +433,9 @@ func (d *DedupLog) Sending(entries []dedup.Entry) error {
 	return nil
 }
 
+// Flush does nothing: Append already queues for the writer.
+func (d *DedupLog) Flush() error { return nil }
+
 // Uncertain lists the keys stored as being sent and never confirmed.
 func (d *DedupLog) Uncertain(ctx context.Context) ([]uint64, error) {
 	rows, err := d.l.db.QueryContext(ctx, d.l.d.q(`SELECT k FROM fulcrum_supervisor_dedup WHERE name = ? AND at < 0`), d.l.name)

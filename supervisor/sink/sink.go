@@ -66,6 +66,7 @@ type Buffered struct {
 	in     chan Message
 
 	delivered, sending atomic.Pointer[func([]Message)]
+	idle               atomic.Pointer[func()]
 
 	published, dropped atomic.Uint64
 	droppedAtClose     atomic.Uint64
@@ -147,6 +148,10 @@ func (b *Buffered) OnDelivered(f func([]Message)) { b.delivered.Store(&f) }
 // retry). The same rules as OnDelivered.
 func (b *Buffered) OnSending(f func([]Message)) { b.sending.Store(&f) }
 
+// OnIdle sets f to be called on the delivery goroutine when it has
+// delivered everything buffered and is about to wait for more.
+func (b *Buffered) OnIdle(f func()) { b.idle.Store(&f) }
+
 // Published is how many messages the destination confirmed.
 func (b *Buffered) Published() uint64 { return b.published.Load() }
 
@@ -203,6 +208,9 @@ func (b *Buffered) run(pub publisher) {
 	batch := make([]Message, 0, maxBatch)
 	for {
 		batch = batch[:0]
+		if f := b.idle.Load(); f != nil && len(b.in) == 0 {
+			(*f)()
+		}
 		select {
 		case m := <-b.in:
 			batch = append(batch, m)
@@ -211,6 +219,9 @@ func (b *Buffered) run(pub publisher) {
 			for {
 				batch = b.fill(batch[:0])
 				if len(batch) == 0 {
+					if f := b.idle.Load(); f != nil {
+						(*f)()
+					}
 					return
 				}
 				pub = b.deliver(pub, batch)
