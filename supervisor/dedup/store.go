@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -85,9 +86,12 @@ type FileStore struct {
 	buf     []byte    // delivered records not yet written (Append), then the write's bytes
 }
 
-// OpenFile opens (creating) the store at path. A torn last record (a crash
+// OpenFile opens (creating it and its folder) the store at path. A torn last record (a crash
 // in the middle of a write) is ignored.
 func OpenFile(path string, window time.Duration) (*FileStore, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("dedup.path: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("dedup.path: %w", err)

@@ -22,7 +22,7 @@ func keysOf(es []Entry) []uint64 {
 // never confirmed is uncertain, and a torn last record (a kill in the
 // middle of a write) is ignored.
 func TestFileStoreAcrossRestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "window")
+	path := filepath.Join(t.TempDir(), "state", "window") // the folder is created
 	now := time.Now()
 	at := now.UnixNano()
 	s, err := OpenFile(path, time.Hour)
