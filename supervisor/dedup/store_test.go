@@ -114,7 +114,7 @@ func TestFileStoreWindowAndRotation(t *testing.T) {
 	if n := d.Restore(done, now); n != 1 {
 		t.Fatalf("restored %d, want 1: the key older than the window is skipped", n)
 	}
-	s.started = now.Add(-2 * window) // the segment is a window old: the next append rotates
+	s.started = now.Add(-2 * window)                                // the segment is a window old: the next append rotates
 	if err := s.Sending([]Entry{{3, now.UnixNano()}}); err != nil { // written at once
 		t.Fatal(err)
 	}
