@@ -534,8 +534,11 @@ func (d *DedupLog) write(ctx context.Context, batch []dedup.Entry) error {
 	return nil
 }
 
-// insert stores entries, a few statements of many rows.
+// insert stores entries, a few statements of many rows. A key twice in
+// one statement would make PostgreSQL's upsert fail ("cannot affect row a
+// second time"): the last of each key is kept.
 func (d *DedupLog) insert(ctx context.Context, batch []dedup.Entry) error {
+	batch = lastPerKey(batch)
 	for len(batch) > 0 {
 		n := min(len(batch), dedupChunk)
 		var b strings.Builder
@@ -555,4 +558,27 @@ func (d *DedupLog) insert(ctx context.Context, batch []dedup.Entry) error {
 		batch = batch[n:]
 	}
 	return nil
+}
+
+// lastPerKey drops all but the last entry of each key (the batch itself
+// when no key repeats, the common case).
+func lastPerKey(batch []dedup.Entry) []dedup.Entry {
+	seen := make(map[uint64]int, len(batch))
+	dup := false
+	for i, e := range batch {
+		if _, ok := seen[e.Key]; ok {
+			dup = true
+		}
+		seen[e.Key] = i
+	}
+	if !dup {
+		return batch
+	}
+	out := make([]dedup.Entry, 0, len(seen))
+	for i, e := range batch {
+		if seen[e.Key] == i {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -149,8 +149,9 @@ func dedupLog(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	// 3 never confirmed; 4 older than the window (one call: one write,
-	// after which the writer prunes, its first time)
-	if err := log.Append(append(sent[:2:2], dedup.Entry{Key: 4, At: old})); err != nil {
+	// after which the writer prunes, its first time); 1 twice in it (an
+	// upsert must not see a key twice)
+	if err := log.Append(append(sent[:2:2], dedup.Entry{Key: 4, At: old}, sent[0])); err != nil {
 		t.Fatal(err)
 	}
 	if err := log.Close(); err != nil {
