@@ -45,6 +45,9 @@ type Engine struct {
 	// it is not placed on again this time (kept here, not in every task,
 	// because it is empty but for that moment).
 	avoid map[*task][]*worker
+	// suspects: the workers now suspect (worker.suspect), so that Counts
+	// looks at their holdings without walking every worker.
+	suspects map[*worker]struct{}
 }
 
 // EngineStats counts what the engine did since it was made.
@@ -148,9 +151,10 @@ func NewEngine(k int) (*Engine, error) {
 		return nil, fmt.Errorf("supervisor: redundancy must be at least 1, got %d", k)
 	}
 	return &Engine{
-		k:       k,
-		workers: map[string]*worker{},
-		tasks:   map[string]*task{},
+		k:        k,
+		workers:  map[string]*worker{},
+		tasks:    map[string]*task{},
+		suspects: map[*worker]struct{}{},
 	}, nil
 }
 
@@ -245,6 +249,7 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 	w.claims = nil
 	if resync && w.suspect {
 		w.suspect, w.lived = false, false
+		delete(e.suspects, w)
 		grew = true // its capacity counts again
 	}
 	old := w.maxLoad
@@ -310,6 +315,7 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 			continue
 		}
 		delete(e.workers, id)
+		delete(e.suspects, w)
 		w.dead = true // Flush skips its box
 		e.stats.Deaths++
 		dead++
@@ -340,6 +346,7 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 		}
 		if !w.lived && !w.suspect {
 			w.suspect = true
+			e.suspects[w] = struct{}{}
 			e.stats.Suspected++
 		}
 		struck = append(struck, w)
@@ -627,6 +634,7 @@ func (e *Engine) Proven(workerID string) {
 	w.lived = true
 	if w.suspect {
 		w.suspect = false
+		delete(e.suspects, w)
 		e.fill()
 	}
 }
@@ -1148,6 +1156,15 @@ func (e *Engine) TaskIDs() []string {
 // A holding on a suspect worker counts as missing: it has produced nothing
 // for a task timeout, so the task is not really held there.
 func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
+	if len(e.suspects) == 0 {
+		for _, t := range e.deficit {
+			if t.inDef && len(t.holders) < e.k { // a draining holder still runs the task
+				deficitTasks++
+				missing += e.k - len(t.holders)
+			}
+		}
+		return len(e.workers), len(e.tasks), deficitTasks, missing
+	}
 	seen := map[*task]bool{}
 	count := func(t *task) {
 		if seen[t] {
@@ -1170,11 +1187,9 @@ func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
 			count(t)
 		}
 	}
-	for _, w := range e.workers {
-		if w.suspect {
-			for _, t := range w.held {
-				count(t)
-			}
+	for w := range e.suspects {
+		for _, t := range w.held {
+			count(t)
 		}
 	}
 	return len(e.workers), len(e.tasks), deficitTasks, missing
