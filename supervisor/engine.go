@@ -1083,28 +1083,66 @@ func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
 		for _, t := range e.tasks {
 			src = append(src, t)
 		}
+	} else if len(e.suspects) > 0 {
+		// A task whose holders include a suspect is short though not in
+		// the deficit list (Counts counts it the same way).
+		src = slices.Clone(src)
+		for w := range e.suspects {
+			src = append(src, w.held...)
+		}
 	}
 	n, nh := 0, 0
-	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k } // a draining holder still runs the task
+	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k || e.proven(t) < e.k } // a draining holder still runs the task
+	var listed map[*task]bool // only when suspects' tasks were added: they may repeat
+	if deficitOnly && len(e.suspects) > 0 {
+		listed = map[*task]bool{}
+	}
+	take := func(t *task) bool {
+		if !deficitOnly {
+			return true
+		}
+		if !short(t) || listed[t] {
+			return false
+		}
+		if listed != nil {
+			listed[t] = true
+		}
+		return true
+	}
 	for _, t := range src {
-		if !deficitOnly || short(t) {
+		if take(t) {
 			n++
 			nh += len(t.holders)
 		}
 	}
+	clear(listed)
 	out := make([]TaskInfo, 0, n)
 	hs := make([]string, 0, nh) // one slab for every task's holders
 	for _, t := range src {
-		if deficitOnly && !short(t) {
+		if !take(t) {
 			continue
 		}
 		h0 := len(hs)
 		for _, h := range t.holders {
 			hs = append(hs, h.w.id)
 		}
-		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: max(0, e.k-len(t.holders))})
+		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: max(0, e.k-e.proven(t))})
 	}
 	return out
+}
+
+// proven is how many of t's holders count: those not on a suspect worker
+// (draining ones included, which still run the task).
+func (e *Engine) proven(t *task) int {
+	n := len(t.holders)
+	if len(e.suspects) > 0 {
+		for _, h := range t.holders {
+			if h.w.suspect {
+				n--
+			}
+		}
+	}
+	return n
 }
 
 // SortTasks sorts a task list by id, and each task's holders.

@@ -1038,8 +1038,16 @@ func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
 	given := fake.adds.Load()
 	// The deficit the fake hid: 20 holdings needed, 12 slots on the
 	// healthy workers.
-	if r := getTasks(t, s); r.Deficit.Holders != 8 {
+	r := getTasks(t, s)
+	if r.Deficit.Holders != 8 {
 		t.Fatalf("deficit %+v, want 8 holdings missing (20 needed, 12 healthy slots)", r.Deficit)
+	}
+	missing := 0
+	for _, ti := range r.Tasks {
+		missing += ti.Missing
+	}
+	if missing != 8 {
+		t.Fatalf("the tasks' missing holders add up to %d, want the deficit's 8", missing)
 	}
 	// Placement events after the suspicion: more tasks, and a healthy
 	// worker's task timeout (a silent holding moves, the swap runs).
