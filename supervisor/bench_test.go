@@ -102,11 +102,13 @@ func BenchmarkPublishPath(b *testing.B) {
 				}
 				st = fs
 			case "postgres": // a leader's path with high availability, for comparison
-				l, err := lease.Open(context.Background(), testenv.Postgres(b), fmt.Sprintf("bench-%d", time.Now().UnixNano()), "bench", "ws://bench/ws", time.Minute)
+				dsn, name := testenv.Postgres(b), fmt.Sprintf("bench-%d", time.Now().UnixNano())
+				l, err := lease.Open(context.Background(), dsn, name, "bench", "ws://bench/ws", time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer l.Close()
+				defer dropDedupRows(b, dsn, name)
 				st = l.DedupLog(5*time.Minute, func(err error) { b.Error(err) })
 			}
 			if st != nil {

@@ -62,6 +62,7 @@ func TestProcessFailoverLosesNothing(t *testing.T) {
 func failover(t *testing.T, sinkType string) {
 	dsn := testenv.Postgres(t)
 	id := time.Now().UnixNano()
+	t.Cleanup(func() { dropDedupRows(t, dsn, fmt.Sprintf("failover-%d", id)) })
 	log := newSeqLog()
 	sk := procSink(t, sinkType, log)
 
@@ -286,6 +287,7 @@ func TestHAFrozenLeaderRefusesQueuedAdminCalls(t *testing.T) {
 	}
 	dsn := testenv.Postgres(t)
 	id := time.Now().UnixNano()
+	t.Cleanup(func() { dropDedupRows(t, dsn, fmt.Sprintf("frozen-admin-%d", id)) })
 	addrA, addrB := freeAddr(t), freeAddr(t)
 	urlA, urlB := "ws://"+addrA+WorkerPath, "ws://"+addrB+WorkerPath
 	f := startProcFleet(t, 4, 2, 10, 5, []string{urlA, urlB})
@@ -373,5 +375,19 @@ func TestHAFrozenLeaderRefusesQueuedAdminCalls(t *testing.T) {
 	}
 	if st.Tasks != 4 {
 		t.Errorf("B supervises %d tasks, want the source's 4 (the refused POST /tasks stored nothing)", st.Tasks)
+	}
+}
+
+// dropDedupRows removes a test fleet's dedup window from the shared
+// database (a leader prunes only its own fleet's, while it runs).
+func dropDedupRows(t testing.TB, dsn, name string) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM fulcrum_supervisor_dedup WHERE name = $1`, name); err != nil {
+		t.Error(err)
 	}
 }

@@ -129,6 +129,7 @@ func dedupLog(t *testing.T, dsn string) {
 	name := fmt.Sprintf("dedup-%d", time.Now().UnixNano())
 	a := open(t, dsn, name, "a", time.Minute)
 	b := open(t, dsn, name, "b", time.Minute)
+	t.Cleanup(func() { _, _ = a.db.Exec(a.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ?`), name) })
 	if u, _, err := b.Leader(ctx); err != nil || u != "" {
 		t.Fatalf("Leader before anyone leads = %q, %v", u, err)
 	}
