@@ -1092,8 +1092,10 @@ func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
 		}
 	}
 	n, nh := 0, 0
-	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k || e.proven(t) < e.k } // a draining holder still runs the task
-	var listed map[*task]bool                                                                   // only when suspects' tasks were added: they may repeat
+	// A draining holder still runs the task; a suspect's does not count.
+	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k || e.proven(t) < e.k }
+	// Only when suspects' tasks were added: they may repeat.
+	var listed map[*task]bool
 	if deficitOnly && len(e.suspects) > 0 {
 		listed = map[*task]bool{}
 	}
