@@ -232,7 +232,7 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 	// lease), so the change outlives it; then applied.
 	term := s.term.Load()
 	if s.ha != nil {
-		if s.role.Load() != roleLeader || term == 0 {
+		if !s.leads(term) {
 			s.standbyAnswer(w)
 			return
 		}
@@ -252,7 +252,12 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 		Removed int    `json:"removed"`          // tasks that existed
 		Tasks   int    `json:"tasks"`
 	}
-	out, err := call(r.Context(), s, func(now time.Time) resp {
+	out, err := call(r.Context(), s, func(now time.Time) *resp {
+		if !s.actsFor(term) {
+			// Stored under term, which is over: the next leader applies
+			// it at the end of its warm-up; this process must not.
+			return nil
+		}
 		e := s.core.Engine()
 		var res resp
 		if s.core.Phase() == Warming {
@@ -271,10 +276,14 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 		s.core.AdminTasks(add, req.Remove)
 		s.settle(now)
 		res.Phase, res.Tasks = s.core.Phase().String(), len(e.tasks)
-		return res
+		return &res
 	})
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
+		return
+	}
+	if out == nil {
+		s.standbyAnswer(w)
 		return
 	}
 	code := http.StatusOK
@@ -285,7 +294,8 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
-	if s.ha != nil && s.role.Load() != roleLeader {
+	term := s.term.Load()
+	if !s.leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -295,11 +305,15 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type resp struct {
-		Worker   string `json:"worker"`
-		Draining bool   `json:"draining"`
-		Load     int    `json:"load"` // tasks it still holds; 0: drained
+		Worker    string `json:"worker"`
+		Draining  bool   `json:"draining"`
+		Load      int    `json:"load"` // tasks it still holds; 0: drained
+		notLeader bool
 	}
 	out, err := call(r.Context(), s, func(now time.Time) *resp {
+		if !s.actsFor(term) {
+			return &resp{notLeader: true}
+		}
 		if s.core.Phase() == Warming {
 			return &resp{}
 		}
@@ -318,6 +332,8 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case out != nil && out.notLeader:
+		s.standbyAnswer(w)
 	case out == nil:
 		writeError(w, http.StatusNotFound, "worker %q: not a live worker", id)
 	case !out.Draining:
@@ -327,9 +343,19 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// actsFor reports, on the event loop, whether an admin call accepted under
+// term may act now: the loop's lifecycle is term's and the lease is still
+// trusted. A call queued while the leader was stopped (SIGSTOP, a stalled
+// loop) and taken after its lease ran out is refused, though it was
+// accepted while leading.
+func (s *Server) actsFor(term uint64) bool {
+	return s.ha == nil || (s.leading == term && s.leads(term))
+}
+
 func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {
 	th := s.cfg.Rebalance.Threshold
-	if s.ha != nil && s.role.Load() != roleLeader {
+	term := s.term.Load()
+	if !s.leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -348,18 +374,24 @@ func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {
 	type resp struct {
 		Moved     int     `json:"moved"`
 		Threshold float64 `json:"threshold"`
+		notLeader bool
 	}
 	out, err := call(r.Context(), s, func(now time.Time) *resp {
+		if !s.actsFor(term) {
+			return &resp{notLeader: true}
+		}
 		if s.core.Phase() == Warming {
 			return nil
 		}
 		n := s.core.Rebalance(th)
 		s.settle(now)
-		return &resp{n, th}
+		return &resp{Moved: n, Threshold: th}
 	})
 	switch {
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case out != nil && out.notLeader:
+		s.standbyAnswer(w)
 	case out == nil:
 		writeError(w, http.StatusConflict, "warming up: nothing is assigned yet")
 	default:

@@ -86,6 +86,11 @@ type DedupConfig struct {
 	Window time.Duration `yaml:"window"`
 	// MaxEntries: at most this many keys are remembered (oldest go first).
 	MaxEntries int `yaml:"max_entries"`
+	// Path: a file (two, path and path.old) that keeps the window across a
+	// restart of a single supervisor, so payloads its workers replay are
+	// not published again. With ha.database the window is kept in the
+	// database instead. Empty: kept in memory only.
+	Path string `yaml:"path"`
 }
 
 // RebalanceConfig tunes POST /rebalance.
@@ -144,6 +149,9 @@ func LoadConfig(path string) (Config, error) {
 // config file's folder: a path in a file is read as its author wrote it,
 // not against whatever directory the process was started from.
 func (c *Config) ResolvePaths(dir string) {
+	if c.Dedup.Path != "" && !filepath.IsAbs(c.Dedup.Path) {
+		c.Dedup.Path = filepath.Join(dir, c.Dedup.Path)
+	}
 	if c.Source.Type == "file" && c.Source.Path != "" && !filepath.IsAbs(c.Source.Path) {
 		c.Source.Path = filepath.Join(dir, c.Source.Path)
 	}
@@ -251,6 +259,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Dedup.MaxEntries < 1 {
 		bad("dedup.max_entries", "%d must be positive", c.Dedup.MaxEntries)
+	}
+	if c.Dedup.Path != "" && c.HA.Database != "" {
+		bad("dedup.path", "not used with ha.database: the fleet's window is kept in the database, where the next leader reads it")
 	}
 	if t := c.Rebalance.Threshold; !(t >= 0 && t <= 1) {
 		bad("rebalance.threshold", "%v is not between 0 and 1", t)

@@ -73,6 +73,7 @@ func TestParseConfigRefusesBadFields(t *testing.T) {
 		{"token: t\nsource: {type: static}\nha: {database: 'postgres://db/x'}\n", "line 3: ha.advertise: required"},
 		{"token: t\nsource: {type: static}\nha: {database: 'mysql://db/x', advertise: 'ws://h/ws', lease: 2s}\n", "ha.lease: 2s is shorter than five ticks"},
 		{"token: t\nsource:\n  type: ftp\n", "line 3: source.type: unknown"},
+		{"token: t\nsource: {type: static}\ndedup: {path: w.dedup}\nha: {database: 'postgres://db/x', advertise: 'ws://h/ws'}\n", "line 3: dedup.path: not used with ha.database"},
 		{base + "sink:\n  type: nats\n  url: nats://127.0.0.1:4222\n", "line 3: sink.subject: required"},
 		{base + "sink:\n  type: rabbitmq\n  url: http://x\n", "line 5: sink.url"},
 		{"token: [\n", "invalid YAML"},
@@ -216,3 +217,20 @@ type (
 	protocolReport  = protocol.Report
 	protocolPayload = protocol.Payload
 )
+
+// dedup.path, like a file source's path, is read against the config
+// file's folder, wherever the process was started.
+func TestLoadConfigResolvesDedupPath(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "supervisor.yaml")
+	if err := os.WriteFile(path, []byte("source: {type: static}\ndedup: {path: state/window}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state", "window"); c.Dedup.Path != want {
+		t.Fatalf("dedup.path = %q, want %q", c.Dedup.Path, want)
+	}
+}

@@ -141,6 +141,7 @@ func (c *Core) Report(now time.Time, r *protocol.Report, first bool) {
 func (c *Core) Payload(now time.Time, p *protocol.Payload) bool {
 	if c.eng.HasWorker(p.WorkerID) {
 		c.wheel.Set(timerKey{kind: timerWorker, worker: p.WorkerID}, now.Add(c.t.WorkerTimeout))
+		c.eng.Proven(p.WorkerID) // it produces data, held task or not
 		if c.eng.Holds(p.WorkerID, p.TaskID) {
 			c.wheel.Set(timerKey{timerHolding, p.WorkerID, p.TaskID}, now.Add(c.t.TaskTimeout))
 			c.eng.Alive(p.WorkerID, p.TaskID)

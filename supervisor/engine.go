@@ -45,6 +45,9 @@ type Engine struct {
 	// it is not placed on again this time (kept here, not in every task,
 	// because it is empty but for that moment).
 	avoid map[*task][]*worker
+	// suspects: the workers now suspect (worker.suspect), so that Counts
+	// looks at their holdings without walking every worker.
+	suspects map[*worker]struct{}
 }
 
 // EngineStats counts what the engine did since it was made.
@@ -58,6 +61,9 @@ type EngineStats struct {
 	Resets   uint64 // reset assignments
 	Ended    uint64 // end instructions issued
 	Rejected uint64 // reported tasks a worker was told to end
+	// Suspected: workers found holding tasks and producing nothing (a task
+	// timed out with no life from them for any task since the last one).
+	Suspected uint64
 }
 
 type worker struct {
@@ -72,10 +78,20 @@ type worker struct {
 	// draining: stopping on purpose. It takes nothing new and keeps each
 	// task until a replacement holder has shown life for it.
 	draining bool
+	// lived: it showed life (a payload for any task, a moved last_seen)
+	// since its last task timeout or since it joined.
+	lived bool
+	// suspect: a task timed out on it while it had shown no life for any
+	// task since the timeout before (or since it joined): a worker that
+	// takes tasks and produces nothing. It is given nothing new (no
+	// placement, adoption, swap or rebalance) and its holdings count toward
+	// the deficit, until it sends data or reconnects (a restarted worker
+	// gets a fresh chance).
+	suspect bool
 }
 
 func (w *worker) free() int {
-	if w.draining {
+	if w.draining || w.suspect {
 		return 0
 	}
 	return w.maxLoad - len(w.held)
@@ -135,9 +151,10 @@ func NewEngine(k int) (*Engine, error) {
 		return nil, fmt.Errorf("supervisor: redundancy must be at least 1, got %d", k)
 	}
 	return &Engine{
-		k:       k,
-		workers: map[string]*worker{},
-		tasks:   map[string]*task{},
+		k:        k,
+		workers:  map[string]*worker{},
+		tasks:    map[string]*task{},
+		suspects: map[*worker]struct{}{},
 	}, nil
 }
 
@@ -230,6 +247,11 @@ func (e *Engine) Report(workerID string, maxLoad int, running []string, resync b
 		grew = true
 	}
 	w.claims = nil
+	if resync && w.suspect {
+		w.suspect, w.lived = false, false
+		delete(e.suspects, w)
+		grew = true // its capacity counts again
+	}
 	old := w.maxLoad
 	w.maxLoad = maxLoad
 	switch {
@@ -293,6 +315,7 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 			continue
 		}
 		delete(e.workers, id)
+		delete(e.suspects, w)
 		w.dead = true // Flush skips its box
 		e.stats.Deaths++
 		dead++
@@ -311,6 +334,7 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 		}
 		w.held = nil
 	}
+	var struck []*worker
 	for _, h := range silent {
 		w := e.workers[h[0]]
 		if w == nil {
@@ -320,6 +344,12 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 		if t == nil || !t.heldBy(w) {
 			continue
 		}
+		if !w.lived && !w.suspect {
+			w.suspect = true
+			e.suspects[w] = struct{}{}
+			e.stats.Suspected++
+		}
+		struck = append(struck, w)
 		e.release(t, w)
 		e.end(w, h[1])
 		e.stats.Vacated++
@@ -328,6 +358,9 @@ func (e *Engine) Expire(deadWorkers []string, silent [][2]string) (dead, vacated
 			e.avoid = map[*task][]*worker{}
 		}
 		e.avoid[t] = append(e.avoid[t], w) // elsewhere this time, though w has room now
+	}
+	for _, w := range struck {
+		w.lived = false // the next timeout asks again: life since this one?
 	}
 	if dead > 0 || vacated > 0 {
 		e.fill()
@@ -428,7 +461,9 @@ func (e *Engine) reset() {
 	}
 	slices.SortStableFunc(keeps, func(a, b keep) int { return cmp.Compare(a.t.seq, b.t.seq) })
 	for _, kp := range keeps {
-		if len(kp.t.holders) < e.k && kp.w.free() > 0 && !kp.t.heldBy(kp.w) {
+		// A suspect keeps what it runs (placement is sticky); it only
+		// takes nothing new.
+		if len(kp.t.holders) < e.k && (kp.w.free() > 0 || (kp.w.suspect && !kp.w.draining && kp.w.maxLoad > len(kp.w.held))) && !kp.t.heldBy(kp.w) {
 			e.hold(kp.t, kp.w)
 			e.add(kp.w, kp.t)
 		}
@@ -563,6 +598,7 @@ func (e *Engine) Drain(workerID string) bool {
 // last_seen). When the task had draining holders and this was the last
 // replacement still unseen, the draining holders are told to end it.
 func (e *Engine) Alive(workerID, taskID string) {
+	e.Proven(workerID)
 	t := e.tasks[taskID]
 	if t == nil || t.draining == 0 {
 		return
@@ -585,6 +621,21 @@ func (e *Engine) Alive(workerID, taskID string) {
 			e.release(t, w)
 			e.end(w, taskID)
 		}
+	}
+}
+
+// Proven notes that a worker sent data (for any task it runs, held or
+// not): it produces, so a suspicion is lifted and its room counts again.
+func (e *Engine) Proven(workerID string) {
+	w := e.workers[workerID]
+	if w == nil {
+		return
+	}
+	w.lived = true
+	if w.suspect {
+		w.suspect = false
+		delete(e.suspects, w)
+		e.fill()
 	}
 }
 
@@ -991,6 +1042,9 @@ type WorkerInfo struct {
 	// Draining: stopping on purpose (POST /workers/{id}/drain or its
 	// report); it takes nothing new.
 	Draining bool `json:"draining,omitempty"`
+	// Suspect: a task timed out on it while it produced nothing at all;
+	// it gets no new tasks until it sends data (or reconnects).
+	Suspect bool `json:"suspect,omitempty"`
 }
 
 // TaskInfo is one supervised task as the admin API shows it.
@@ -1006,7 +1060,7 @@ func (e *Engine) Workers() []WorkerInfo {
 	ws := e.sortedWorkers()
 	out := make([]WorkerInfo, len(ws))
 	for i, w := range ws {
-		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free()), Draining: w.draining}
+		out[i] = WorkerInfo{ID: w.id, MaxLoad: w.maxLoad, Load: len(w.held), Free: max(0, w.free()), Draining: w.draining, Suspect: w.suspect}
 	}
 	return out
 }
@@ -1029,28 +1083,68 @@ func (e *Engine) TasksUnsorted(deficitOnly bool) []TaskInfo {
 		for _, t := range e.tasks {
 			src = append(src, t)
 		}
+	} else if len(e.suspects) > 0 {
+		// A task whose holders include a suspect is short though not in
+		// the deficit list (Counts counts it the same way).
+		src = slices.Clone(src)
+		for w := range e.suspects {
+			src = append(src, w.held...)
+		}
 	}
 	n, nh := 0, 0
-	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k } // a draining holder still runs the task
+	// A draining holder still runs the task; a suspect's does not count.
+	short := func(t *task) bool { return t.inDef && len(t.holders) < e.k || e.proven(t) < e.k }
+	// Only when suspects' tasks were added: they may repeat.
+	var listed map[*task]bool
+	if deficitOnly && len(e.suspects) > 0 {
+		listed = map[*task]bool{}
+	}
+	take := func(t *task) bool {
+		if !deficitOnly {
+			return true
+		}
+		if !short(t) || listed[t] {
+			return false
+		}
+		if listed != nil {
+			listed[t] = true
+		}
+		return true
+	}
 	for _, t := range src {
-		if !deficitOnly || short(t) {
+		if take(t) {
 			n++
 			nh += len(t.holders)
 		}
 	}
+	clear(listed)
 	out := make([]TaskInfo, 0, n)
 	hs := make([]string, 0, nh) // one slab for every task's holders
 	for _, t := range src {
-		if deficitOnly && !short(t) {
+		if !take(t) {
 			continue
 		}
 		h0 := len(hs)
 		for _, h := range t.holders {
 			hs = append(hs, h.w.id)
 		}
-		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: max(0, e.k-len(t.holders))})
+		out = append(out, TaskInfo{ID: t.spec.TaskID, Spec: t.spec.Spec, Holders: hs[h0:len(hs):len(hs)], Missing: max(0, e.k-e.proven(t))})
 	}
 	return out
+}
+
+// proven is how many of t's holders count: those not on a suspect worker
+// (draining ones included, which still run the task).
+func (e *Engine) proven(t *task) int {
+	n := len(t.holders)
+	if len(e.suspects) > 0 {
+		for _, h := range t.holders {
+			if h.w.suspect {
+				n--
+			}
+		}
+	}
+	return n
 }
 
 // SortTasks sorts a task list by id, and each task's holders.
@@ -1098,11 +1192,44 @@ func (e *Engine) TaskIDs() []string {
 }
 
 // Counts reports live workers, tasks, tasks in deficit and missing holdings.
+//
+// A holding on a suspect worker counts as missing: it has produced nothing
+// for a task timeout, so the task is not really held there.
 func (e *Engine) Counts() (workers, tasks, deficitTasks, missing int) {
-	for _, t := range e.deficit {
-		if t.inDef && len(t.holders) < e.k { // a draining holder still runs the task
+	if len(e.suspects) == 0 {
+		for _, t := range e.deficit {
+			if t.inDef && len(t.holders) < e.k { // a draining holder still runs the task
+				deficitTasks++
+				missing += e.k - len(t.holders)
+			}
+		}
+		return len(e.workers), len(e.tasks), deficitTasks, missing
+	}
+	seen := map[*task]bool{}
+	count := func(t *task) {
+		if seen[t] {
+			return
+		}
+		seen[t] = true
+		n := len(t.holders) // a draining holder still runs the task
+		for _, h := range t.holders {
+			if h.w.suspect {
+				n--
+			}
+		}
+		if n < e.k {
 			deficitTasks++
-			missing += e.k - len(t.holders)
+			missing += e.k - n
+		}
+	}
+	for _, t := range e.deficit {
+		if t.inDef {
+			count(t)
+		}
+	}
+	for w := range e.suspects {
+		for _, t := range w.held {
+			count(t)
 		}
 	}
 	return len(e.workers), len(e.tasks), deficitTasks, missing

@@ -496,3 +496,43 @@ func TestGreedyWorkerTakesItsShare(t *testing.T) {
 		t.Fatalf("greedy worker took %d of 10 tasks, want at most its share plus one (5)", n)
 	}
 }
+
+// A worker whose holding goes silent while it has shown no life for any
+// task is suspect: its other holdings count as missing, it takes nothing
+// new, and a sign of life (or a new connection) ends that.
+func TestSuspectWorker(t *testing.T) {
+	e := newEngine(t, 1)
+	e.Report("a", 5, nil, true)
+	e.Report("s", 5, nil, true)
+	e.Assign(tasks(0, 4), nil, false)
+	e.Flush()
+	var onS []string
+	for _, ti := range e.Tasks() {
+		if ti.Holders[0] == "s" {
+			onS = append(onS, ti.ID)
+		} else {
+			e.Alive("a", ti.ID)
+		}
+	}
+	if len(onS) != 2 {
+		t.Fatalf("s holds %v, want 2 of the 4 tasks", onS)
+	}
+	e.Vacate("s", onS[0]) // silent, and s never showed life: suspect
+	if _, _, d, missing := e.Counts(); d != 1 || missing != 1 {
+		t.Fatalf("deficit %d tasks / %d holdings, want 1/1: s's other holding counts as missing", d, missing)
+	}
+	if got := e.Holders(onS[0]); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("the silent task went to %v, want a", got)
+	}
+	e.Assign(tasks(4, 3), nil, false) // a has room for 2 of 3; s for all, but is suspect
+	if ws := e.Workers(); !ws[1].Suspect || ws[1].Load != 1 || ws[1].Free != 0 {
+		t.Fatalf("s: %+v, want suspect, holding 1, no room offered", ws[1])
+	}
+	e.Alive("s", onS[1]) // it produces after all
+	if ws := e.Workers(); ws[1].Suspect || ws[1].Load != 2 {
+		t.Fatalf("s after a sign of life: %+v, want trusted and given the task a had no room for", ws[1])
+	}
+	if _, _, d, _ := e.Counts(); d != 0 {
+		t.Fatalf("deficit %d once s is trusted", d)
+	}
+}

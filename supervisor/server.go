@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ type Server struct {
 	src    source.Source
 	sink   publisher
 	dedup  *dedup.Deduper
+	window dedup.Store // the dedup window outside the process; nil: memory only
 	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -68,6 +70,13 @@ type Server struct {
 	role   atomic.Int32           // roleAlone, roleStandby, roleLeader
 	term   atomic.Uint64          // the term this process leads, 0 when it does not
 	leader atomic.Pointer[string] // the leader's worker URL, as last read
+	// trusted is how long after epoch (monotonic) the current term may act:
+	// the end of the trust elect counts from the start of its last
+	// successful renewal. Checked when an admin call acts, not only when it
+	// arrives, so a call queued behind a frozen loop (SIGSTOP) that comes
+	// due after the lease ran out is refused even before elect notices.
+	epoch   time.Time
+	trusted atomic.Int64
 
 	// Owned by the event loop goroutine.
 	clock    struct{ base, at time.Time } // the loop's clock read base at wall time at (now)
@@ -134,19 +143,59 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		return nil, fmt.Errorf("supervisor: sink: %w", err)
 	}
+	dd := dedup.New(cfg.Dedup.Window, cfg.Dedup.MaxEntries)
+	var window dedup.Store
+	switch {
+	case ha != nil:
+		window = ha.DedupLog(cfg.Dedup.Window, rateLimited(log, "dedup window not stored; a replay of these may be published twice"))
+	case cfg.Dedup.Path != "":
+		// A single supervisor: the window is read back before the
+		// listener serves, so the first replayed payload already meets it.
+		fs, err := dedup.OpenFile(cfg.Dedup.Path, cfg.Dedup.Window)
+		if err == nil {
+			var es []dedup.Entry
+			var unsure []dedup.Entry
+			if es, unsure, err = dedup.ReadFile(cfg.Dedup.Path, start.Add(-cfg.Dedup.Window)); err == nil {
+				// Uncertain: handed to the sink, unconfirmed when the last
+				// process stopped; their replay is published again.
+				log.Info("dedup window restored", "path", cfg.Dedup.Path, "keys", dd.Restore(es, start), "uncertain", len(unsure))
+			}
+			if err != nil {
+				fs.Close()
+			}
+		}
+		if err != nil {
+			ln.Close()
+			sk.Close()
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+		window = fs
+	}
+	if window != nil {
+		sk.OnSending(recordWith(window.Sending, log))
+		sk.OnDelivered(recordWith(window.Append, log))
+		warn := rateLimited(log, "dedup window not recorded; a replay of these may be published twice")
+		sk.OnIdle(func() {
+			if err := window.Flush(); err != nil {
+				warn(err)
+			}
+		})
+	}
 	s := &Server{
 		cfg:    cfg,
 		log:    log,
 		ln:     ln,
 		src:    src,
 		sink:   sk,
-		dedup:  dedup.New(cfg.Dedup.Window, cfg.Dedup.MaxEntries),
+		dedup:  dd,
+		window: window,
 		events: make(chan func(time.Time), 1024),
 		core:   core,
 		conns:  map[string]*conn{},
 		ha:     ha,
 	}
 	s.clock.base, s.clock.at = start, start
+	s.epoch = start
 	if ha != nil {
 		s.role.Store(roleStandby)
 	}
@@ -190,10 +239,15 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.wg.Wait()
+		err = s.sink.Close() // its last confirmations are recorded in the window
+		if s.window != nil {
+			if werr := s.window.Close(); werr != nil && err == nil {
+				err = werr
+			}
+		}
 		if s.ha != nil {
 			s.ha.Close()
 		}
-		err = s.sink.Close()
 		s.log.Info("supervisor stopped")
 	})
 	return err
@@ -304,8 +358,8 @@ func (s *Server) settle(now time.Time) {
 		go s.query(s.core, s.term.Load())
 	}
 	send, drop := s.core.Flush(now)
-	if s.ha != nil && s.term.Load() == 0 {
-		send = nil // stepped down (elect), the loop not yet told: nothing more to say
+	if s.ha != nil && !s.leads(s.leading) {
+		send = nil // stepped down, or the lease no longer trusted (elect not yet told): nothing more to say
 	}
 	for _, o := range send {
 		s.m.instructions.Inc()
@@ -428,7 +482,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	term := s.term.Load()
-	if s.ha != nil && (s.role.Load() != roleLeader || term == 0) {
+	if !s.leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -553,13 +607,14 @@ func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
 		s.m.payloads.WithLabelValues("unknown_task").Inc()
 		return
 	}
-	if !s.dedup.First(p.TaskID, p.MessageID, p.Data, now) {
+	k := dedup.Key(p.TaskID, p.MessageID, p.Data)
+	if !s.dedup.FirstKey(k, now) {
 		s.m.payloads.WithLabelValues("duplicate").Inc()
 		return
 	}
 	s.m.payloads.WithLabelValues("published").Inc()
 	s.offered.Add(1)
-	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data}); err != nil {
+	if err := s.sink.Publish(s.ctx, sink.Message{TaskID: p.TaskID, MessageID: p.MessageID, Data: p.Data, Key: k, At: now.UnixNano()}); err != nil {
 		s.log.Debug("sink dropped a payload", "task", p.TaskID, "err", err) // counted by the sink
 	}
 }
@@ -572,16 +627,53 @@ func (s *Server) roleStatus(st *Status) {
 	}
 }
 
-// standbyAnswer refuses a worker or an admin change on a standby: 503, with
-// the leader's worker URL in the Fulcrum-Leader header and the body.
+// leads reports whether this process may act as the leader of term now:
+// alone (no high availability), or leading term with the lease trusted at
+// this instant. Admin calls check it when they arrive and again on the
+// event loop when they act, against the term they were accepted under.
+func (s *Server) leads(term uint64) bool {
+	if s.ha == nil {
+		return true
+	}
+	return term != 0 && s.role.Load() == roleLeader && s.term.Load() == term &&
+		int64(time.Since(s.epoch)) < s.trusted.Load()
+}
+
+// standbyAnswer refuses a worker or an admin call on a supervisor that does
+// not lead: 503, with the leader's worker URL in the Fulcrum-Leader header
+// and the body (and its admin URL in the body). A leader that has just lost
+// its lease knows only itself as leader; it asks the database then.
 func (s *Server) standbyAnswer(w http.ResponseWriter) {
 	leader := ""
 	if l := s.leader.Load(); l != nil && *l != s.cfg.HA.Advertise {
 		leader = *l
+	} else if s.ha != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		if u, _, err := s.ha.Leader(ctx); err == nil && u != s.cfg.HA.Advertise {
+			leader = u
+		}
+		cancel()
+	}
+	if leader != "" {
 		w.Header().Set(protocol.LeaderHeader, leader)
 	}
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "standby supervisor: not the leader", "leader": leader})
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "standby supervisor: not the leader", "leader": leader,
+		"leader_admin": adminURL(leader)})
+}
+
+// adminURL is the admin API's base URL of a supervisor known by its worker
+// URL (the same listener): ws://h:7300/ws becomes http://h:7300.
+func adminURL(workerURL string) string {
+	u, err := url.Parse(workerURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme := "http"
+	if u.Scheme == "wss" || u.Scheme == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + u.Host
 }
 
 // elect runs the lease (high availability): a standby tries to take it every
@@ -626,7 +718,9 @@ func (s *Server) elect() {
 				logErr("lease: cannot reach the database", err)
 			case ok:
 				term, renewed = t, start
+				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
 				s.leader.Store(&url)
+				s.restoreWindow(lease / 3)
 				s.post(func(now time.Time) { s.lead(now, t) })
 			default:
 				s.leader.Store(&url)
@@ -638,6 +732,7 @@ func (s *Server) elect() {
 				logErr("lease: renewal failed; retrying every tick", err)
 			case ok:
 				renewed = start
+				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
 			default:
 				s.log.Warn("lease lost: it ran out before this renewal, or another supervisor took it", "term", term)
 				renewed = time.Time{} // step down now
@@ -647,6 +742,7 @@ func (s *Server) elect() {
 		if term != 0 && time.Since(renewed) >= trust {
 			t := term
 			term = 0
+			s.trusted.Store(0)
 			// Stop leading now, not when the event loop gets to it (a busy
 			// loop can be seconds behind): from here workers are refused,
 			// their messages of term t dropped, admin changes refused, and
@@ -654,6 +750,63 @@ func (s *Server) elect() {
 			s.role.Store(roleStandby)
 			s.term.CompareAndSwap(t, 0)
 			s.post(func(now time.Time) { s.stepDown(now, t) })
+		}
+	}
+}
+
+// restoreWindow reads the fleet's dedup window, which the previous leader
+// recorded, before this one leads: workers are accepted only once lead has
+// run, so their replay meets the window. Bounded by limit (the lease must
+// still be renewed); a failure is logged and leading goes on (the replay
+// may then publish again what the old leader had published).
+func (s *Server) restoreWindow(limit time.Duration) {
+	if s.window == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, limit)
+	defer cancel()
+	now := time.Now()
+	es, err := s.window.Load(ctx, now.Add(-s.cfg.Dedup.Window))
+	if err != nil {
+		s.log.Error("dedup window not read from the database; payloads replayed now may be published twice", "err", err)
+		return
+	}
+	var unsure int
+	if dl, ok := s.window.(*lease.DedupLog); ok {
+		if u, err := dl.Uncertain(ctx); err == nil {
+			unsure = len(u) // handed to the sink, unconfirmed when the last leader stopped: published again
+		}
+	}
+	s.log.Info("dedup window restored", "keys", s.dedup.Restore(es, now), "uncertain", unsure)
+}
+
+// recordWith makes the sink's OnSending and OnDelivered hooks: the keys of
+// messages handed to the destination, then of those it confirmed, go to the
+// window's store. Publish, then record: a message is in
+// the store only once its destination has it, so a crash can never make a
+// replayed payload look published when it was not (no loss); a crash
+// between the confirmation and this write publishes that one group again.
+func recordWith(record func([]dedup.Entry) error, log *slog.Logger) func([]sink.Message) {
+	var buf []dedup.Entry // the sink's one delivery goroutine calls this
+	warn := rateLimited(log, "dedup window not recorded; a replay of these may be published twice")
+	return func(ms []sink.Message) {
+		buf = buf[:0]
+		for _, m := range ms {
+			buf = append(buf, dedup.Entry{Key: m.Key, At: m.At})
+		}
+		if err := record(buf); err != nil {
+			warn(err)
+		}
+	}
+}
+
+// rateLimited logs msg with an error at most once every 5 s.
+func rateLimited(log *slog.Logger, msg string) func(error) {
+	var last atomic.Int64
+	return func(err error) {
+		now := time.Now().UnixNano()
+		if l := last.Load(); now-l >= int64(5*time.Second) && last.CompareAndSwap(l, now) {
+			log.Warn(msg, "err", err)
 		}
 	}
 }

@@ -86,6 +86,8 @@ type wsWorker struct {
 	errors  []string
 	every   time.Duration // report interval; 50ms when zero
 	paused  atomic.Bool   // reports not sent while set
+	silent  atomic.Bool   // reports carry no last_seen: no sign of life from its tasks
+	adds    atomic.Int64  // tasks it was told to add
 	sent    atomic.Int64  // reports sent by reportLoop and at dial
 }
 
@@ -128,7 +130,11 @@ func (w *wsWorker) report() protocol.Report {
 	defer w.mu.Unlock()
 	r := protocol.Report{Type: protocol.TypeReport, WorkerID: w.id, MaxLoad: w.maxLoad, Tasks: []protocol.TaskStatus{}}
 	for _, id := range keys(w.running) {
-		r.Tasks = append(r.Tasks, protocol.TaskStatus{TaskID: id, LastSeen: time.Now()})
+		ts := protocol.TaskStatus{TaskID: id}
+		if !w.silent.Load() {
+			ts.LastSeen = time.Now()
+		}
+		r.Tasks = append(r.Tasks, ts)
 	}
 	return r
 }
@@ -176,6 +182,7 @@ func (w *wsWorker) readLoop(ctx context.Context) {
 			for _, t := range in.Add {
 				w.running[t.TaskID] = true
 			}
+			w.adds.Add(int64(len(in.Add)))
 		case protocol.TypeError:
 			var e protocol.Error
 			_ = json.Unmarshal(b, &e)
@@ -979,4 +986,81 @@ func TestFragmentedDeficitHealsOverRealSockets(t *testing.T) {
 	if code := admin(t, s, "POST", "/rebalance", "", &rb); code != 200 || rb.Moved != 0 {
 		t.Fatalf("POST /rebalance: %d, moved %d; want 200 and nothing to move", code, rb.Moved)
 	}
+}
+
+// A worker that advertises a huge max load, takes tasks and sends nothing
+// (over the real protocol: it reports, so it is alive, but never a payload
+// and never a moving last_seen) is found out at its first task timeout: it
+// gets no new task (not even by the swap that used to move healthy tasks
+// onto it at every timeout), the deficit it hid is reported, and it comes
+// back into use once it sends data.
+func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
+	c := testConfig(nil)
+	c.Redundancy = 2
+	c.TaskTimeout = 300 * time.Millisecond
+	s := startServer(t, c)
+	ws := map[string]*wsWorker{}
+	for _, id := range []string{"a", "b", "c"} {
+		ws[id] = dialWorker(t, s, id, 4) // 12 holdings of room for 10 tasks x 2: short
+	}
+	fake := dialWorker(t, s, "fake", 1_000_000)
+	fake.silent.Store(true)
+	eventually(t, "running with four workers", func() bool {
+		var r struct {
+			Phase   string
+			Workers []WorkerView
+		}
+		admin(t, s, "GET", "/workers", "", &r)
+		return r.Phase == "running" && len(r.Workers) == 4
+	})
+	var add []string
+	for i := range 10 {
+		add = append(add, fmt.Sprintf(`{"task_id":"room-%d"}`, i))
+	}
+	if code := admin(t, s, "POST", "/tasks", `{"add":[`+strings.Join(add, ",")+`]}`, nil); code != 200 {
+		t.Fatalf("POST /tasks: %d", code)
+	}
+	eventually(t, "the fake given tasks", func() bool { return fake.adds.Load() > 0 })
+	suspect := func() (WorkerView, bool) {
+		var r struct{ Workers []WorkerView }
+		admin(t, s, "GET", "/workers", "", &r)
+		for _, w := range r.Workers {
+			if w.ID == "fake" {
+				return w, w.Suspect
+			}
+		}
+		return WorkerView{}, false
+	}
+	eventually(t, "the fake found out at its task timeout, holding nothing", func() bool {
+		w, ok := suspect()
+		return ok && w.Load == 0
+	})
+	given := fake.adds.Load()
+	// The deficit the fake hid: 20 holdings needed, 12 slots on the
+	// healthy workers.
+	r := getTasks(t, s)
+	if r.Deficit.Holders != 8 {
+		t.Fatalf("deficit %+v, want 8 holdings missing (20 needed, 12 healthy slots)", r.Deficit)
+	}
+	missing := 0
+	for _, ti := range r.Tasks {
+		missing += ti.Missing
+	}
+	if missing != 8 {
+		t.Fatalf("the tasks' missing holders add up to %d, want the deficit's 8", missing)
+	}
+	// Placement events after the suspicion: more tasks, and a healthy
+	// worker's task timeout (a silent holding moves, the swap runs).
+	if code := admin(t, s, "POST", "/tasks", `{"add":[{"task_id":"room-10"},{"task_id":"room-11"}]}`, nil); code != 200 {
+		t.Fatalf("POST /tasks: %d", code)
+	}
+	ws["a"].silent.Store(true)
+	eventually(t, "a's tasks timed out", func() bool { _, to := expired(t, s); return to > uint64(given) })
+	ws["a"].silent.Store(false)
+	if got := fake.adds.Load(); got != given {
+		t.Fatalf("the suspect was given %d more tasks", got-given)
+	}
+	// It proves itself: a payload (for a task it does not even hold).
+	fake.send(protocol.Payload{Type: protocol.TypePayload, WorkerID: "fake", TaskID: "room-0", MessageID: "m1", Data: json.RawMessage(`{}`)})
+	eventually(t, "the fake back in use", func() bool { _, sus := suspect(); return !sus && fake.adds.Load() > given })
 }

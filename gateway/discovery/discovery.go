@@ -169,6 +169,39 @@ func sortedNames[V any](m map[string]V) []string {
 	return ks
 }
 
+// outage logs a source's failures once when they start and once when the
+// source answers again, whatever the number of retries between: a source
+// down for an hour is two lines, not one per retry. Not safe for
+// concurrent use.
+type outage struct {
+	log   *slog.Logger
+	msg   string // "discovery: etcd"
+	attrs []any  // what names the source: endpoints, name, path
+	down  bool
+	since time.Time
+	fails int
+}
+
+// fail notes a failed try; only the first of an outage is logged (Warn).
+func (o *outage) fail(err error) {
+	o.fails++
+	if o.down {
+		o.log.Debug(o.msg+": still failing; keeping the last good targets", append(o.attrs, "err", err)...)
+		return
+	}
+	o.down, o.since = true, time.Now()
+	o.log.Warn(o.msg+": source unavailable; keeping the last good targets until it answers", append(o.attrs, "err", err)...)
+}
+
+// ok notes an answer; the first after an outage is logged (Info).
+func (o *outage) ok() {
+	if !o.down {
+		return
+	}
+	o.log.Info(o.msg+": source answers again", append(o.attrs, "down_for", time.Since(o.since).Round(time.Millisecond), "failed_tries", o.fails)...)
+	o.down, o.fails = false, 0
+}
+
 // sleep waits d or until ctx ends; false when ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -49,14 +49,16 @@ const minTTLWait = time.Second
 func (d *DNS) Watch(ctx context.Context, update func([]Target)) {
 	s := sender{update: update}
 	ttl := time.Duration(-1) // the last good answer's TTL; none yet
+	out := outage{log: d.log, msg: "discovery: dns", attrs: []any{"name", d.cfg.Name, "server", d.server}}
 	for {
 		ts, t, err := d.lookup(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			d.log.Warn("discovery: dns: lookup failed; keeping the last good targets", "name", d.cfg.Name, "server", d.server, "err", err)
+			out.fail(err)
 		default:
+			out.ok()
 			s.send(ts)
 			ttl = t
 		}

@@ -22,14 +22,21 @@ import (
 type Etcd struct {
 	cfg config.EtcdDiscovery
 	log *slog.Logger
+	// probe: how often a watch checks that etcd answers. A watch on a
+	// cluster that went away neither ends nor errs (the client retries
+	// quietly), so without it an outage would go unnoticed and unlogged.
+	probe time.Duration
 }
+
+// etcdProbe is how often a watching source checks that etcd answers.
+const etcdProbe = 2 * time.Second
 
 // NewEtcd builds an etcd source; it connects in Lookup and Watch.
 func NewEtcd(c config.EtcdDiscovery, log *slog.Logger) (*Etcd, error) {
 	if c.Prefix == "" {
 		return nil, fmt.Errorf("discovery: etcd: empty prefix")
 	}
-	return &Etcd{cfg: c, log: log}, nil
+	return &Etcd{cfg: c, log: log, probe: etcdProbe}, nil
 }
 
 // Source is "etcd".
@@ -65,9 +72,10 @@ func (e *Etcd) Lookup(ctx context.Context) ([]Target, error) {
 // for good) it reads the prefix again.
 func (e *Etcd) Watch(ctx context.Context, update func([]Target)) {
 	s := sender{update: update}
+	out := &outage{log: e.log, msg: "discovery: etcd", attrs: []any{"endpoints", e.cfg.Endpoints, "prefix", e.cfg.Prefix}}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		if e.watchOnce(ctx, &s) {
+		if e.watchOnce(ctx, &s, out) {
 			backoff = 100 * time.Millisecond
 		}
 		if !sleep(ctx, backoff) {
@@ -79,20 +87,23 @@ func (e *Etcd) Watch(ctx context.Context, update func([]Target)) {
 
 // watchOnce is one client's read-then-watch; true when it got as far as
 // watching.
-func (e *Etcd) watchOnce(ctx context.Context, s *sender) bool {
+func (e *Etcd) watchOnce(ctx context.Context, s *sender, out *outage) bool {
 	cli, err := NewEtcdClient(e.cfg)
 	if err != nil {
-		e.log.Warn("discovery: etcd: connect failed; keeping the last good targets", "endpoints", e.cfg.Endpoints, "err", err)
+		out.fail(fmt.Errorf("connect: %w", err))
 		return false
 	}
 	defer cli.Close()
-	resp, err := cli.Get(ctx, e.cfg.Prefix, clientv3.WithPrefix())
+	gctx, cancelGet := context.WithTimeout(ctx, e.timeout())
+	resp, err := cli.Get(gctx, e.cfg.Prefix, clientv3.WithPrefix())
+	cancelGet()
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Warn("discovery: etcd: read failed; keeping the last good targets", "prefix", e.cfg.Prefix, "err", err)
+			out.fail(fmt.Errorf("read %s: %w", e.cfg.Prefix, err))
 		}
 		return false
 	}
+	out.ok()
 	m := map[string]Target{}
 	for _, kv := range resp.Kvs {
 		e.put(m, string(kv.Key), kv.Value)
@@ -100,6 +111,36 @@ func (e *Etcd) watchOnce(ctx context.Context, s *sender) bool {
 	s.send(list(m))
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	// The probe ends the watch when etcd stops answering: the outage is
+	// logged, and the prefix is read again (with backoff) until it
+	// answers, which also catches changes made meanwhile.
+	probeErr := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(e.probe)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			pctx, pcancel := context.WithTimeout(wctx, e.timeout())
+			_, err := cli.Get(pctx, e.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			pcancel()
+			if err != nil && wctx.Err() == nil {
+				probeErr <- err
+				cancel()
+				return
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case err := <-probeErr:
+			out.fail(fmt.Errorf("watch: %w", err))
+		default:
+		}
+	}()
 	for wr := range cli.Watch(wctx, e.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 		if err := wr.Err(); err != nil {
 			e.log.Warn("discovery: etcd: watch broke; reading the prefix again", "prefix", e.cfg.Prefix, "err", err)
@@ -115,6 +156,15 @@ func (e *Etcd) watchOnce(ctx context.Context, s *sender) bool {
 		s.send(list(m))
 	}
 	return true
+}
+
+// timeout bounds one request to etcd: the block's dial timeout, 5 s when
+// unset.
+func (e *Etcd) timeout() time.Duration {
+	if d := e.cfg.DialTimeout.D(); d > 0 {
+		return d
+	}
+	return 5 * time.Second
 }
 
 // put parses one registration into m; a bad one is logged and dropped.

@@ -78,12 +78,14 @@ func parseFile(path string, data []byte) ([]Target, error) {
 func (f *File) Watch(ctx context.Context, update func([]Target)) {
 	s := sender{update: update}
 	var last []byte
+	out := outage{log: f.log, msg: "discovery: file", attrs: []any{"path", f.path}}
 	load := func() {
 		data, err := f.read()
 		if err != nil {
-			f.log.Warn("discovery: file: unreadable; keeping the last good targets", "path", f.path, "err", err)
+			out.fail(err)
 			return
 		}
+		out.ok()
 		if last != nil && bytes.Equal(data, last) {
 			return
 		}

@@ -55,11 +55,16 @@ func TestFileWatch(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "the missing file logged", func() bool { return strings.Contains(logs.String(), "unreadable") })
+	testenv.Eventually(t, "the missing file logged", func() bool { return strings.Contains(logs.String(), "source unavailable") })
 	writeAtomic(t, path, "- url: http://127.0.0.1:9004\n")
 	r.await(t, "http://127.0.0.1:9004 w=1")
 	if r.updates() != sent+1 {
 		t.Fatalf("%d lists sent since the refusal, want 1", r.updates()-sent)
+	}
+	// The outage (the file missing) and the recovery: one line each.
+	testenv.Eventually(t, "the recovery logged", func() bool { return strings.Contains(logs.String(), "source answers again") })
+	if out := logs.String(); strings.Count(out, "source unavailable") != 1 || strings.Count(out, "source answers again") != 1 {
+		t.Fatalf("want the outage and the recovery logged once each:\n%s", out)
 	}
 }
 

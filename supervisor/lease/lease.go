@@ -17,11 +17,14 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
+	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -31,13 +34,16 @@ var ErrNotLeader = errors.New("lease: not the leader (term over)")
 // dialect holds what differs between the engines; statements use ? and are
 // rewritten to $n for PostgreSQL.
 type dialect struct {
-	driver  string
-	schema  []string
-	now     string // the database's clock
-	plus    string // now plus ? microseconds
-	share   string // lock a row for reading
-	upsert  string // store one task change: name, task_id, spec, removed
-	numbers bool   // placeholders are $1, $2…
+	driver string
+	schema []string
+	now    string // the database's clock
+	plus   string // now plus ? microseconds
+	share  string // lock a row for reading
+	upsert string // store one task change: name, task_id, spec, removed
+	// dedupUpsert ends a multi-row insert of dedup keys: a key seen again
+	// keeps its latest time.
+	dedupUpsert string
+	numbers     bool // placeholders are $1, $2…
 }
 
 var postgres = dialect{
@@ -50,10 +56,14 @@ var postgres = dialect{
 		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
 			name text NOT NULL, task_id text NOT NULL, spec text, removed boolean NOT NULL,
 			PRIMARY KEY (name, task_id))`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_dedup (
+			name text NOT NULL, k bigint NOT NULL, at bigint NOT NULL, PRIMARY KEY (name, k))`,
+		`CREATE INDEX IF NOT EXISTS fulcrum_supervisor_dedup_at ON fulcrum_supervisor_dedup (name, at)`,
 	},
-	now:   `now()`,
-	plus:  `now() + ? * interval '1 microsecond'`,
-	share: `FOR SHARE`,
+	dedupUpsert: ` ON CONFLICT (name, k) DO UPDATE SET at = EXCLUDED.at`,
+	now:         `now()`,
+	plus:        `now() + ? * interval '1 microsecond'`,
+	share:       `FOR SHARE`,
 	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
 		ON CONFLICT (name, task_id) DO UPDATE SET spec = EXCLUDED.spec, removed = EXCLUDED.removed`,
 	numbers: true,
@@ -68,10 +78,13 @@ var mariadb = dialect{
 		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_tasks (
 			name varchar(255) NOT NULL, task_id varchar(255) NOT NULL, spec longtext, removed boolean NOT NULL,
 			PRIMARY KEY (name, task_id))`,
+		`CREATE TABLE IF NOT EXISTS fulcrum_supervisor_dedup (
+			name varchar(255) NOT NULL, k bigint NOT NULL, at bigint NOT NULL, PRIMARY KEY (name, k), KEY dedup_at (name, at))`,
 	},
-	now:   `NOW(6)`,
-	plus:  `NOW(6) + INTERVAL ? MICROSECOND`,
-	share: `LOCK IN SHARE MODE`,
+	dedupUpsert: ` ON DUPLICATE KEY UPDATE at = VALUES(at)`,
+	now:         `NOW(6)`,
+	plus:        `NOW(6) + INTERVAL ? MICROSECOND`,
+	share:       `LOCK IN SHARE MODE`,
 	upsert: `INSERT INTO fulcrum_supervisor_tasks (name, task_id, spec, removed) VALUES (?, ?, ?, ?)
 		ON DUPLICATE KEY UPDATE spec = VALUES(spec), removed = VALUES(removed)`,
 }
@@ -209,6 +222,18 @@ func (l *Lease) Acquire(ctx context.Context) (term uint64, leading bool, leaderU
 	return term, leading, leaderURL, nil
 }
 
+// Leader reads who leads now: the worker URL and term of an unexpired
+// lease; "" when none is live.
+func (l *Lease) Leader(ctx context.Context) (url string, term uint64, err error) {
+	var t int64
+	err = l.db.QueryRowContext(ctx, l.d.q(`SELECT url, term FROM fulcrum_supervisor_lease WHERE name = ? AND expires_at > NOW`),
+		l.name).Scan(&url, &t)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return url, uint64(t), err
+}
+
 // Renew extends the lease of term; false (and no error) when the term is
 // over: the lease ran out before this renewal (the database's clock says
 // so; renewals slower than the lease) or another supervisor took it.
@@ -327,4 +352,233 @@ func (l *Lease) LoadTasks(ctx context.Context) (add []protocol.Task, remove []st
 		add = append(add, t)
 	}
 	return add, remove, rows.Err()
+}
+
+// DedupLog is the fleet's deduplication window in the database: every key
+// the sink delivered, with when it was first published, so the next leader
+// recognises a payload its predecessor published. Append never blocks: one
+// goroutine writes what accumulated while the previous write ran (group
+// commit), so the cost per message is a share of one multi-row statement.
+type DedupLog struct {
+	l      *Lease
+	window time.Duration
+
+	mu      sync.Mutex
+	pending []dedup.Entry
+	wake    chan struct{}
+	done    chan struct{}
+	closed  bool
+	err     func(error)
+	pruned  time.Time
+	dropped int
+	// sendingOff: after a failed Sending, Sending is skipped until then, so
+	// a database that is away does not hold every batch of the sink for
+	// the statement's timeout (the uncertain set is then incomplete).
+	sendingOff atomic.Int64
+}
+
+// maxDedupPending bounds what waits for the database; past it the oldest
+// keys are dropped (a replay of those would be published again).
+const maxDedupPending = 1 << 20
+
+// DedupLog starts the writer of the fleet's dedup window; onErr (may be
+// nil) hears about failed writes.
+func (l *Lease) DedupLog(window time.Duration, onErr func(error)) *DedupLog {
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	d := &DedupLog{l: l, window: window, wake: make(chan struct{}, 1), done: make(chan struct{}), err: onErr}
+	go d.run()
+	return d
+}
+
+// Load reads the keys recorded since since.
+func (d *DedupLog) Load(ctx context.Context, since time.Time) ([]dedup.Entry, error) {
+	rows, err := d.l.db.QueryContext(ctx, d.l.d.q(`SELECT k, at FROM fulcrum_supervisor_dedup WHERE name = ? AND at >= ?`),
+		d.l.name, since.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []dedup.Entry
+	for rows.Next() {
+		var k, at int64
+		if err := rows.Scan(&k, &at); err != nil {
+			return nil, err
+		}
+		out = append(out, dedup.Entry{Key: uint64(k), At: at})
+	}
+	return out, rows.Err()
+}
+
+// Sending stores entries as being sent (their time negated), before the
+// sink hands them to the destination: one statement per batch, waited
+// for, so that after a crash the next leader knows exactly which keys
+// were uncertain (handed over, never confirmed). It costs a round trip to
+// the database per batch on the publish path, not per message.
+func (d *DedupLog) Sending(entries []dedup.Entry) error {
+	if len(entries) == 0 || time.Now().UnixNano() < d.sendingOff.Load() {
+		return nil
+	}
+	neg := make([]dedup.Entry, len(entries))
+	for i, e := range entries {
+		neg[i] = dedup.Entry{Key: e.Key, At: -e.At}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := d.insert(ctx, neg); err != nil {
+		d.sendingOff.Store(time.Now().Add(5 * time.Second).UnixNano())
+		return fmt.Errorf("%w (not noted for 5 s)", err)
+	}
+	return nil
+}
+
+// Flush does nothing: Append already queues for the writer.
+func (d *DedupLog) Flush() error { return nil }
+
+// Uncertain lists the keys stored as being sent and never confirmed.
+func (d *DedupLog) Uncertain(ctx context.Context) ([]uint64, error) {
+	rows, err := d.l.db.QueryContext(ctx, d.l.d.q(`SELECT k FROM fulcrum_supervisor_dedup WHERE name = ? AND at < 0`), d.l.name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var k int64
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, uint64(k))
+	}
+	return out, rows.Err()
+}
+
+// Append queues entries for the writer.
+func (d *DedupLog) Append(entries []dedup.Entry) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return errors.New("lease: dedup log closed")
+	}
+	d.pending = append(d.pending, entries...)
+	if over := len(d.pending) - maxDedupPending; over > 0 {
+		d.pending = append(d.pending[:0], d.pending[over:]...)
+		d.dropped += over
+	}
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Close writes what is queued (for at most a few seconds) and stops.
+func (d *DedupLog) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	close(d.wake)
+	<-d.done
+	return nil
+}
+
+func (d *DedupLog) run() {
+	defer close(d.done)
+	var batch []dedup.Entry
+	for {
+		_, open := <-d.wake
+		d.mu.Lock()
+		batch, d.pending = d.pending, batch[:0]
+		dropped := d.dropped
+		d.dropped = 0
+		d.mu.Unlock()
+		if dropped > 0 {
+			d.err(fmt.Errorf("dedup window: %d keys not stored (the database is behind)", dropped))
+		}
+		if len(batch) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := d.write(ctx, batch); err != nil {
+				d.err(fmt.Errorf("dedup window: store %d keys: %w", len(batch), err))
+			}
+			cancel()
+		}
+		if !open {
+			return
+		}
+	}
+}
+
+// dedupChunk rows per INSERT: well under both engines' placeholder limits.
+const dedupChunk = 1000
+
+func (d *DedupLog) write(ctx context.Context, batch []dedup.Entry) error {
+	if err := d.insert(ctx, batch); err != nil {
+		return err
+	}
+	// Keys older than the window are dropped now and then, not per write
+	// (uncertain ones too: their time is stored negated).
+	if d.window > 0 && time.Since(d.pruned) >= d.window/4 {
+		d.pruned = time.Now()
+		cut := time.Now().Add(-d.window).UnixNano()
+		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ? AND (at BETWEEN 0 AND ? OR at BETWEEN ? AND 0)`),
+			d.l.name, cut, -cut); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+	}
+	return nil
+}
+
+// insert stores entries, a few statements of many rows. A key twice in
+// one statement would make PostgreSQL's upsert fail ("cannot affect row a
+// second time"): the last of each key is kept.
+func (d *DedupLog) insert(ctx context.Context, batch []dedup.Entry) error {
+	batch = lastPerKey(batch)
+	for len(batch) > 0 {
+		n := min(len(batch), dedupChunk)
+		var b strings.Builder
+		b.WriteString(`INSERT INTO fulcrum_supervisor_dedup (name, k, at) VALUES `)
+		args := make([]any, 0, 3*n)
+		for i, e := range batch[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?)")
+			args = append(args, d.l.name, int64(e.Key), e.At)
+		}
+		b.WriteString(d.l.d.dedupUpsert)
+		if _, err := d.l.db.ExecContext(ctx, d.l.d.q(b.String()), args...); err != nil {
+			return err
+		}
+		batch = batch[n:]
+	}
+	return nil
+}
+
+// lastPerKey drops all but the last entry of each key (the batch itself
+// when no key repeats, the common case).
+func lastPerKey(batch []dedup.Entry) []dedup.Entry {
+	seen := make(map[uint64]int, len(batch))
+	dup := false
+	for i, e := range batch {
+		if _, ok := seen[e.Key]; ok {
+			dup = true
+		}
+		seen[e.Key] = i
+	}
+	if !dup {
+		return batch
+	}
+	out := make([]dedup.Entry, 0, len(seen))
+	for i, e := range batch {
+		if seen[e.Key] == i {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -107,5 +108,87 @@ func takeover(t *testing.T, dsn string) {
 	}
 	if _, remove, _ := a.LoadTasks(ctx); !slices.Equal(remove, []string{"x"}) {
 		t.Fatalf("after ForgetTasks(y): removed %v, want [x]", remove)
+	}
+}
+
+// The dedup window in the database: what one supervisor records (sent,
+// then confirmed) another reads back; a key sent and never confirmed is
+// uncertain; keys older than the window are pruned; Leader names the
+// current leader. On PostgreSQL and on MariaDB.
+func TestDedupLogAndLeader(t *testing.T) {
+	for _, db := range []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{{"postgres", testenv.Postgres}, {"mariadb", mysqlURL}} {
+		t.Run(db.name, func(t *testing.T) { dedupLog(t, db.dsn(t)) })
+	}
+}
+
+func dedupLog(t *testing.T, dsn string) {
+	ctx := context.Background()
+	name := fmt.Sprintf("dedup-%d", time.Now().UnixNano())
+	a := open(t, dsn, name, "a", time.Minute)
+	b := open(t, dsn, name, "b", time.Minute)
+	t.Cleanup(func() { _, _ = a.db.Exec(a.d.q(`DELETE FROM fulcrum_supervisor_dedup WHERE name = ?`), name) })
+	if u, _, err := b.Leader(ctx); err != nil || u != "" {
+		t.Fatalf("Leader before anyone leads = %q, %v", u, err)
+	}
+	term, ok, _, err := a.Acquire(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Acquire = %v, %v", ok, err)
+	}
+	if u, tm, err := b.Leader(ctx); err != nil || u != "ws://a/ws" || tm != term {
+		t.Fatalf("Leader = %q term %d, %v; want ws://a/ws term %d", u, tm, err, term)
+	}
+
+	errs := make(chan error, 10)
+	log := a.DedupLog(time.Hour, func(err error) { errs <- err })
+	now := time.Now()
+	old := now.Add(-2 * time.Hour).UnixNano()
+	sent := []dedup.Entry{{Key: 1, At: now.UnixNano()}, {Key: 1 << 63, At: now.UnixNano()}, {Key: 3, At: now.UnixNano()}}
+	if err := log.Sending(sent); err != nil {
+		t.Fatal(err)
+	}
+	// 3 never confirmed; 4 older than the window (one call: one write,
+	// after which the writer prunes, its first time); 1 twice in it (an
+	// upsert must not see a key twice)
+	if err := log.Append(append(sent[:2:2], dedup.Entry{Key: 4, At: old}, sent[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	other := b.DedupLog(time.Hour, nil)
+	defer other.Close()
+	got, err := other.Load(ctx, now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{}
+	for _, e := range got {
+		keys = append(keys, e.Key)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []uint64{1, 1 << 63}) {
+		t.Fatalf("Load = %v, want keys 1 and 1<<63 (3 unconfirmed, 4 older than the window)", keys)
+	}
+	unsure, err := other.Uncertain(ctx)
+	if err != nil || !slices.Equal(unsure, []uint64{3}) {
+		t.Fatalf("Uncertain = %v, %v; want [3]", unsure, err)
+	}
+	// The key older than the window was pruned by the writer.
+	all, err := other.Load(ctx, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		if e.Key == 4 {
+			t.Fatal("a key older than the window was not pruned")
+		}
 	}
 }

@@ -16,6 +16,10 @@ type Message struct {
 	TaskID    string
 	MessageID string // may be empty; brokers then get a content hash as id
 	Data      []byte // the body; the sink keeps it until delivered, so do not reuse it
+	// Key and At are the caller's (the supervisor's dedup key and time),
+	// handed back unchanged to the OnDelivered hook.
+	Key uint64
+	At  int64
 }
 
 // Sink takes payloads for delivery downstream.
@@ -60,6 +64,9 @@ type Buffered struct {
 	mu     sync.RWMutex // guards closed against Publish racing Close
 	closed bool
 	in     chan Message
+
+	delivered, sending atomic.Pointer[func([]Message)]
+	idle               atomic.Pointer[func()]
 
 	published, dropped atomic.Uint64
 	droppedAtClose     atomic.Uint64
@@ -151,6 +158,21 @@ func (b *Buffered) Publish(_ context.Context, m Message) error {
 	}
 }
 
+// OnDelivered sets f to hear, on the delivery goroutine, each group of
+// messages right after the destination confirmed them (unroutable ones
+// included: sending those again would not route them either). f must be
+// quick and must not keep the slice. Set it before the first Publish.
+func (b *Buffered) OnDelivered(f func([]Message)) { b.delivered.Store(&f) }
+
+// OnSending sets f to hear, on the delivery goroutine, each group of
+// messages right before it is handed to the destination (again on a
+// retry). The same rules as OnDelivered.
+func (b *Buffered) OnSending(f func([]Message)) { b.sending.Store(&f) }
+
+// OnIdle sets f to be called on the delivery goroutine when it has
+// delivered everything buffered and is about to wait for more.
+func (b *Buffered) OnIdle(f func()) { b.idle.Store(&f) }
+
 // Published is how many messages the destination confirmed.
 func (b *Buffered) Published() uint64 { return b.published.Load() }
 
@@ -207,6 +229,9 @@ func (b *Buffered) run(pub publisher) {
 	batch := make([]Message, 0, maxBatch)
 	for {
 		batch = batch[:0]
+		if f := b.idle.Load(); f != nil && len(b.in) == 0 {
+			(*f)()
+		}
 		select {
 		case m := <-b.in:
 			batch = append(batch, m)
@@ -215,6 +240,9 @@ func (b *Buffered) run(pub publisher) {
 			for {
 				batch = b.fill(batch[:0])
 				if len(batch) == 0 {
+					if f := b.idle.Load(); f != nil {
+						(*f)()
+					}
 					return
 				}
 				pub = b.deliver(pub, batch)
@@ -236,6 +264,31 @@ func (b *Buffered) fill(batch []Message) []Message {
 		}
 	}
 	return batch
+}
+
+// confirmedOf is batch without retry (a subset of it, in any order),
+// matched by Key and At, which the hook's user makes unique.
+func confirmedOf(batch, retry []Message) []Message {
+	if len(retry) == 0 {
+		return batch
+	}
+	type id struct {
+		key uint64
+		at  int64
+	}
+	again := make(map[id]int, len(retry))
+	for _, m := range retry {
+		again[id{m.Key, m.At}]++
+	}
+	out := make([]Message, 0, len(batch)-len(retry))
+	for _, m := range batch {
+		if k := (id{m.Key, m.At}); again[k] > 0 {
+			again[k]--
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // deliver sends batch until all of it is confirmed or b.ctx ends (then the
@@ -272,8 +325,14 @@ func (b *Buffered) deliver(pub publisher, batch []Message) publisher {
 			pub = p
 		}
 		n := len(batch)
+		if f := b.sending.Load(); f != nil {
+			(*f)(batch)
+		}
 		retry, unroutable, err := pub.publish(b.ctx, batch)
 		confirmed := n - len(retry)
+		if f := b.delivered.Load(); f != nil && confirmed > 0 {
+			(*f)(confirmedOf(batch, retry))
+		}
 		if unroutable > 0 {
 			b.drop(unroutable, "unroutable")
 		}

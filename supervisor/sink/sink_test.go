@@ -335,3 +335,52 @@ func TestCloseDeadlineCountsUndelivered(t *testing.T) {
 		t.Fatalf("Close = %v, want it to name the %d dropped", err, s.Dropped())
 	}
 }
+
+// The hand-written stdout lines read back as encoding/json writes them:
+// awkward ids and data (spread-out JSON, not JSON, control characters,
+// invalid UTF-8) each make one parseable line.
+func TestStdoutLinesRoundTrip(t *testing.T) {
+	cases := []Message{
+		{TaskID: "room-1", MessageID: "m1", Data: []byte(`{"a":1}`)},
+		{TaskID: `q"uo\te`, MessageID: "tab\there\nnl", Data: []byte("{\n  \"spread\": [1, 2]\n}")},
+		{TaskID: "ctl\x01\x1f", Data: []byte("not json\x00")},
+		{TaskID: "bad\xffutf8\u2028", MessageID: "ünï", Data: []byte(`"a string"`)},
+	}
+	var buf bytes.Buffer
+	p, _ := stdoutDialer(&buf)(context.Background())
+	if _, _, err := p.publish(context.Background(), cases); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("%d lines for %d messages:\n%s", len(lines), len(cases), buf.String())
+	}
+	for i, line := range lines {
+		var got struct {
+			TaskID    string          `json:"task_id"`
+			MessageID string          `json:"message_id"`
+			Data      json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("line %d %q: %v", i, line, err)
+		}
+		m := cases[i]
+		wantTask := strings.ToValidUTF8(m.TaskID, "\ufffd")
+		if got.TaskID != wantTask || got.MessageID != m.MessageID {
+			t.Errorf("line %d: task %q message %q, want %q %q", i, got.TaskID, got.MessageID, wantTask, m.MessageID)
+		}
+		if json.Valid(m.Data) {
+			var a, b any
+			_ = json.Unmarshal(m.Data, &a)
+			_ = json.Unmarshal(got.Data, &b)
+			if fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Errorf("line %d: data %s, want %s", i, got.Data, m.Data)
+			}
+		} else {
+			var s string
+			if err := json.Unmarshal(got.Data, &s); err != nil || s != string(m.Data) {
+				t.Errorf("line %d: data %s, want the string %q", i, got.Data, m.Data)
+			}
+		}
+	}
+}

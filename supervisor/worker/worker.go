@@ -48,7 +48,12 @@ const (
 	DefaultMinBackoff      = 200 * time.Millisecond
 	DefaultMaxBackoff      = 10 * time.Second
 	DefaultReplay          = 10 * time.Second
-	readLimit              = 64 << 20 // an instruction set with a reset lists every task the worker keeps
+	// DefaultHandshakeTimeout bounds the WebSocket opening handshake. A
+	// live supervisor answers it from its HTTP server, not its event loop,
+	// so it takes milliseconds even when busy; a frozen one (SIGSTOP, a
+	// paused VM) accepts the TCP connection and never answers.
+	DefaultHandshakeTimeout = 3 * time.Second
+	readLimit               = 64 << 20 // an instruction set with a reset lists every task the worker keeps
 )
 
 // Config configures a Worker.
@@ -89,6 +94,10 @@ type Config struct {
 	// again, so the sink sees them twice unless it deduplicates (JetStream
 	// does, by message id). At most SendQueue payloads are kept.
 	Replay time.Duration
+	// HandshakeTimeout bounds the WebSocket opening handshake with one
+	// supervisor (default 3s): one that does not answer in time (frozen,
+	// stopped) is left for the next URL at once, without backoff.
+	HandshakeTimeout time.Duration
 	// Logger for connection and session events (default: discard).
 	Logger *slog.Logger
 	// HTTPClient dials the WebSocket (default http.DefaultClient).
@@ -113,6 +122,11 @@ func (c *Config) validate() error {
 		return errors.New("worker: Session is required")
 	case c.ReportInterval < 0 || c.SendQueue < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 || c.MaxPayloadBytes < 0:
 		return errors.New("worker: durations and sizes may not be negative")
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("worker: HandshakeTimeout %v may not be negative", c.HandshakeTimeout)
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if c.ReportInterval == 0 {
 		c.ReportInterval = DefaultReportInterval
@@ -301,8 +315,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Error("stopping: the supervisor refuses this worker", "url", u, "err", err)
 			return err
 		}
-		if errors.Is(err, errWasConnected) || w.next != "" {
-			bo = w.c.MinBackoff // it worked for a while, or we know where to go: retry soon
+		if errors.Is(err, errWasConnected) || w.next != "" || (errors.Is(err, errHandshakeTimeout) && len(w.urls) > 1) {
+			// It worked for a while, we know where to go, or this one is
+			// frozen and another may lead: retry soon.
+			bo = w.c.MinBackoff
 		}
 		w.log.Warn("supervisor connection ended; reconnecting", "url", u, "err", err, "in", bo)
 		if !sleep(ctx, jitter(bo)) {
@@ -312,7 +328,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-var errWasConnected = errors.New("connection lost")
+var (
+	errWasConnected     = errors.New("connection lost")
+	errHandshakeTimeout = errors.New("no answer to the WebSocket handshake (supervisor frozen or overloaded?); trying the next")
+)
 
 // FatalError is what Run returns when retrying cannot help: the supervisor
 // refused the token (401, 403), or there is no worker endpoint at the URL
@@ -361,15 +380,19 @@ const LeaderHeader = protocol.LeaderHeader
 
 // connectOnce runs one connection to u until it fails.
 func (w *Worker) connectOnce(ctx context.Context, u string) error {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, w.c.HandshakeTimeout)
 	h := http.Header{}
 	if w.c.Token != "" {
 		h.Set("Authorization", "Bearer "+w.c.Token)
 	}
 	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPHeader: h, HTTPClient: w.c.HTTPClient})
+	timedOut := dctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	if err != nil {
 		if resp == nil {
+			if timedOut {
+				return fmt.Errorf("%w: %w (after %v)", errHandshakeTimeout, err, w.c.HandshakeTimeout)
+			}
 			return err
 		}
 		switch resp.StatusCode {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -479,6 +482,78 @@ func TestFollowsLeaderHint(t *testing.T) {
 	testenv.Eventually(t, "the worker's connection counted", func() bool { return w.Stats().Connects == 1 })
 }
 
+// frozenListener accepts TCP connections and never answers, as a SIGSTOPped
+// supervisor's kernel does; it counts the connections and notes when the
+// client gives one up.
+type frozenListener struct {
+	ln              net.Listener
+	accepted, given atomic.Int32
+}
+
+func newFrozenListener(t *testing.T) *frozenListener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &frozenListener{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c) // never a byte back; EOF when the worker gives up
+				f.given.Add(1)
+			}()
+		}
+	}()
+	return f
+}
+
+func (f *frozenListener) url() string { return "ws://" + f.ln.Addr().String() + "/ws" }
+
+// A standby names a leader that is frozen (its socket accepts and never
+// answers): the worker gives the handshake up after HandshakeTimeout and
+// goes to the next supervisor, which leads now.
+func TestHandshakeBoundedAgainstFrozenSupervisor(t *testing.T) {
+	frozen := newFrozenListener(t)
+	standby := newTestSupervisor(t)
+	standby.leader = frozen.url()
+	standby.down.Store(true)
+	next := newTestSupervisor(t)
+	var logs syncBuffer
+	w, _ := startWorker(t, Config{URL: standby.url(), URLs: []string{next.url()}, WorkerID: "w1", Token: token, MaxLoad: 1,
+		Session: newFakeRoom(), HandshakeTimeout: 200 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	testenv.Eventually(t, "connected to the next supervisor", func() bool { next.mu.Lock(); defer next.mu.Unlock(); return next.conns == 1 })
+	if frozen.accepted.Load() == 0 {
+		t.Fatal("the worker never dialed the frozen supervisor the standby named")
+	}
+	testenv.Eventually(t, "the frozen handshake given up", func() bool { return frozen.given.Load() >= 1 })
+	if !strings.Contains(logs.String(), "no answer to the WebSocket handshake") {
+		t.Fatalf("the frozen supervisor was not left by the handshake bound; log:\n%s", logs.String())
+	}
+	if st := w.Stats(); st.Connects != 1 {
+		t.Fatalf("connects %d, want 1", st.Connects)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
 // A session that fails or panics is restarted while its task is assigned.
 func TestFailingSessionRestarts(t *testing.T) {
 	sup := newTestSupervisor(t)
@@ -520,6 +595,7 @@ func TestConfigValidation(t *testing.T) {
 		{"zero load", func(c *Config) { c.MaxLoad = 0 }, "MaxLoad"},
 		{"no session", func(c *Config) { c.Session = nil }, "Session"},
 		{"negative", func(c *Config) { c.SendQueue = -1 }, "negative"},
+		{"negative handshake", func(c *Config) { c.HandshakeTimeout = -time.Second }, "HandshakeTimeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
