@@ -76,6 +76,7 @@ type clientConn struct {
 	rid   []byte // request ID
 	tried []*balance.Endpoint
 	scr   []byte // scratch for local responses
+	scr2  []byte // scratch for a local response's extra fields
 
 	// The request in flight, as the fast transport's exchange needs it.
 	n          int64   // body length (0: none)

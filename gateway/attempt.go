@@ -319,7 +319,8 @@ func failureBody(code int, reason string) string {
 	return statusText[code] + ": " + reason + "\n"
 }
 
-var statusText = map[int]string{400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+var statusText = map[int]string{301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect", 308: "Permanent Redirect",
+	400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
 	502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 func isIdempotent(m []byte) bool {

@@ -88,11 +88,16 @@ func peekAll(cc *clientConn) []byte {
 // buildHead writes the head to send upstream into cc.out, the request ID
 // into cc.rid, and notes an Idempotency-Key. A Content-Length repeated
 // with the same value (the parser refuses differing ones) is sent once.
-func (cc *clientConn) buildHead(r *h1.Request) {
+func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
+	var rw *rewrite
+	var ops *headerOps
+	if rte != nil {
+		rw, ops = rte.rewrite, rte.reqHdr
+	}
 	out := cc.out[:0]
 	out = append(out, r.Method...)
 	out = append(out, ' ')
-	out = append(out, r.URI...)
+	out = rw.appendURI(out, r.URI)
 	out = append(out, " HTTP/1.1\r\n"...)
 	var xff []byte
 	cc.rid = cc.rid[:0]
@@ -100,7 +105,7 @@ func (cc *clientConn) buildHead(r *h1.Request) {
 	sawCL := false
 	for _, h := range r.Headers {
 		name := h.Name
-		if h1.IsHopByHop(name) || (r.ConnTokens && h1.HasToken(r.Conn, name)) {
+		if h1.IsHopByHop(name) || (r.ConnTokens && h1.HasToken(r.Conn, name)) || ops.drops(name) {
 			continue
 		}
 		switch len(name) {
@@ -140,6 +145,7 @@ func (cc *clientConn) buildHead(r *h1.Request) {
 		out = append(out, h.Value...)
 		out = append(out, "\r\n"...)
 	}
+	out = ops.appendTo(out)
 	proto := "http"
 	if cc.tls {
 		proto = "https"

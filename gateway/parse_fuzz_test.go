@@ -56,7 +56,7 @@ func FuzzParseForward(f *testing.F) {
 		if !fastPathServes(&r) {
 			return // handed to net/http, which parses for itself
 		}
-		cc.buildHead(&r)
+		cc.buildHead(&r, nil)
 		got, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(cc.out)))
 		if err != nil {
 			t.Fatalf("net/http cannot read what we forward: %v\nin:  %q\nout: %q", err, head, cc.out)

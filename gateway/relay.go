@@ -14,7 +14,7 @@ import (
 // the path is one of buffering.stream_paths) goes to the client as it
 // comes. keep: the client connection stays open; upKeep: the target
 // connection may go back to the pool.
-func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, stream bool) (keep, upKeep bool, err error) {
+func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, stream bool, ops *headerOps) (keep, upKeep bool, err error) {
 	bw := cc.bw
 	noBody := h1.NoBody(res.Status, isHead)
 	untilEOF := !noBody && res.ContentLength < 0 && !res.Chunked
@@ -40,10 +40,17 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, s
 		if len(h.Name) == 17 && h1.EqFold(h.Name, "x-accel-buffering") {
 			continue // for the proxy, as nginx keeps it
 		}
+		if ops.drops(h.Name) {
+			continue
+		}
 		bw.Write(h.Name)
 		bw.WriteString(": ")
 		bw.Write(h.Value)
 		bw.WriteString("\r\n")
+	}
+	if ops != nil {
+		cc.scr2 = ops.appendTo(cc.scr2[:0])
+		bw.Write(cc.scr2)
 	}
 	if !hasRID {
 		bw.WriteString("X-Request-Id: ")

@@ -25,15 +25,19 @@ import (
 
 // route is one compiled route.
 type route struct {
-	index   int // in the file: the lowest matching one wins
-	up      *upstream
-	cfg     *config.Route
-	split   *split       // a weighted split, nil when the route names one upstream
-	limit   *rateLimiter // rate_limit, nil when none
-	limited prometheus.Counter
-	methods []string
-	headers []kv // lower-case name, value ("*": present)
-	query   []kv // name, value ("*": present)
+	index    int // in the file: the lowest matching one wins
+	up       *upstream
+	cfg      *config.Route
+	split    *split       // a weighted split, nil when the route names one upstream
+	rewrite  *rewrite     // strip_prefix or rewrite_prefix; nil: the path as sent
+	redirect *redirect    // answered in place of the request
+	reqHdr   *headerOps   // request_headers; nil: none
+	respHdr  *headerOps   // response_headers; nil: none
+	limit    *rateLimiter // rate_limit, nil when none
+	limited  prometheus.Counter
+	methods  []string
+	headers  []kv // lower-case name, value ("*": present)
+	query    []kv // name, value ("*": present)
 }
 
 type kv struct{ name, value string }
@@ -106,6 +110,7 @@ func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *
 	}
 	for i, rc := range routes {
 		r := &route{index: i, up: ups[rc.Upstream], cfg: &routes[i], methods: rc.Match.Methods}
+		compileRoute(r, &routes[i])
 		if len(rc.Split) > 0 {
 			var was *split
 			if old != nil && i < len(old.all) && old.all[i].split != nil && sameMatch(&old.all[i].cfg.Match, &rc.Match) {

@@ -40,6 +40,16 @@ func (cc *clientConn) serveOne() bool {
 	}
 	clientClose := r.Close
 	n := max(r.ContentLength, 0)
+	if rte != nil && rte.redirect != nil {
+		cc.buildRID()
+		line.reason = "redirect"
+		cc.logLine(&line, rte.redirect.status)
+		cc.scr2 = append(cc.scr2[:0], "Location: "...)
+		cc.scr2 = rte.redirect.appendLocation(cc.scr2, r.Host, r.URI)
+		cc.scr2 = append(cc.scr2, "\r\n"...)
+		_, _ = cc.br.Discard(r.Size)
+		return cc.skipBody(n) && cc.local(rte.redirect.status, "", clientClose, cc.scr2)
+	}
 	if up == nil {
 		cc.buildRID()
 		cc.logLine(&line, 404)
@@ -76,7 +86,7 @@ func (cc *clientConn) serveOne() bool {
 	idem := isIdempotent(r.Method)
 	stream := streamPath(cfg.Buffering.StreamPaths, r.URI)
 	cc.isHead = string(r.Method) == "HEAD"
-	cc.buildHead(r)
+	cc.buildHead(r, rte)
 	_, _ = cc.br.Discard(r.Size) // r's slices are invalid from here on
 
 	cc.n, cc.buffered, cc.streamed = n, n == 0, false
@@ -118,7 +128,7 @@ func (cc *clientConn) serveOne() bool {
 	}
 	uc := cc.uc
 	cc.uc = nil
-	keep, upKeep, rerr := cc.relay(uc, &cc.res, cc.isHead, clientClose, stream)
+	keep, upKeep, rerr := cc.relay(uc, &cc.res, cc.isHead, clientClose, stream, rte.respHdr)
 	var targetErr error
 	if rerr != nil {
 		var we *h1.WriteError

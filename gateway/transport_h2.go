@@ -185,7 +185,8 @@ func (x *ownExchange) buildHead(r *http.Request) bool {
 	out := x.head[:0]
 	out = append(out, r.Method...)
 	out = append(out, ' ')
-	out = append(out, uri...)
+	ro := x.sr.ro
+	out = ro.rewrite.appendURI(out, []byte(uri))
 	out = append(out, " HTTP/1.1\r\nHost: "...)
 	out = append(out, r.Host...)
 	out = append(out, "\r\n"...)
@@ -197,7 +198,7 @@ func (x *ownExchange) buildHead(r *http.Request) bool {
 		case "Expect":
 			continue // net/http answered it; the body goes without waiting
 		}
-		if !isToken(name) || h1.IsHopByHop([]byte(name)) || listed(conn, name) {
+		if !isToken(name) || h1.IsHopByHop([]byte(name)) || listed(conn, name) || ro.reqHdr.drops([]byte(name)) {
 			continue
 		}
 		for _, v := range vs {
@@ -224,6 +225,7 @@ func (x *ownExchange) buildHead(r *http.Request) bool {
 		out = strconv.AppendInt(out, int64(len(x.sr.body)), 10)
 		out = append(out, "\r\n"...)
 	}
+	out = ro.reqHdr.appendTo(out)
 	var prior string
 	switch xff := r.Header["X-Forwarded-For"]; len(xff) {
 	case 0:
@@ -440,6 +442,7 @@ func (x *ownExchange) relay(sw *statusWriter, w http.ResponseWriter) (upKeep boo
 		}
 		i++
 	}
+	x.sr.ro.respHdr.apply(hdr)
 	if !hasRID {
 		hdr["X-Request-Id"] = []string{x.sr.line.rid}
 	}

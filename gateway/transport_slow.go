@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ type slowKey struct{}
 
 // slowReq is one request's state, passed to RoundTrip in the context.
 type slowReq struct {
+	ro       *route // the route: its rewrites and header changes
 	rq       request
 	body     []byte // the buffered body, or nil
 	buffered bool   // the body is in body, or there is none
@@ -56,6 +58,21 @@ func (g *Gateway) newSlowServer() *http.Server {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "upstream" // exchange sets the picked target
 			pr.Out.Host = pr.In.Host
+			if sr, _ := pr.In.Context().Value(slowKey{}).(*slowReq); sr != nil && sr.ro != nil {
+				if rw := sr.ro.rewrite; rw != nil {
+					p := string(rw.appendURI(nil, []byte(pr.In.URL.EscapedPath())))
+					if up, err := url.PathUnescape(p); err == nil {
+						pr.Out.URL.Path, pr.Out.URL.RawPath = up, p
+					}
+				}
+				sr.ro.reqHdr.apply(pr.Out.Header)
+			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if sr, _ := res.Request.Context().Value(slowKey{}).(*slowReq); sr != nil && sr.ro != nil {
+				sr.ro.respHdr.apply(res.Header)
+			}
+			return nil
 		},
 		Transport:     &slowTransport{g: g},
 		FlushInterval: -1, // stream: flush after every write (SSE, long polls)
@@ -147,6 +164,17 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sr.line.retries = sr.rq.retries
 		g.logRequest(r.Context(), &sr.line, sw.status)
 	}()
+	sr.ro = ro
+	if ro != nil && ro.redirect != nil {
+		sr.line.reason = "redirect"
+		uri := r.RequestURI
+		if uri == "" || uri[0] != '/' {
+			uri = r.URL.RequestURI()
+		}
+		sw.Header().Set("Location", string(ro.redirect.appendLocation(nil, []byte(r.Host), []byte(uri))))
+		sw.WriteHeader(ro.redirect.status)
+		return
+	}
 	if up == nil {
 		http.Error(sw, "no route", http.StatusNotFound)
 		return

@@ -285,6 +285,33 @@ type Route struct {
 	SplitKey string `yaml:"split_key"`
 	// RateLimit caps the requests per key that the route lets through.
 	RateLimit *RateLimit `yaml:"rate_limit"`
+	// StripPrefix removes the matched path prefix (or path) before the
+	// request goes on, keeping at least "/".
+	StripPrefix bool `yaml:"strip_prefix"`
+	// RewritePrefix replaces the matched path prefix (or path) with this.
+	RewritePrefix string `yaml:"rewrite_prefix"`
+	// Redirect answers the request itself with a redirect.
+	Redirect *Redirect `yaml:"redirect"`
+	// RequestHeaders change the request's headers on the way to the target.
+	RequestHeaders HeaderOps `yaml:"request_headers"`
+	// ResponseHeaders change the response's headers on the way back.
+	ResponseHeaders HeaderOps `yaml:"response_headers"`
+}
+
+// Redirect is a route's own answer: Status (301, 302 default, 303, 307
+// or 308) to Location, where {host}, {path} and {uri} (path and query)
+// stand for the request's.
+type Redirect struct {
+	Status   int    `yaml:"status"`
+	Location string `yaml:"location"`
+}
+
+// HeaderOps change headers: Remove first, then Set (replacing any
+// value), then Add (beside any value).
+type HeaderOps struct {
+	Set    map[string]string `yaml:"set"`
+	Add    map[string]string `yaml:"add"`
+	Remove []string          `yaml:"remove"`
 }
 
 // SplitSide is one side of a weighted split.
@@ -599,8 +626,9 @@ func (v *validator) config(c *Config) {
 					v.fail(p("routes", i, "split_key"), "%q: a split key is client_ip, header:NAME or cookie:NAME", r.SplitKey)
 				}
 			}
+		case r.Upstream == "" && r.Redirect != nil:
 		case r.Upstream == "":
-			v.fail(p("routes", i, "upstream"), "required (or a split)")
+			v.fail(p("routes", i, "upstream"), "required (or a split, or a redirect)")
 		default:
 			if _, ok := c.Upstreams[r.Upstream]; !ok {
 				v.fail(p("routes", i, "upstream"), "no upstream named %q (have %v)", r.Upstream, names)
@@ -626,6 +654,29 @@ func (v *validator) config(c *Config) {
 		if rl := r.RateLimit; rl != nil {
 			v.rateLimit(p("routes", i, "rate_limit"), rl)
 		}
+		if r.StripPrefix && r.RewritePrefix != "" {
+			v.fail(p("routes", i, "rewrite_prefix"), "set strip_prefix or rewrite_prefix, not both")
+		}
+		if r.RewritePrefix != "" && (!strings.HasPrefix(r.RewritePrefix, "/") || strings.ContainsAny(r.RewritePrefix, "?# \t\r\n")) {
+			v.fail(p("routes", i, "rewrite_prefix"), "%q must start with / and hold no query, fragment or space", r.RewritePrefix)
+		}
+		if rd := r.Redirect; rd != nil {
+			switch rd.Status {
+			case 0:
+				rd.Status = 302
+			case 301, 302, 303, 307, 308:
+			default:
+				v.fail(p("routes", i, "redirect", "status"), "%d is not a redirect (301, 302, 303, 307 or 308)", rd.Status)
+			}
+			if rd.Location == "" || strings.ContainsAny(rd.Location, " \t\r\n") {
+				v.fail(p("routes", i, "redirect", "location"), "%q: a URL is required, without spaces or line breaks", rd.Location)
+			}
+			if r.Upstream != "" || len(r.Split) > 0 {
+				v.fail(p("routes", i, "redirect"), "a redirect route names no upstream or split")
+			}
+		}
+		v.headerOps(p("routes", i, "request_headers"), &r.RequestHeaders)
+		v.headerOps(p("routes", i, "response_headers"), &r.ResponseHeaders)
 		for j, meth := range m.Methods {
 			if meth == "" || !isToken(meth) {
 				v.fail(p("routes", i, "match", "methods", j), "%q is not a method", meth)
@@ -687,6 +738,44 @@ func (v *validator) rateLimit(at []any, rl *RateLimit) {
 			v.fail(field("shared"), "%q is not a redis:// URL", rl.Shared)
 		}
 	}
+}
+
+// headerOps checks header changes: names are tokens, values hold no line
+// breaks, and the headers the gateway frames itself are not for changing.
+func (v *validator) headerOps(at []any, h *HeaderOps) {
+	field := func(keys ...any) []any { return append(append([]any{}, at...), keys...) }
+	name := func(keys []any, n string) {
+		switch {
+		case !isToken(n):
+			v.fail(keys, "%q is not a header name", n)
+		case reservedHeader(n):
+			v.fail(keys, "%q is framing the gateway writes itself; it cannot be changed", n)
+		}
+	}
+	for _, op := range []struct {
+		key string
+		m   map[string]string
+	}{{"set", h.Set}, {"add", h.Add}} {
+		for _, n := range sortedKeys(op.m) {
+			name(field(op.key, n), n)
+			if strings.ContainsAny(op.m[n], "\r\n\x00") {
+				v.fail(field(op.key, n), "the value holds a line break or NUL")
+			}
+		}
+	}
+	for j, n := range h.Remove {
+		name(field("remove", j), n)
+	}
+}
+
+// reservedHeader: hop-by-hop fields and the message's framing.
+func reservedHeader(n string) bool {
+	switch strings.ToLower(n) {
+	case "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+		"content-length", "host":
+		return true
+	}
+	return false
 }
 
 // isToken reports whether s is an RFC 9110 token (a method or a header
