@@ -146,6 +146,9 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /upstreams", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"upstreams": g.Upstreams()})
 	})
+	mux.HandleFunc("GET /routes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"routes": g.Routes()})
+	})
 	mux.HandleFunc("GET /upstreams/{name}", func(w http.ResponseWriter, r *http.Request) {
 		for _, v := range g.Upstreams() {
 			if v.Name == r.PathValue("name") {

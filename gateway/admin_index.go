@@ -10,6 +10,7 @@ import (
 var adminEndpoints = []struct{ method, path, what string }{
 	{"GET", "/upstreams", "every upstream and its targets, live"},
 	{"GET", "/upstreams/{name}", "one upstream"},
+	{"GET", "/routes", "the routes in file order: splits with their ramps and requests, rate limits and their refusals, rewrites"},
 	{"PUT", "/upstreams/{name}/targets", "replace an upstream's targets (JSON or YAML list)"},
 	{"POST", "/reload", "re-read the config file"},
 	{"GET", "/metrics", "Prometheus metrics"},

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -268,4 +269,47 @@ func TestShutdownEndsWaitOnHungTarget(t *testing.T) {
 		t.Fatalf("Shutdown past its grace returned no error")
 	}
 	<-held
+}
+
+// GET /routes lists the compiled routes: a split's sides with their ramp
+// and requests, a rate limit with its refusals, a rewrite.
+func TestAdminRoutes(t *testing.T) {
+	bs := backends(t, 2)
+	g := start(t, base+`upstreams:
+  v1: {targets: [{url: "`+bs[0].url()+`"}]}
+  v2: {targets: [{url: "`+bs[1].url()+`"}]}
+routes:
+  - match: {path_prefix: /login}
+    upstream: v1
+    strip_prefix: true
+    rate_limit: {per_second: 1, burst: 1}
+  - match: {path_prefix: /}
+    split: [{upstream: v1, weight: 90}, {upstream: v2, weight: 10, ramp: 1h}]
+`)
+	c := client()
+	for range 3 {
+		get(t, c, "http://"+g.Addr()+"/login")
+		get(t, c, "http://"+g.Addr()+"/x")
+	}
+	var v struct{ Routes []gateway.RouteView }
+	if err := json.Unmarshal([]byte(get(t, c, "http://"+g.AdminAddr()+"/routes").body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Routes) != 2 {
+		t.Fatalf("%d routes: %+v", len(v.Routes), v.Routes)
+	}
+	login, split := v.Routes[0], v.Routes[1]
+	if login.Match.PathPrefix != "/login" || login.Rewrite != "strip_prefix" || login.RateLimit == nil || login.RateLimit.Limited != 2 {
+		t.Errorf("login route: %+v (rate limit %+v)", login, login.RateLimit)
+	}
+	if len(split.Split) != 2 {
+		t.Fatalf("split route: %+v", split)
+	}
+	side := split.Split[1]
+	if side.Upstream != "v2" || side.Ramp != "1h0m0s" || side.RampPercent >= 100 || side.WeightNow >= 10 {
+		t.Errorf("the ramping side: %+v", side)
+	}
+	if n := split.Split[0].Requests + split.Split[1].Requests; n != 3 {
+		t.Errorf("the split's sides got %d requests, want 3", n)
+	}
 }

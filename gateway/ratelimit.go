@@ -40,6 +40,8 @@ type rateLimiter struct {
 	name   string // the key prefix in Redis: one route's buckets
 	down   atomic.Bool
 	log    *slog.Logger
+	// limited counts the requests answered 429, for GET /routes.
+	limited atomic.Int64
 }
 
 func newRateLimiter(rl *config.RateLimit, routeIndex int, log *slog.Logger, dropped func()) (*rateLimiter, error) {
@@ -70,6 +72,14 @@ func newRateLimiter(rl *config.RateLimit, routeIndex int, log *slog.Logger, drop
 // allow reports whether key may pass now; if not, retry is how long
 // until it would.
 func (l *rateLimiter) allow(key string) (bool, time.Duration) {
+	ok, wait := l.check(key)
+	if !ok {
+		l.limited.Add(1)
+	}
+	return ok, wait
+}
+
+func (l *rateLimiter) check(key string) (bool, time.Duration) {
 	if l.shared == nil {
 		return l.local.allow(key)
 	}

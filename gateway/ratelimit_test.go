@@ -172,3 +172,21 @@ routes:
 		t.Fatalf("the outage logged %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// --check builds every route without a running gateway: rate limits and
+// splits included, nothing dialled.
+func TestCheckRoutesWithLimitsAndSplits(t *testing.T) {
+	cfg, err := config.Parse([]byte(base + `upstreams:
+  v1: {targets: [{url: "http://127.0.0.1:1"}]}
+  v2: {targets: [{url: "http://127.0.0.1:2"}]}
+routes:
+  - {match: {path: /login}, upstream: v1, rate_limit: {per_second: 1, shared: "redis://127.0.0.1:1/0"}}
+  - {match: {path_prefix: /}, split: [{upstream: v1, weight: 9}, {upstream: v2, weight: 1, ramp: 1m}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gateway.Check(cfg, gateway.Options{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -99,7 +99,9 @@ type pathSet struct {
 // newRouter compiles routes. A route whose rate_limit is unchanged from
 // old's route at the same place keeps its limiter (its buckets); the
 // limiters made new are in made, for the caller to close should the
-// configuration not go live.
+// configuration not go live. Without a running gateway (g or its metrics
+// nil: a --check, a test of the lookup) no limiter is made and nothing is
+// counted.
 func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *Gateway) (_ *router, made []*rateLimiter, _ error) {
 	rt := &router{hosts: map[string]*pathSet{}, wild: map[string]*pathSet{}}
 	set := func(m map[string]*pathSet, k string) *pathSet {
@@ -118,7 +120,7 @@ func newRouter(routes []config.Route, ups map[string]*upstream, old *router, g *
 			}
 			r.split = newSplit(&routes[i], i, ups, was, g, time.Now())
 		}
-		if rl := rc.RateLimit; rl != nil {
+		if rl := rc.RateLimit; rl != nil && g != nil && g.metrics != nil {
 			if old != nil && i < len(old.all) && old.all[i].limit != nil && *old.all[i].cfg.RateLimit == *rl {
 				r.limit = old.all[i].limit
 			} else {

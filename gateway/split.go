@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ type splitSide struct {
 	ramp   time.Duration
 	since  time.Time // when the side appeared: the ramp's clock
 	picks  prometheus.Counter
+	n      *atomic.Int64 // the side's requests, for GET /routes
 }
 
 var splitSeed = maphash.MakeSeed()
@@ -50,15 +52,15 @@ func newSplit(rc *config.Route, index int, ups map[string]*upstream, old *split,
 			if (sd.Ramp > 0) != ramping {
 				continue
 			}
-			s := splitSide{up: ups[sd.Upstream], weight: float64(sd.Weight), ramp: sd.Ramp.D(), since: now}
+			s := splitSide{up: ups[sd.Upstream], weight: float64(sd.Weight), ramp: sd.Ramp.D(), since: now, n: new(atomic.Int64)}
 			if old != nil {
 				for _, o := range old.sides {
 					if o.up.name == sd.Upstream {
-						s.since = o.since
+						s.since, s.n = o.since, o.n
 					}
 				}
 			}
-			if g != nil {
+			if g != nil && g.metrics != nil {
 				s.picks = g.metrics.splitPicks.WithLabelValues(idx, sd.Upstream)
 			}
 			sp.sides = append(sp.sides, s)
@@ -108,6 +110,7 @@ func (sp *split) choose(key string, keyed bool, now time.Time) *upstream {
 			if sp.sides[i].picks != nil {
 				sp.sides[i].picks.Inc()
 			}
+			sp.sides[i].n.Add(1)
 			return sp.sides[i].up
 		}
 		u -= x

@@ -302,16 +302,16 @@ type Route struct {
 // or 308) to Location, where {host}, {path} and {uri} (path and query)
 // stand for the request's.
 type Redirect struct {
-	Status   int    `yaml:"status"`
-	Location string `yaml:"location"`
+	Status   int    `yaml:"status" json:"status,omitempty"`
+	Location string `yaml:"location" json:"location,omitempty"`
 }
 
 // HeaderOps change headers: Remove first, then Set (replacing any
 // value), then Add (beside any value).
 type HeaderOps struct {
-	Set    map[string]string `yaml:"set"`
-	Add    map[string]string `yaml:"add"`
-	Remove []string          `yaml:"remove"`
+	Set    map[string]string `yaml:"set" json:"set,omitempty"`
+	Add    map[string]string `yaml:"add" json:"add,omitempty"`
+	Remove []string          `yaml:"remove" json:"remove,omitempty"`
 }
 
 // SplitSide is one side of a weighted split.
@@ -330,24 +330,24 @@ type SplitSide struct {
 type RateLimit struct {
 	// Key is what a bucket belongs to: client_ip (default) or header:NAME
 	// (a missing header is the empty key).
-	Key string `yaml:"key"`
+	Key string `yaml:"key" json:"key,omitempty"`
 	// PerSecond is the refill rate (required; fractions allowed).
-	PerSecond float64 `yaml:"per_second"`
+	PerSecond float64 `yaml:"per_second" json:"per_second,omitempty"`
 	// Burst is the bucket's size (default: PerSecond rounded up, at least 1).
-	Burst int `yaml:"burst"`
+	Burst int `yaml:"burst" json:"burst,omitempty"`
 	// MaxKeys bounds the buckets kept (default 100000): past it the least
 	// recently seen key is dropped (and counted); it starts full again.
-	MaxKeys int `yaml:"max_keys"`
+	MaxKeys int `yaml:"max_keys" json:"max_keys,omitempty"`
 	// Shared ("redis://host:port/db") shares the buckets across gateways
 	// through Redis; empty keeps them in this gateway.
-	Shared string `yaml:"shared"`
+	Shared string `yaml:"shared" json:"shared,omitempty"`
 	// Gateways is how many gateways share the limit: while Redis is
 	// unreachable each one allows PerSecond/Gateways (and Burst/Gateways,
 	// at least 1) on its own (default 1).
-	Gateways int `yaml:"gateways"`
+	Gateways int `yaml:"gateways" json:"gateways,omitempty"`
 
 	// KeyParsed is Key parsed.
-	KeyParsed HashKey `yaml:"-"`
+	KeyParsed HashKey `yaml:"-" json:"-"`
 }
 
 // Match selects requests; empty fields match everything, and a request
@@ -355,18 +355,18 @@ type RateLimit struct {
 type Match struct {
 	// Host matches the Host header without port ("" any; "*.example.com"
 	// any subdomain).
-	Host string `yaml:"host"`
+	Host string `yaml:"host" json:"host,omitempty"`
 	// PathPrefix matches the path's start (default /, unless Path is set).
-	PathPrefix string `yaml:"path_prefix"`
+	PathPrefix string `yaml:"path_prefix" json:"path_prefix,omitempty"`
 	// Path matches the whole path exactly (without the query).
-	Path string `yaml:"path"`
+	Path string `yaml:"path" json:"path,omitempty"`
 	// Methods lists the request methods that match (upper case).
-	Methods []string `yaml:"methods"`
+	Methods []string `yaml:"methods" json:"methods,omitempty"`
 	// Headers maps a header name to its exact value, or "*" for present.
-	Headers map[string]string `yaml:"headers"`
+	Headers map[string]string `yaml:"headers" json:"headers,omitempty"`
 	// Query maps a query parameter to its exact value as sent (not
 	// decoded), or "*" for present.
-	Query map[string]string `yaml:"query"`
+	Query map[string]string `yaml:"query" json:"query,omitempty"`
 }
 
 // HashKey is where a request's hash key comes from.

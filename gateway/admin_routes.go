@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+)
+
+// RouteView is one compiled route as GET /routes shows it.
+type RouteView struct {
+	Index     int              `json:"index"`
+	Match     config.Match     `json:"match"`
+	Upstream  string           `json:"upstream,omitempty"`
+	Split     []SplitSideView  `json:"split,omitempty"`
+	SplitKey  string           `json:"split_key,omitempty"`
+	RateLimit *RateLimitView   `json:"rate_limit,omitempty"`
+	Rewrite   string           `json:"rewrite,omitempty"`
+	Redirect  *config.Redirect `json:"redirect,omitempty"`
+	// Headers says whether request_headers or response_headers change
+	// anything.
+	RequestHeaders  *config.HeaderOps `json:"request_headers,omitempty"`
+	ResponseHeaders *config.HeaderOps `json:"response_headers,omitempty"`
+}
+
+// SplitSideView is one side of a split: its configured weight, its share
+// now (a ramp's progress), and the requests it got.
+type SplitSideView struct {
+	Upstream    string  `json:"upstream"`
+	Weight      int     `json:"weight"`
+	WeightNow   float64 `json:"weight_now"`
+	Ramp        string  `json:"ramp,omitempty"`
+	RampPercent float64 `json:"ramp_percent"` // 100 once ramped (or without a ramp)
+	Requests    int64   `json:"requests"`
+}
+
+// RateLimitView is a route's limit and how many requests it refused.
+type RateLimitView struct {
+	config.RateLimit
+	Limited int64 `json:"limited"`
+}
+
+// Routes lists the live routes in file order.
+func (g *Gateway) Routes() []RouteView {
+	now := time.Now()
+	var out []RouteView
+	for _, r := range g.rt.Load().router.all {
+		rc := r.cfg
+		v := RouteView{Index: r.index, Match: rc.Match, Upstream: rc.Upstream, SplitKey: rc.SplitKey, Redirect: rc.Redirect}
+		if r.split != nil {
+			for _, s := range r.split.sides {
+				sv := SplitSideView{Upstream: s.up.name, Weight: int(s.weight), WeightNow: s.share(now), RampPercent: 100, Requests: s.n.Load()}
+				if s.ramp > 0 {
+					sv.Ramp = s.ramp.String()
+					sv.RampPercent = min(100, 100*float64(now.Sub(s.since))/float64(s.ramp))
+				}
+				v.Split = append(v.Split, sv)
+			}
+		}
+		if r.limit != nil {
+			v.RateLimit = &RateLimitView{RateLimit: r.limit.cfg, Limited: r.limit.limited.Load()}
+		}
+		switch {
+		case rc.StripPrefix:
+			v.Rewrite = "strip_prefix"
+		case rc.RewritePrefix != "":
+			v.Rewrite = "rewrite_prefix " + rc.RewritePrefix
+		}
+		if r.reqHdr != nil {
+			v.RequestHeaders = &rc.RequestHeaders
+		}
+		if r.respHdr != nil {
+			v.ResponseHeaders = &rc.ResponseHeaders
+		}
+		out = append(out, v)
+	}
+	return out
+}
