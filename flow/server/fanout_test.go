@@ -303,3 +303,60 @@ func TestKill9FanOut(t *testing.T) {
 	}
 	t.Logf("%d parents, %d fan-outs acknowledged before the kill", len(parents), len(acked))
 }
+
+// BenchmarkFanOutJoin: a parent with 1,000 one-stage children; the time
+// from sending the last child's set to a long-polling hold returning the
+// joined parent (join-µs), and from that set's answer (after-ack-µs).
+//
+//	go test ./flow/server -run '^$' -bench FanOutJoin -benchtime 5x
+func BenchmarkFanOutJoin(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) { benchFanOutJoin(b, Config{}) })
+	b.Run("postgres", func(b *testing.B) {
+		dsn, p := testenv.Postgres(b), "bfan_"+fmt.Sprint(time.Now().UnixNano()%1e9)+"_"
+		dropTables(b, dsn, p)
+		benchFanOutJoin(b, Config{DB: dsn, TablePrefix: p})
+	})
+}
+
+func benchFanOutJoin(b *testing.B, cfg Config) {
+	s := start(b, cfg)
+	register(b, s, video)
+	register(b, s, kid)
+	kids := make([]flow.NewTask, flow.MaxBatch)
+	for i := range kids {
+		kids[i] = flow.NewTask{TaskType: "kid", TaskStage: "work"}
+	}
+	var join, afterAck time.Duration
+	for i := 0; i < b.N; i++ {
+		create(b, s, flow.NewTask{TaskType: "video", TaskStage: "split"})
+		p := hold(b, s, "video", 1, 0)[0]
+		do(b, s, "/v1/set_task", flow.SetTaskRequest{TaskID: p.TaskID, Lease: p.Lease, Status: flow.StatusWaiting, JoinStage: "join", Children: kids}, nil, 200)
+		var held []flow.Task
+		for len(held) < len(kids) {
+			held = append(held, hold(b, s, "kid", 100, 0)...)
+		}
+		for k := 0; k < len(held)-1; k += 250 {
+			var reqs []flow.SetTaskRequest
+			for _, t := range held[k:min(k+250, len(held)-1)] {
+				reqs = append(reqs, flow.SetTaskRequest{TaskID: t.TaskID, Lease: t.Lease, Status: flow.StatusSuccess})
+			}
+			do(b, s, "/v1/set_tasks", flow.SetTasksRequest{Tasks: reqs}, nil, 200)
+		}
+		got := make(chan time.Time)
+		go func() {
+			var out flow.HoldTasksResponse
+			do(b, s, "/v1/hold_tasks", flow.HoldTasksRequest{TaskType: "video", Limit: 1, WorkerID: "j", WaitMS: 30000}, &out, 200)
+			got <- time.Now()
+		}()
+		time.Sleep(50 * time.Millisecond) // let the long poll park; not part of the figure
+		last := held[len(held)-1]
+		sent := time.Now()
+		do(b, s, "/v1/set_task", flow.SetTaskRequest{TaskID: last.TaskID, Lease: last.Lease, Status: flow.StatusSuccess}, nil, 200)
+		acked := time.Now()
+		at := <-got
+		join += at.Sub(sent)
+		afterAck += at.Sub(acked)
+	}
+	b.ReportMetric(float64(join.Microseconds())/float64(b.N), "join-µs")
+	b.ReportMetric(float64(afterAck.Microseconds())/float64(b.N), "after-ack-µs")
+}
