@@ -331,6 +331,28 @@ func TestConsoleFlow(t *testing.T) {
 	t.Logf("operator actions: %v", actions.Actions)
 	b.run(t, "flow", map[string]any{"url": s.URL(), "token": adminToken, "taskType": typ, "actions": actions.Actions},
 		map[string]func([]byte) (any, error){
+			// A parent that fanned out into three children, for the task page's children.
+			"fan-out": func([]byte) (any, error) {
+				for _, tt := range []string{"bundle", "piece"} {
+					if err := api("/v1/register_task", flow.TaskType{TaskType: tt}, nil); err != nil {
+						return nil, err
+					}
+				}
+				var out flow.CreateTaskResponse
+				if err := api("/v1/create_task", flow.NewTask{TaskType: "bundle", TaskStage: "split"}, &out); err != nil {
+					return nil, err
+				}
+				var held flow.HoldTasksResponse
+				if err := api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: "bundle", Limit: 1, WorkerID: "console-e2e"}, &held); err != nil {
+					return nil, err
+				}
+				if len(held.Tasks) != 1 {
+					return nil, fmt.Errorf("held %d bundles", len(held.Tasks))
+				}
+				kids := []flow.NewTask{{TaskType: "piece", TaskStage: "a"}, {TaskType: "piece", TaskStage: "b"}, {TaskType: "piece", TaskStage: "c"}}
+				err := api("/v1/set_task", flow.SetTaskRequest{TaskID: held.Tasks[0].TaskID, Lease: held.Tasks[0].Lease, Status: flow.StatusWaiting, JoinStage: "join", Children: kids}, nil)
+				return map[string]string{"task_id": out.TaskIDs[0]}, err
+			},
 			"create-task": func([]byte) (any, error) {
 				var out flow.CreateTaskResponse
 				err := api("/v1/create_task", flow.NewTask{TaskType: typ, TaskStage: "fetch", TaskContext: json.RawMessage(`{"url":"https://example.org/new"}`)}, &out)

@@ -19,6 +19,10 @@ const (
 	StatusSuccess    Status = 3
 	StatusFailed     Status = 4
 	StatusCancelled  Status = 5
+	// StatusWaiting: the task fanned out (set_task with children) and is
+	// held by nobody until every child has ended; then it is pending at
+	// its join_stage.
+	StatusWaiting Status = 6
 )
 
 // MaxContextBytes is the largest task_context accepted (as in Asyncflow).
@@ -73,6 +77,9 @@ type Task struct {
 	CreateTime  time.Time       `json:"create_time"`
 	ModifyTime  time.Time       `json:"modify_time"`
 	UniqueKey   string          `json:"unique_key,omitempty"`
+	// Children counts a fan-out parent's children by status name; get_task
+	// fills it, and only for a task that has children.
+	Children map[string]int64 `json:"children,omitempty"`
 }
 
 // NewTask is one task to create.
@@ -186,6 +193,51 @@ type SetTaskRequest struct {
 	TaskContext json.RawMessage `json:"task_context,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	DelayMS     int64           `json:"delay_ms,omitempty"`
+	// Children, with status 6 (waiting), fans out: the children (create
+	// items, at most MaxBatch, no unique_key) are created with the set, in
+	// one transaction, and the task waits, held by nobody, until every
+	// child has ended; then it is pending at JoinStage (required with
+	// children). See docs/flow.md, "Fan-out and fan-in".
+	Children  []NewTask `json:"children,omitempty"`
+	JoinStage string    `json:"join_stage,omitempty"`
+	// ChildRecords are Children as the server built them (ids, each
+	// type's retry policy); stores insert these.
+	ChildRecords []Record `json:"-"`
+}
+
+// TaskChild is one child of a fan-out as GET /v1/get_task_children
+// answers it: its final status, context and error once it has ended.
+type TaskChild struct {
+	TaskID      string          `json:"task_id"`
+	TaskType    string          `json:"task_type"`
+	TaskStage   string          `json:"task_stage"`
+	Status      Status          `json:"status"`
+	TaskContext json.RawMessage `json:"task_context,omitempty"`
+	// Error is the error of the child's last schedule-log entry that has
+	// one, when the child failed.
+	Error      string    `json:"error,omitempty"`
+	ModifyTime time.Time `json:"modify_time"`
+}
+
+// TaskChildrenResponse is GET /v1/get_task_children?task_id=&limit=&cursor=,
+// in task_id order.
+type TaskChildrenResponse struct {
+	Children   []TaskChild `json:"children"`
+	NextCursor string      `json:"next_cursor,omitempty"`
+}
+
+// ChildOf is a child record as get_task_children shows it.
+func ChildOf(r Record) TaskChild {
+	c := TaskChild{TaskID: r.TaskID, TaskType: r.TaskType, TaskStage: r.TaskStage, Status: r.Status, TaskContext: r.TaskContext, ModifyTime: r.ModifyTime}
+	if r.Status == StatusFailed {
+		for i := len(r.ScheduleLog) - 1; i >= 0; i-- {
+			if e := r.ScheduleLog[i].Error; e != "" {
+				c.Error = e
+				break
+			}
+		}
+	}
+	return c
 }
 
 // SetTasksRequest is the batch form: POST /v1/set_tasks.

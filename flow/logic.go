@@ -29,6 +29,8 @@ const (
 	EventExpired   = "expired"
 	EventCancelled = "cancelled"
 	EventRetried   = "retried" // an operator's retry_task
+	EventWaiting   = "waiting" // fanned out: waits for its children
+	EventJoined    = "joined"  // the last child ended: pending at the join stage
 )
 
 // Backoff is the delay before retry number n (1 for the first retry):
@@ -101,6 +103,10 @@ func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
 			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
 		}
 		r.retryOrFail(now, delay, EventRetry, worker, req.Error)
+	case req.Status == StatusWaiting:
+		// The stage stays the one that fanned out until the join.
+		r.Status = StatusWaiting
+		r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: EventWaiting})
 	case req.Status == StatusPending:
 		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
 			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
@@ -117,6 +123,21 @@ func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
 		r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: ev, Error: req.Error})
 	}
 	return nil
+}
+
+// ApplyJoin makes a waiting parent whose last child ended pending at its
+// join stage, due now, its retries restarting (a new stage).
+func ApplyJoin(r *Record, joinStage string, now time.Time) {
+	r.release()
+	r.Status, r.TaskStage, r.CrtRetryNum, r.OrderTime, r.ModifyTime = StatusPending, joinStage, 0, now, now
+	r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Stage: joinStage, Event: EventJoined})
+}
+
+// ApplyCancel ends a pending, processing or waiting task as cancelled.
+func ApplyCancel(r *Record, now time.Time) {
+	r.release()
+	r.Status, r.ModifyTime = StatusCancelled, now
+	r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Stage: r.TaskStage, Event: EventCancelled})
 }
 
 // ApplyExpire rescues a processing task whose lease expired: it counts a

@@ -33,12 +33,12 @@ func TestNormalizeTaskTypeDefaults(t *testing.T) {
 }
 
 func TestParseStatus(t *testing.T) {
-	for in, want := range map[string]Status{"pending": 1, "2": 2, "success": 3, "failed": 4, "5": 5} {
+	for in, want := range map[string]Status{"pending": 1, "2": 2, "success": 3, "failed": 4, "5": 5, "waiting": 6} {
 		if got, err := ParseStatus(in); err != nil || got != want {
 			t.Errorf("ParseStatus(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"", "0", "6", "done"} {
+	for _, bad := range []string{"", "0", "7", "done"} {
 		if _, err := ParseStatus(bad); err == nil {
 			t.Errorf("ParseStatus(%q) accepted", bad)
 		}

@@ -48,7 +48,12 @@ const (
 	MaxUniqueKeyLen  = 128   // unique_key
 	MaxErrorLen      = 1024  // error text kept in the schedule log (longer is cut)
 	MaxScheduleLimit = 10000 // schedule_limit
-	MaxBatch         = 1000  // tasks in one create_task or set_tasks
+	MaxBatch         = 1000  // tasks in one create_task or set_tasks, children in one fan-out
+	// MaxFanOutDepth is how deep fan-outs nest: a task created by no
+	// fan-out is at depth 0, its children at 1; a task at this depth may
+	// not fan out (each level multiplies what one cancel or one join
+	// touches, and a runaway recursion should stop with a clear error).
+	MaxFanOutDepth = 8
 	// MaxPriority bounds |priority|; one unit moves order_time one second.
 	MaxPriority = 365 * 24 * 3600
 	// MaxDelay bounds delay_ms (one year).
@@ -76,10 +81,11 @@ var statusNames = map[Status]string{
 	StatusSuccess:    "success",
 	StatusFailed:     "failed",
 	StatusCancelled:  "cancelled",
+	StatusWaiting:    "waiting",
 }
 
 // String is the status's name (pending, processing, success, failed,
-// cancelled), or its number when unknown.
+// cancelled, waiting), or its number when unknown.
 func (s Status) String() string {
 	if n, ok := statusNames[s]; ok {
 		return n
@@ -87,7 +93,7 @@ func (s Status) String() string {
 	return strconv.Itoa(int(s))
 }
 
-// Valid reports whether s is one of the five statuses.
+// Valid reports whether s is one of the six statuses.
 func (s Status) Valid() bool { _, ok := statusNames[s]; return ok }
 
 // Ended reports whether s is final (success, failed, cancelled).
@@ -103,12 +109,12 @@ func ParseStatus(v string) (Status, error) {
 	if i, err := strconv.Atoi(v); err == nil && Status(i).Valid() {
 		return Status(i), nil
 	}
-	return 0, fmt.Errorf("unknown status %q (want pending, processing, success, failed, cancelled or 1-5)", v)
+	return 0, fmt.Errorf("unknown status %q (want pending, processing, success, failed, cancelled, waiting or 1-6)", v)
 }
 
 // AllStatuses lists the statuses in numeric order.
 func AllStatuses() []Status {
-	return []Status{StatusPending, StatusProcessing, StatusSuccess, StatusFailed, StatusCancelled}
+	return []Status{StatusPending, StatusProcessing, StatusSuccess, StatusFailed, StatusCancelled, StatusWaiting}
 }
 
 func validName(field, v string, required bool) error {
@@ -339,8 +345,18 @@ func ValidateSet(prefix string, r *SetTaskRequest) error {
 	}
 	switch r.Status {
 	case StatusPending, StatusSuccess, StatusFailed:
+		if r.Children != nil {
+			return fieldErr(prefix+"children", "only with status 6 (waiting), the fan-out; status is %d", int(r.Status))
+		}
+		if r.JoinStage != "" {
+			return fieldErr(prefix+"join_stage", "only with status 6 (waiting) and children")
+		}
+	case StatusWaiting:
+		if err := validateFanOut(prefix, r); err != nil {
+			return err
+		}
 	default:
-		return fieldErr(prefix+"status", "%d; a worker sets pending (1), success (3) or failed (4)", int(r.Status))
+		return fieldErr(prefix+"status", "%d; a worker sets pending (1), success (3), failed (4) or waiting (6, with children)", int(r.Status))
 	}
 	if err := validName(prefix+"task_stage", r.TaskStage, false); err != nil {
 		return err
@@ -358,6 +374,35 @@ func ValidateSet(prefix string, r *SetTaskRequest) error {
 	}
 	if len(r.Error) > MaxErrorLen {
 		r.Error = truncUTF8(r.Error, MaxErrorLen)
+	}
+	return nil
+}
+
+// validateFanOut checks a set with status waiting: its children and join
+// stage (the children's types are the server's to check).
+func validateFanOut(prefix string, r *SetTaskRequest) error {
+	switch {
+	case len(r.Children) == 0:
+		return fieldErr(prefix+"children", "required with status 6 (waiting)")
+	case len(r.Children) > MaxBatch:
+		return fieldErr(prefix+"children", "%d children, at most %d", len(r.Children), MaxBatch)
+	case r.JoinStage == "":
+		return fieldErr(prefix+"join_stage", "required with children")
+	case r.Error != "":
+		return fieldErr(prefix+"error", "not with status 6 (waiting)")
+	case r.DelayMS != 0:
+		return fieldErr(prefix+"delay_ms", "not with status 6 (waiting); give the children delay_ms")
+	}
+	if err := validName(prefix+"join_stage", r.JoinStage, true); err != nil {
+		return err
+	}
+	for i := range r.Children {
+		if err := ValidateNewTask("", &r.Children[i]); err != nil {
+			return ValidateNewTask(fmt.Sprintf("%schildren[%d].", prefix, i), &r.Children[i]) // the path only on the way out
+		}
+		if r.Children[i].UniqueKey != "" {
+			return fieldErr(fmt.Sprintf("%schildren[%d].unique_key", prefix, i), "not taken for children: a child is always created")
+		}
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ import (
 // that newFlowCmd adds beside serve.
 func flowClientCmds() []*cobra.Command {
 	return []*cobra.Command{flowSubmitCmd(), flowGetCmd(), flowLsCmd(), flowStatsCmd(),
-		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowDeleteCmd(), flowWorkerGoneCmd()}
+		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowChildrenCmd(), flowDeleteCmd(), flowWorkerGoneCmd()}
 }
 
 // flowClientFlags are the flags every client command shares.
@@ -257,6 +257,41 @@ func flowGetCmd() *cobra.Command {
 	return cmd
 }
 
+func flowChildrenCmd() *cobra.Command {
+	var f flowClientFlags
+	cmd := &cobra.Command{
+		Use:   "children TASK_ID",
+		Short: "List a fan-out parent's children: status, stage, error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.with(func(c *client.Client) error {
+				var all []flow.TaskChild
+				for cursor := ""; ; {
+					page, err := c.GetTaskChildren(cmd.Context(), args[0], cursor, 0)
+					if err != nil {
+						return err
+					}
+					all = append(all, page.Children...)
+					if cursor = page.NextCursor; cursor == "" {
+						break
+					}
+				}
+				if f.output == "json" {
+					return printJSON(cmd.OutOrStdout(), flow.TaskChildrenResponse{Children: all})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TASK_ID\tTYPE\tSTAGE\tSTATUS\tMODIFIED\tERROR")
+				for _, k := range all {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.TaskID, k.TaskType, k.TaskStage, statusString(k.Status), fmtTime(k.ModifyTime), k.Error)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
 func printTask(out io.Writer, t *flow.Task) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -276,6 +311,15 @@ func printTask(out io.Writer, t *flow.Task) error {
 	row("create_time", fmtTime(t.CreateTime))
 	row("modify_time", fmtTime(t.ModifyTime))
 	row("task_context", string(t.TaskContext))
+	if len(t.Children) > 0 {
+		var parts []string
+		for _, st := range flow.AllStatuses() {
+			if n := t.Children[st.String()]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", st, n))
+			}
+		}
+		row("children", strings.Join(parts, ", "))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -300,7 +344,7 @@ func fmtTime(t time.Time) string {
 
 var statusNames = map[flow.Status]string{
 	flow.StatusPending: "pending", flow.StatusProcessing: "processing", flow.StatusSuccess: "success",
-	flow.StatusFailed: "failed", flow.StatusCancelled: "cancelled",
+	flow.StatusFailed: "failed", flow.StatusCancelled: "cancelled", flow.StatusWaiting: "waiting",
 }
 
 func statusString(s flow.Status) string {

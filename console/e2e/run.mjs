@@ -118,6 +118,11 @@ const scenarios = {
       await page.waitForSelector('dd [data-status="cancelled"]');
     }
     await shot('flow-task');
+    const parent = await control('fan-out');
+    await page.goto(env.url + '/ui/#task/' + parent.task_id);
+    await page.waitForSelector('dd [data-status="waiting"]');
+    await page.waitForFunction(() => document.querySelectorAll('table.children tbody tr').length === 3);
+    log('fan-out parent shown waiting, with its three children');
     await page.goto(env.url + '/ui/#');
     await page.waitForSelector(`${card} .n[data-status="cancelled"]`);
     if (env.actions.pause_task_type) {

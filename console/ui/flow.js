@@ -5,7 +5,7 @@ import { get, post, ApiError } from './api.js';
 import { h, spark, History, Rate, ago, time, poll, replace } from './ui.js';
 import { showError, clearError } from './app.js';
 
-const STATUSES = ['pending', 'processing', 'success', 'failed', 'cancelled'];
+const STATUSES = ['pending', 'processing', 'success', 'failed', 'cancelled', 'waiting'];
 const statusName = (n) => STATUSES[n - 1] || String(n);
 const hist = new History(90);
 const rates = new Rate();
@@ -162,8 +162,11 @@ function taskPage(main, id) {
   replace(main, h('h1', {}, h('a', { href: '#' }, 'flow'), ' / ', h('a', { href: '#tasks' }, 'tasks'), ' / ', h('span', { class: 'mono' }, id)), body);
   const t = poll(async () => {
     let task;
+    let kids = null;
     try {
       task = await get('/v1/get_task?task_id=' + encodeURIComponent(id));
+      // A fan-out parent: its first page of children, for their status and error.
+      if (task.children) kids = await get('/v1/get_task_children?limit=100&task_id=' + encodeURIComponent(id));
       clearError();
     } catch (e) {
       if (e instanceof ApiError && e.status === 404) { replace(body, h('p', { class: 'muted' }, 'No such task (deleted or pruned).')); return; }
@@ -191,6 +194,15 @@ function taskPage(main, id) {
         ['owner', task.owner || '–'], ['lease expiry', time(task.lease_expiry)], ['created', time(task.create_time)], ['modified', time(task.modify_time)],
       ].map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       h('h2', {}, 'context'), h('pre', { class: 'context' }, ctx || '(none)'),
+      kids ? h('h2', {}, 'children ', h('span', { class: 'muted' },
+        STATUSES.filter((k) => task.children[k]).map((k) => `${k} ${task.children[k]}`).join(', '))) : null,
+      kids ? h('table', { class: 'children' },
+        h('thead', {}, h('tr', {}, ['task', 'type', 'stage', 'status', 'modified', 'error'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, kids.children.map((k) => h('tr', {},
+          h('td', {}, h('a', { class: 'mono', href: '#task/' + encodeURIComponent(k.task_id) }, k.task_id)), h('td', {}, k.task_type), h('td', {}, k.task_stage),
+          h('td', {}, h('span', { class: 'badge ' + statusName(k.status) }, statusName(k.status))), h('td', {}, time(k.modify_time)),
+          h('td', { class: 'error' }, k.error || ''))))) : null,
+      kids && kids.next_cursor ? h('p', { class: 'muted' }, 'first 100 shown; fulcrum flow children ' + id + ' lists all') : null,
       h('h2', {}, 'schedule log'),
       h('table', { class: 'log' },
         h('thead', {}, h('tr', {}, ['at', 'event', 'stage', 'worker', 'error'].map((c) => h('th', {}, c)))),

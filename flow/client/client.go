@@ -348,6 +348,24 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (*flow.Task, error)
 	return &t, nil
 }
 
+// GetTaskChildren lists a fan-out parent's children (ids, final status,
+// context and error), for its join stage; cursor is the last id of the
+// previous page ("" for the first), limit 0 the server's page (1,000).
+func (c *Client) GetTaskChildren(ctx context.Context, taskID, cursor string, limit int) (*flow.TaskChildrenResponse, error) {
+	q := url.Values{"task_id": {taskID}}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out flow.TaskChildrenResponse
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/get_task_children", query: q, out: &out, idempotent: true}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // GetTaskType returns a task type's config (GET /v1/get_task_type).
 func (c *Client) GetTaskType(ctx context.Context, taskType string) (*flow.TaskType, error) {
 	var t flow.TaskType

@@ -65,24 +65,25 @@ type endpoint struct {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	api := map[string]endpoint{
-		"/v1/register_task":    {http.MethodPost, s.registerTask},
-		"/v1/create_task":      {http.MethodPost, s.createTask},
-		"/v1/hold_tasks":       {http.MethodPost, s.holdTasks},
-		"/v1/set_task":         {http.MethodPost, s.setTask},
-		"/v1/set_tasks":        {http.MethodPost, s.setTasks},
-		"/v1/renew_lease":      {http.MethodPost, s.renewLease},
-		"/v1/heartbeat":        {http.MethodPost, s.heartbeat},
-		"/v1/worker_gone":      {http.MethodPost, s.workerGone},
-		"/v1/cancel_task":      {http.MethodPost, s.cancelTask},
-		"/v1/retry_task":       {http.MethodPost, s.retryTask},
-		"/v1/delete_task":      {http.MethodPost, s.deleteTask},
-		"/v1/pause_task_type":  {http.MethodPost, s.pauseTaskType},
-		"/v1/resume_task_type": {http.MethodPost, s.resumeTaskType},
-		"/v1/get_task":         {http.MethodGet, s.getTask},
-		"/v1/get_task_type":    {http.MethodGet, s.getTaskType},
-		"/v1/get_task_list":    {http.MethodGet, s.getTaskList},
-		"/v1/stats":            {http.MethodGet, s.stats},
-		"/healthz":             {http.MethodGet, s.health},
+		"/v1/register_task":     {http.MethodPost, s.registerTask},
+		"/v1/create_task":       {http.MethodPost, s.createTask},
+		"/v1/hold_tasks":        {http.MethodPost, s.holdTasks},
+		"/v1/set_task":          {http.MethodPost, s.setTask},
+		"/v1/set_tasks":         {http.MethodPost, s.setTasks},
+		"/v1/renew_lease":       {http.MethodPost, s.renewLease},
+		"/v1/heartbeat":         {http.MethodPost, s.heartbeat},
+		"/v1/worker_gone":       {http.MethodPost, s.workerGone},
+		"/v1/cancel_task":       {http.MethodPost, s.cancelTask},
+		"/v1/retry_task":        {http.MethodPost, s.retryTask},
+		"/v1/delete_task":       {http.MethodPost, s.deleteTask},
+		"/v1/pause_task_type":   {http.MethodPost, s.pauseTaskType},
+		"/v1/resume_task_type":  {http.MethodPost, s.resumeTaskType},
+		"/v1/get_task":          {http.MethodGet, s.getTask},
+		"/v1/get_task_type":     {http.MethodGet, s.getTaskType},
+		"/v1/get_task_list":     {http.MethodGet, s.getTaskList},
+		"/v1/get_task_children": {http.MethodGet, s.getTaskChildren},
+		"/v1/stats":             {http.MethodGet, s.stats},
+		"/healthz":              {http.MethodGet, s.health},
 	}
 	index := []string{"GET /metrics"}
 	for path, ep := range api {
@@ -533,6 +534,10 @@ func (s *Server) setTask(_ http.ResponseWriter, r *http.Request) (any, error) {
 		s.m.set.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
+	if err := s.buildChildren(r.Context(), "", &req); err != nil {
+		s.m.set.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
 	errs, err := s.st.SetTasks(r.Context(), []flow.SetTaskRequest{req}, now())
 	if err != nil {
 		return nil, err
@@ -542,6 +547,28 @@ func (s *Server) setTask(_ http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, errs[0]
 	}
 	return flow.SetResult{TaskID: req.TaskID, Code: http.StatusOK}, nil
+}
+
+// buildChildren makes the records of a fan-out's children (ids, each
+// type's retry policy); an unregistered type is a 400 naming the child.
+func (s *Server) buildChildren(ctx context.Context, prefix string, req *flow.SetTaskRequest) error {
+	if len(req.Children) == 0 {
+		return nil
+	}
+	t := now()
+	ids := flow.NewTaskIDs(t, len(req.Children))
+	req.ChildRecords = make([]flow.Record, len(req.Children))
+	for i, c := range req.Children {
+		tt, err := s.types.get(ctx, c.TaskType)
+		if errors.Is(err, flow.ErrUnknownType) {
+			return &flow.FieldError{Field: fmt.Sprintf("%schildren[%d].task_type", prefix, i), Msg: fmt.Sprintf("%q is not registered", c.TaskType)}
+		}
+		if err != nil {
+			return err
+		}
+		req.ChildRecords[i] = flow.NewRecord(ids[i], c, tt, t)
+	}
+	return nil
 }
 
 func (s *Server) countSet(err error) {
@@ -576,8 +603,13 @@ func (s *Server) setTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 	var at []int
 	for i := range req.Tasks {
 		out.Results[i].TaskID = req.Tasks[i].TaskID
-		if err := flow.ValidateSet("", &req.Tasks[i]); err != nil {
+		err := flow.ValidateSet("", &req.Tasks[i])
+		if err != nil {
 			err = flow.ValidateSet(fmt.Sprintf("tasks[%d].", i), &req.Tasks[i]) // the path only on the way out
+		} else if req.Tasks[i].Children != nil {
+			err = s.buildChildren(r.Context(), fmt.Sprintf("tasks[%d].", i), &req.Tasks[i])
+		}
+		if err != nil {
 			s.m.set.WithLabelValues("invalid").Inc()
 			out.Results[i].Code, out.Results[i].Error = http.StatusBadRequest, err.Error()
 			if at == nil {
@@ -800,7 +832,56 @@ func (s *Server) getTask(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return view(rec), nil
+	t := view(rec)
+	if t.Children, err = s.st.ChildCounts(r.Context(), id); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// getTaskChildren lists a fan-out parent's children for its join stage:
+// each one's status, context and error.
+func (s *Server) getTaskChildren(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q, err := query(r, "task_id", "limit", "cursor")
+	if err != nil {
+		return nil, err
+	}
+	id, after := q.Get("task_id"), q.Get("cursor")
+	if err := flow.ValidateTaskID("task_id", id); err != nil {
+		return nil, err
+	}
+	if after != "" {
+		if err := flow.ValidateTaskID("cursor", after); err != nil {
+			return nil, err
+		}
+	}
+	limit := flow.MaxBatch // one fan-out's children in one page
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%q is not a number", v)}
+		case n < 0 || n > flow.MaxBatch:
+			return nil, &flow.FieldError{Field: "limit", Msg: fmt.Sprintf("%d is outside 0 to %d", n, flow.MaxBatch)}
+		case n > 0:
+			limit = n
+		}
+	}
+	if _, err := s.st.GetTask(r.Context(), id); err != nil {
+		return nil, err // 404 for no such parent, rather than an empty list
+	}
+	recs, err := s.st.TaskChildren(r.Context(), id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := flow.TaskChildrenResponse{Children: make([]flow.TaskChild, len(recs))}
+	for i := range recs {
+		out.Children[i] = flow.ChildOf(recs[i])
+	}
+	if len(recs) == limit {
+		out.NextCursor = recs[len(recs)-1].TaskID
+	}
+	return out, nil
 }
 
 // getTaskType answers a type's config, so a worker that did not register

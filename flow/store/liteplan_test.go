@@ -49,8 +49,8 @@ func TestLiteStatsAndPruneReadIndexesOnly(t *testing.T) {
 			indexes++
 		}
 	}
-	if indexes != 3 {
-		t.Errorf("stats reads %d covering indexes, want 3 (pending, processing, ended): %q", indexes, stats)
+	if indexes != 4 {
+		t.Errorf("stats reads %d covering indexes, want 4 (pending, processing, ended, waiting): %q", indexes, stats)
 	}
 	// The DELETE's own lookup by task_id is the primary key; the batch it
 	// deletes must come from a range of the ended index.

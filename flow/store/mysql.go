@@ -45,6 +45,14 @@ var myMigrations = [][]string{{
 	// Periodic types: the schedule and the last tick fired.
 	`ALTER TABLE {p}task_types ADD COLUMN cron VARCHAR(128) NOT NULL DEFAULT '', ADD COLUMN cron_stage VARCHAR(64) NOT NULL DEFAULT '',
 		ADD COLUMN cron_context TEXT NULL, ADD COLUMN cron_last BIGINT NOT NULL DEFAULT 0`,
+}, {
+	// Fan-out (see fanout.go). No partial indexes here: every task gets an
+	// entry in parent_idx, '' for those created by no fan-out; they append
+	// at the end of the '' range in id order. Waiting rows are listed from
+	// list_idx like every other status.
+	`ALTER TABLE {p}tasks ADD COLUMN parent_id VARCHAR(26) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+		ADD COLUMN join_stage VARCHAR(64) NOT NULL DEFAULT '', ADD COLUMN children_open INT NOT NULL DEFAULT 0,
+		ADD COLUMN fan_depth SMALLINT NOT NULL DEFAULT 0, ADD KEY parent_idx (parent_id, task_id)`,
 }}
 
 func myLog(event string) string {

@@ -95,7 +95,7 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 		idx = append(idx, n)
 	}
 	rows.Close()
-	if got := strings.Join(idx, " "); got != "plan_tasks_claim plan_tasks_ended_list plan_tasks_lease plan_tasks_pending plan_tasks_pkey plan_tasks_unique" {
+	if got := strings.Join(idx, " "); got != "plan_tasks_claim plan_tasks_ended_list plan_tasks_lease plan_tasks_parent plan_tasks_pending plan_tasks_pkey plan_tasks_unique plan_tasks_waiting" {
 		t.Errorf("indexes = %s", got)
 	}
 }

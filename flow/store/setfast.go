@@ -76,6 +76,7 @@ func (s *SQLStore) setFastDone(ctx context.Context, reqs []flow.SetTaskRequest, 
 		s.onDue(typ)
 	}
 	errs := make([]error, n)
+	var general []int // children: the fast path leaves them to the general one
 	for i, r := range reqs {
 		if done[r.TaskID] {
 			continue
@@ -91,8 +92,23 @@ func (s *SQLStore) setFastDone(ctx context.Context, reqs []flow.SetTaskRequest, 
 			return nil, fmt.Errorf("set %d tasks: %w", n, gerr)
 		default:
 			if errs[i] = flow.ApplySet(&rec, r, now); errs[i] == nil {
-				errs[i] = fmt.Errorf("task %s: lease changed under the set: %w", r.TaskID, flow.ErrStaleLease)
+				// Still processing under this lease: the row is a child
+				// (parent_id kept the fast UPDATE off it).
+				general = append(general, i)
 			}
+		}
+	}
+	if len(general) > 0 {
+		sub := make([]flow.SetTaskRequest, len(general))
+		for k, i := range general {
+			sub[k] = reqs[i]
+		}
+		gerrs, err := s.setGeneral(ctx, sub, now)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range general {
+			errs[i] = gerrs[k]
 		}
 	}
 	return errs, nil

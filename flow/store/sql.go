@@ -221,7 +221,7 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q := queries{cols: b.cols}
 	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + b.proc
 	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " +
-		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ")"
+		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ") AND parent_id = ''"
 	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
 	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + b.pending
 	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
@@ -233,7 +233,10 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
 	q.cronLast = "SELECT cron, cron_last FROM " + p + "task_types WHERE task_type = ?"
 	q.cronCAS = "UPDATE " + p + "task_types SET cron_last = ? WHERE task_type = ? AND cron = ? AND cron_last = ?"
-	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status <> " + b.proc
+	// A waiting parent or a pending child would leave a fan-out that never
+	// joins: cancel it first.
+	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status NOT IN (" + sqlStatus(flow.StatusProcessing, flow.StatusWaiting) + ")" +
+		" AND NOT (status = " + b.pending + " AND parent_id <> '')"
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
 	d.build(&q, b)
 	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats,
@@ -618,10 +621,17 @@ func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now
 	} else if ok {
 		return s.setFastDone(ctx, reqs, done, pending, now)
 	}
+	return s.setGeneral(ctx, reqs, now)
+}
+
+// setGeneral is SetTasks's general path: lock, flow.ApplySet, write, and
+// the fan-out's part (children created, parents of ended children settled).
+func (s *SQLStore) setGeneral(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	var errs []error
 	var changed []*flow.Record
+	var kids []flow.Record
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		errs, changed = make([]error, len(reqs)), nil
+		errs, changed, kids = make([]error, len(reqs)), nil, nil
 		ids := make([]string, 0, len(reqs))
 		seen := map[string]bool{}
 		for _, r := range reqs {
@@ -648,18 +658,35 @@ func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now
 				errs[i] = err
 				continue
 			}
+			if req.Status == flow.StatusWaiting {
+				if err := s.fanOut(ctx, tx, &c, req); err != nil {
+					var fe *flow.FieldError
+					if errors.As(err, &fe) {
+						errs[i] = err
+						continue
+					}
+					return err
+				}
+				kids = append(kids, req.ChildRecords...)
+			}
 			*r = c
 			if !dirty[r.TaskID] {
 				dirty[r.TaskID] = true
 				changed = append(changed, r)
 			}
 		}
-		return s.writeRecords(ctx, tx, changed)
+		if err := s.writeRecords(ctx, tx, changed); err != nil {
+			return err
+		}
+		joined, err := s.settleParents(ctx, tx, endedIDs(changed), now)
+		changed = append(changed, joined...)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("set %d tasks: %w", len(reqs), err)
 	}
 	s.dueP(changed)
+	s.due(kids)
 	return errs, nil
 }
 
@@ -710,14 +737,9 @@ func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time)
 	if n, _ := res.RowsAffected(); n > 0 {
 		return nil
 	}
-	r, err := s.GetTask(ctx, taskID)
-	if err != nil {
-		return err
-	}
-	if r.Status == flow.StatusCancelled {
-		return nil
-	}
-	return fmt.Errorf("task %s already ended %s: %w", taskID, r.Status, flow.ErrStaleLease)
+	// Not a live task outside any fan-out: a waiting parent (its children
+	// go too), a child (its parent is settled), or one that ended.
+	return s.cancelTx(ctx, taskID, now)
 }
 
 // FireCron implements Store. Each tick moves the type's cron_last from
@@ -795,6 +817,7 @@ func (s *SQLStore) RescueWorker(ctx context.Context, workerID string, now time.T
 // each one's schedule log, and wakes holds for the tasks that are due again.
 func (s *SQLStore) expireSelected(ctx context.Context, now time.Time, reason, query string, args ...any) (int, error) {
 	var changed []*flow.Record
+	var n int
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
@@ -812,13 +835,19 @@ func (s *SQLStore) expireSelected(ctx context.Context, now time.Time, reason, qu
 			}
 			changed = append(changed, &recs[i])
 		}
-		return s.writeRecords(ctx, tx, changed)
+		if err := s.writeRecords(ctx, tx, changed); err != nil {
+			return err
+		}
+		n = len(changed)
+		joined, err := s.settleParents(ctx, tx, endedIDs(changed), now)
+		changed = append(changed, joined...) // woken, not counted as rescued
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	s.dueP(changed)
-	return len(changed), nil
+	return n, nil
 }
 
 // SetPaused implements Store.
@@ -856,6 +885,9 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 			return fmt.Errorf("task %s: %w", taskID, flow.ErrNotFound)
 		}
 		if err := flow.ApplyRetry(r, stage, taskContext, now); err != nil {
+			return err
+		}
+		if err := s.reopenChild(ctx, tx, taskID); err != nil {
 			return err
 		}
 		if r.UniqueKey != "" {

@@ -70,7 +70,10 @@ var liteMigrations = [][]string{{
 	`CREATE INDEX IF NOT EXISTS {p}tasks_lease ON {p}tasks (lease_expiry, task_type) WHERE status = 2`,
 	`DROP INDEX IF EXISTS {p}tasks_ended`,
 	`CREATE INDEX IF NOT EXISTS {p}tasks_ended ON {p}tasks (status, task_type, modify_time) WHERE status IN (3, 4, 5)`,
-}}
+}, fanOutMigration(`ALTER TABLE {p}tasks ADD COLUMN parent_id TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE {p}tasks ADD COLUMN join_stage TEXT NOT NULL DEFAULT ''`,
+	`ALTER TABLE {p}tasks ADD COLUMN children_open INTEGER NOT NULL DEFAULT 0`,
+	`ALTER TABLE {p}tasks ADD COLUMN fan_depth INTEGER NOT NULL DEFAULT 0`)}
 
 func liteLog(event string) string {
 	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
@@ -144,7 +147,8 @@ func (d *liteDriver) build(q *queries, b qparts) {
 	// and then reads every task of the type.
 	q.stats = "SELECT task_type, " + b.pending + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_claim WHERE status = " + b.pending + " GROUP BY task_type" +
 		" UNION ALL SELECT task_type, " + b.proc + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_lease WHERE status = " + b.proc + " GROUP BY task_type" +
-		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_ended WHERE status IN (" + b.ended + ") GROUP BY status, task_type"
+		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_ended WHERE status IN (" + b.ended + ") GROUP BY status, task_type" +
+		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_waiting WHERE status = " + sqlStatus(flow.StatusWaiting) + " GROUP BY task_type"
 	q.upsertType = upsertExcluded(b)
 	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
 }
@@ -459,7 +463,7 @@ func liteSetFast(table string) string {
 	return "UPDATE " + table + " AS t SET" + liteSetClause("t.", "v.st", "v.stage", "v.ctx", "v.ot", "?2", "?3") +
 		" FROM (SELECT value ->> 0 AS id, value ->> 1 AS ctx, COALESCE(?4, value ->> 2) AS lease, COALESCE(?5, value ->> 3) AS st," +
 		" COALESCE(?6, value ->> 4) AS stage, COALESCE(?7, value ->> 5) AS ot FROM jsonb_each(?1)) AS v" +
-		" WHERE t.task_id = v.id AND t.status = " + sqlStatus(flow.StatusProcessing) + " AND t.lease = v.lease AND t.lease <> ''" +
+		" WHERE t.task_id = v.id AND t.status = " + sqlStatus(flow.StatusProcessing) + " AND t.lease = v.lease AND t.lease <> '' AND t.parent_id = ''" +
 		" RETURNING task_id, task_type, status"
 }
 
@@ -471,7 +475,7 @@ func liteSetFast(table string) string {
 // time, ?7 now, ?8 log time.
 func liteSetOne(table string) string {
 	return "UPDATE " + table + " SET" + liteSetClause("", "?3", "?4", "?5", "?6", "?7", "?8") +
-		" WHERE task_id = ?1 AND status = " + sqlStatus(flow.StatusProcessing) + " AND lease = ?2 AND lease <> '' RETURNING task_type, status"
+		" WHERE task_id = ?1 AND status = " + sqlStatus(flow.StatusProcessing) + " AND lease = ?2 AND lease <> '' AND parent_id = '' RETURNING task_type, status"
 }
 
 // liteSetClause is what both set statements write: the new status, stage,

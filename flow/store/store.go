@@ -33,7 +33,10 @@ type Store interface {
 	// task is returned to two holds unless released in between.
 	Hold(ctx context.Context, p HoldParams) ([]flow.Record, error)
 	// SetTasks applies a batch of validated set_task requests in one
-	// transaction. errs has one entry per request (nil, or wrapping
+	// transaction. A request with status waiting fans out: its
+	// ChildRecords are created in the same transaction (a parent at
+	// flow.MaxFanOutDepth gets a FieldError); a set that ends a child
+	// makes its parent pending at the join stage when it was the last. errs has one entry per request (nil, or wrapping
 	// ErrNotFound / ErrStaleLease); a failed entry changes nothing. err is
 	// for the batch as a whole, when nothing was applied.
 	SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) (errs []error, err error)
@@ -64,6 +67,12 @@ type Store interface {
 	DeleteTask(ctx context.Context, taskID string) error
 	// GetTask returns one task.
 	GetTask(ctx context.Context, taskID string) (flow.Record, error)
+	// TaskChildren returns up to limit children of a fan-out parent with
+	// ids after after, in task_id order.
+	TaskChildren(ctx context.Context, parentID, after string, limit int) ([]flow.Record, error)
+	// ChildCounts counts a parent's children by status name; nil when it
+	// has none.
+	ChildCounts(ctx context.Context, parentID string) (map[string]int64, error)
 	// ListTasks returns tasks matching f in task_id order.
 	ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error)
 	// Stats counts tasks by type and status (registered types with none

@@ -131,13 +131,18 @@ func (h *heldTask) setRequest(res Result, err error) flow.SetTaskRequest {
 					err = errors.New("handler returned Next with an empty stage")
 				}
 				req.Status, req.TaskStage = flow.StatusPending, res.Stage
+			case flow.StatusWaiting:
+				if len(res.Children) == 0 || res.JoinStage == "" {
+					err = errors.New("handler returned FanOut without children or a join stage")
+				}
+				req.Status, req.Children, req.JoinStage, req.DelayMS = flow.StatusWaiting, res.Children, res.JoinStage, 0
 			case flow.StatusFailed:
 				// Failed is final; the reason goes to the schedule log.
 				req.Status, req.Error = flow.StatusFailed, res.Reason
 				h.w.log.Warn("flow worker: stage failed; the task ends failed", "task_id", h.task.ID, "task_type", h.task.Type,
 					"stage", h.task.Stage, "attempt", h.task.Attempt, "err", res.Reason)
 			default:
-				err = errors.New("handler returned status " + statusName(res.Status) + "; want pending, success or failed")
+				err = errors.New("handler returned status " + statusName(res.Status) + "; want pending, success, failed or waiting (FanOut)")
 			}
 		}
 	}
@@ -173,6 +178,8 @@ func statusName(s flow.Status) string {
 		return "failed"
 	case flow.StatusCancelled:
 		return "cancelled"
+	case flow.StatusWaiting:
+		return "waiting"
 	}
 	return "unknown"
 }

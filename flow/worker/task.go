@@ -61,6 +61,10 @@ type Result struct {
 	// Reason says why, for StatusFailed; the server keeps it in the task's
 	// schedule log.
 	Reason string
+	// Children and JoinStage, for flow.StatusWaiting (FanOut): the tasks
+	// to create and the stage the task goes on to once all have ended.
+	Children  []flow.NewTask
+	JoinStage string
 }
 
 // Next hands the task to stage with a new context (nil keeps the current one).
@@ -74,6 +78,14 @@ func Done(context any) Result { return Result{Status: flow.StatusSuccess, Contex
 // Fail ends the task as failed at once, without retrying; the worker logs
 // reason. (To fail only after the retries run out, return an error.)
 func Fail(reason string) Result { return Result{Status: flow.StatusFailed, Reason: reason} }
+
+// FanOut creates children (at most flow.MaxBatch) with the task's set,
+// in one transaction, and parks the task until every child has ended;
+// then it is held again at joinStage, whose handler reads the children
+// with client.GetTaskChildren. context, when not nil, replaces the task's.
+func FanOut(joinStage string, children []flow.NewTask, context any) Result {
+	return Result{Status: flow.StatusWaiting, JoinStage: joinStage, Children: children, Context: context}
+}
 
 // After returns r with its next stage postponed by d.
 func (r Result) After(d time.Duration) Result { r.Delay = d; return r }

@@ -647,3 +647,55 @@ func TestOnReportedAfterTheServerRecords(t *testing.T) {
 	default:
 	}
 }
+
+// A handler fans out; the children run on the same worker; the parent's
+// join stage reads them through the client and ends the task.
+func TestFanOutAndJoin(t *testing.T) {
+	e := newEnv(t)
+	w := newWorker(t, e, worker.Config{Concurrency: 4})
+	w.Register(taskType("parent"))
+	w.Register(taskType("part"))
+	w.Handle("parent", "split", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		kids := make([]flow.NewTask, 20)
+		for i := range kids {
+			kids[i] = flow.NewTask{TaskType: "part", TaskStage: "work", TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+		}
+		return worker.FanOut("merge", kids, nil), nil
+	})
+	w.Handle("part", "work", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		var p path
+		if err := tk.Decode(&p); err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Done(path{N: p.N * 2}), nil
+	})
+	w.Handle("parent", "merge", func(ctx context.Context, tk *worker.Task) (worker.Result, error) {
+		ch, err := e.c.GetTaskChildren(ctx, tk.ID, "", 0)
+		if err != nil {
+			return worker.Result{}, err
+		}
+		sum := 0
+		for _, k := range ch.Children {
+			var p path
+			if k.Status != flow.StatusSuccess || json.Unmarshal(k.TaskContext, &p) != nil {
+				return worker.Fail(fmt.Sprintf("child %s is %d", k.TaskID, k.Status)), nil
+			}
+			sum += p.N
+		}
+		return worker.Done(path{N: sum}), nil
+	})
+	start(t, w)
+	for _, tt := range []string{"parent", "part"} {
+		if err := e.c.RegisterTask(context.Background(), taskType(tt)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := e.create(t, "parent", "split", 1)[0]
+	testenv.Eventually(t, "the parent joined and ended", func() bool { return e.get(t, id).Status.Ended() })
+	tk := e.get(t, id)
+	var p path
+	json.Unmarshal(tk.TaskContext, &p)
+	if tk.Status != flow.StatusSuccess || p.N != 2*(19*20/2) || tk.Children["success"] != 20 {
+		t.Fatalf("parent %s, context %s, children %v", tk.Status, tk.TaskContext, tk.Children)
+	}
+}

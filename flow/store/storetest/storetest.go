@@ -595,7 +595,7 @@ func Run(t *testing.T, f Factory) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0] false} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0] false}]`
+		want := `[{empty map[cancelled:0 failed:0 pending:0 processing:0 success:0 waiting:0] false} {video map[cancelled:0 failed:0 pending:5 processing:2 success:0 waiting:0] false}]`
 		if fmt.Sprint(st) != want {
 			t.Fatalf("stats = %v\nwant    %s", st, want)
 		}
@@ -625,6 +625,10 @@ func Run(t *testing.T, f Factory) {
 			if err := e.set(o, t0.Add(time.Second)); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// One waits for a child of the other type.
+		if err := e.set(e.fanOut(h[5], "join", flow.NewTask{TaskType: "audio", TaskStage: "c"}), t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
 		}
 		for _, id := range video { // cancel one still pending
 			if e.get(id).Status == flow.StatusPending {
@@ -850,6 +854,7 @@ func Run(t *testing.T, f Factory) {
 	})
 
 	runOperator(t, f)
+	runFanOut(t, f)
 	runCron(t, f)
 	runLiveness(t, f)
 }
