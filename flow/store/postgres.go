@@ -68,7 +68,7 @@ var pgMigrations = [][]string{{
 	// and status (at the final set, where the ended index was). A hold now
 	// writes two index entries (the key and the lease), a final set two
 	// (the key and the ended list), each one fewer. End to end, interleaved
-	// (docs/benchmarks.md, flow, eighth pass): database CPU per task
+	// (docs/notes/benchmarks-log.md, flow, eighth pass): database CPU per task
 	// 45-46.5 → 42-43 µs.
 	// get_task_list of a type reads the index of the status asked for, and
 	// all five in id order when none is (pgListByType); processing rows,

@@ -1,5 +1,5 @@
 // Command epoll is the hand-written event-loop prototype of the gateway's
-// cleartext HTTP/1.1 fast path (docs/benchmarks.md, "Event-loop
+// cleartext HTTP/1.1 fast path (docs/notes/benchmarks-log.md, "Event-loop
 // evaluation"): one epoll loop per core, each on its own locked OS thread
 // with its own SO_REUSEPORT listener, and each keeping its own keep-alive
 // pool per target, so a client connection and the upstream connection

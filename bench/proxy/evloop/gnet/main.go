@@ -1,5 +1,5 @@
 // Command gnet is the gnet-based event-loop prototype of the gateway's
-// cleartext HTTP/1.1 fast path (docs/benchmarks.md, "Event-loop
+// cleartext HTTP/1.1 fast path (docs/notes/benchmarks-log.md, "Event-loop
 // evaluation"), on github.com/panjf2000/gnet/v2: one event loop per core
 // (SO_REUSEPORT listener each), and upstream connections registered on
 // the loop of the client that needed them (EventLoop.Register), each loop
