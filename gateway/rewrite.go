@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
@@ -55,27 +57,14 @@ func compileOps(h config.HeaderOps) *headerOps {
 	for _, n := range h.Remove {
 		ops.drop = append(ops.drop, strings.ToLower(n))
 	}
-	for _, n := range sortedNames(h.Set) {
+	for _, n := range slices.Sorted(maps.Keys(h.Set)) {
 		ops.drop = append(ops.drop, strings.ToLower(n))
 		ops.set = append(ops.set, kv{http.CanonicalHeaderKey(n), h.Set[n]})
 	}
-	for _, n := range sortedNames(h.Add) {
+	for _, n := range slices.Sorted(maps.Keys(h.Add)) {
 		ops.add = append(ops.add, kv{http.CanonicalHeaderKey(n), h.Add[n]})
 	}
 	return ops
-}
-
-func sortedNames(m map[string]string) []string {
-	var ns []string
-	for n := range m {
-		ns = append(ns, n)
-	}
-	for i := 1; i < len(ns); i++ { // a few names: insertion sort
-		for j := i; j > 0 && ns[j] < ns[j-1]; j-- {
-			ns[j], ns[j-1] = ns[j-1], ns[j]
-		}
-	}
-	return ns
 }
 
 // drops reports whether a header of this name is removed (or replaced).

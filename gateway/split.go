@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +45,7 @@ func newSplit(rc *config.Route, index int, ups map[string]*upstream, old *split,
 	sp := &split{}
 	if rc.SplitKey != "" {
 		sp.key, _ = config.ParseHashKey(rc.SplitKey) // checked by config
-		sp.lkey = toLower(sp.key.Name)
+		sp.lkey = strings.ToLower(sp.key.Name)
 	}
 	idx := strconv.Itoa(index)
 	add := func(ramping bool) {
@@ -116,9 +117,4 @@ func (sp *split) choose(key string, keyed bool, now time.Time) *upstream {
 		u -= x
 	}
 	return nil
-}
-
-func toLower(s string) string {
-	b := []byte(s)
-	return string(lower(b[:0], b))
 }
