@@ -129,102 +129,160 @@ func mayRetry(up *upstream, replayable bool, err error, written bool) bool {
 	return !written || replayable
 }
 
+// attempt is the attempt loop's state between its steps. The goroutine
+// path runs the steps in order in run; the event loop (loop_linux.go)
+// runs the same steps as its events come. The decisions (the replay
+// rule, the budget, the refusal's wait, what is reported) live in the
+// steps and nowhere else.
+type attempt struct {
+	pick   balance.Pick
+	t      *target
+	tstart time.Time // this attempt's start: the target's latency counts from it
+	n      int       // attempts made, this one included
+	// The failure judge found retryable, for retried to report.
+	status int
+	err    error
+	fail   error
+	now    time.Time
+}
+
 // run is the attempt loop. The caller relays a result with t set and
 // then calls finish; any other result is the gateway's own answer.
 func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger) result {
 	up.budget.request(r.start.Unix())
-	pick, err := up.pick(ctx, g, r, x, up.cfg.Queue.MaxWait.D())
+	p, err := up.pick(ctx, g, r, x, up.cfg.Queue.MaxWait.D())
 	if err != nil {
 		return pickFailure(err)
 	}
-	tstart := r.start
-	if r.waited {
-		// The target's latency starts when the permit is taken: time in
-		// the queue is the gateway's, and the balancer learns from it.
-		tstart = time.Now()
-	}
-	for attempt := 1; ; attempt++ {
-		t := up.target(pick.Addr())
-		if t == nil { // removed between pick and lookup: nothing sent
-			pick.Cancel()
-			if pick, err = up.pick(ctx, g, r, x, 0); err != nil {
-				return pickFailure(err)
-			}
-			continue
+	var a attempt
+	up.begin(r, &a, p)
+	for {
+		if err := up.resolve(r, &a); err != nil {
+			return pickFailure(err)
 		}
-		status, written, err := x.exchange(ctx, t, tstart)
+		status, written, err := x.exchange(ctx, a.t, a.tstart)
 		if err != nil && ctx.Err() != nil {
 			err = errClientGone // net/http's path: the request's context ended with its client
 		}
-		var fail error
-		switch {
-		case err != nil:
-			fail = err
-		case up.statuses[status]:
-			fail = errStatus(status)
-		default:
-			return result{t: t, pick: pick, tstart: tstart, status: status}
-		}
-		// A failure: relay it (a status) or answer for it (an error),
-		// unless the rule, the attempts and the budget allow another try
-		// and there is a target left to try.
-		answer := func(reason string) result {
-			if err == nil {
-				return result{t: t, pick: pick, tstart: tstart, status: status, outcome: fail}
-			}
-			if errors.Is(err, errClientGone) {
-				fail = balance.ErrClientGone // the client's side broke, not the target's
-			}
-			up.report(g, pick, t, time.Since(tstart), fail)
-			why, code := classify(err)
-			if reason == "" {
-				reason = why
-			}
-			return result{code: code, reason: reason}
-		}
-		if attempt >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
-			return answer("")
-		}
-		// The budget counts a retry in the second it is made (a request
-		// that waited on a timeout started seconds ago).
-		now := time.Now()
-		if !up.budget.retry(now.Unix()) {
-			g.metrics.retryDenied.WithLabelValues(up.name).Inc()
-			return answer(reasonBudget)
-		}
-		// A refusal (503 or 429: the target had no permit) retried on an
-		// upstream that queues waits in the queue for what is left of
-		// max_wait, as a first pick would: every other target being at
-		// its limit is the moment the queue is for, and answering the
-		// refusal would hand the client an error that a permit freed a
-		// few milliseconds later would have served. The refusal is
-		// reported first, so the learner has cut the target's limit and
-		// given its permit back before the wait.
-		var wait time.Duration
-		if err == nil && (status == 503 || status == 429) && up.cfg.Queue.MaxWait.D() > 0 {
-			up.report(g, pick, t, now.Sub(tstart), fail)
-			pick = balance.Pick{} // reported: relaying the refusal reports nothing more
-			wait = up.cfg.Queue.MaxWait.D() - now.Sub(r.start)
+		res, done, wait := up.judge(g, r, &a, status, written, err)
+		if done {
+			return res
 		}
 		next, perr := up.pick(ctx, g, r, x, wait)
-		if perr != nil {
-			up.budget.refund(now.Unix()) // no retry made
-			return answer("")            // nothing else to try: the last failure stands
-		}
-		why := "status"
-		if err != nil {
-			why, _ = classify(err)
-		} else {
-			x.drop(t)
-		}
-		up.report(g, pick, t, time.Since(tstart), fail)
-		g.metrics.retries.WithLabelValues(up.name, why).Inc()
-		r.retries++
-		pick, tstart = next, now
-		if r.waited {
-			tstart = time.Now()
+		if res, done := up.retried(g, r, &a, next, perr, x.drop); done {
+			return res
 		}
 	}
+}
+
+// begin starts the first attempt with the first pick.
+func (up *upstream) begin(r *request, a *attempt, p balance.Pick) {
+	*a = attempt{pick: p, tstart: r.start, n: 1}
+	if r.waited {
+		// The target's latency starts when the permit is taken: time in
+		// the queue is the gateway's, and the balancer learns from it.
+		a.tstart = time.Now()
+	}
+}
+
+// resolve finds the picked target; one removed between the pick and the
+// lookup was sent nothing, and another is picked without waiting.
+func (up *upstream) resolve(r *request, a *attempt) error {
+	for {
+		if a.t = up.target(a.pick.Addr()); a.t != nil {
+			return nil
+		}
+		a.pick.Cancel()
+		p, err := up.pickNow(r)
+		if err != nil {
+			return err
+		}
+		a.pick = p
+	}
+}
+
+// judge decides after an exchange: relay the response (done, with t
+// set), answer for the gateway (done), or try another target (not done),
+// picking the next one with a queue wait of wait.
+func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, written bool, err error) (res result, done bool, wait time.Duration) {
+	a.status, a.err = status, err
+	switch {
+	case err != nil:
+		a.fail = err
+	case up.statuses[status]:
+		a.fail = errStatus(status)
+	default:
+		return result{t: a.t, pick: a.pick, tstart: a.tstart, status: status}, true, 0
+	}
+	// A failure: relay it (a status) or answer for it (an error), unless
+	// the rule, the attempts and the budget allow another try and there
+	// is a target left to try.
+	if a.n >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
+		return up.answer(g, a, ""), true, 0
+	}
+	// The budget counts a retry in the second it is made (a request that
+	// waited on a timeout started seconds ago).
+	a.now = time.Now()
+	if !up.budget.retry(a.now.Unix()) {
+		g.metrics.retryDenied.WithLabelValues(up.name).Inc()
+		return up.answer(g, a, reasonBudget), true, 0
+	}
+	// A refusal (503 or 429: the target had no permit) retried on an
+	// upstream that queues waits in the queue for what is left of
+	// max_wait, as a first pick would: every other target being at its
+	// limit is the moment the queue is for, and answering the refusal
+	// would hand the client an error that a permit freed a few
+	// milliseconds later would have served. The refusal is reported
+	// first, so the learner has cut the target's limit and given its
+	// permit back before the wait.
+	if err == nil && (status == 503 || status == 429) && up.cfg.Queue.MaxWait.D() > 0 {
+		up.report(g, a.pick, a.t, a.now.Sub(a.tstart), a.fail)
+		a.pick = balance.Pick{} // reported: relaying the refusal reports nothing more
+		wait = up.cfg.Queue.MaxWait.D() - a.now.Sub(r.start)
+	}
+	return result{}, false, wait
+}
+
+// retried goes on after judge chose a retry, with the next pick (or why
+// there is none: then the last failure stands and is done). drop
+// discards the failed response when it was a status.
+func (up *upstream) retried(g *Gateway, r *request, a *attempt, next balance.Pick, perr error, drop func(*target)) (result, bool) {
+	if perr != nil {
+		up.budget.refund(a.now.Unix()) // no retry made
+		return up.answer(g, a, ""), true
+	}
+	why := "status"
+	if a.err != nil {
+		why, _ = classify(a.err)
+	} else {
+		drop(a.t)
+	}
+	up.report(g, a.pick, a.t, time.Since(a.tstart), a.fail)
+	g.metrics.retries.WithLabelValues(up.name, why).Inc()
+	r.retries++
+	a.pick, a.tstart, a.n = next, a.now, a.n+1
+	if r.waited {
+		a.tstart = time.Now()
+	}
+	return result{}, false
+}
+
+// answer ends the attempts on a's failure: a status is relayed, an error
+// is reported and answered by the gateway with reason (or the error's).
+func (up *upstream) answer(g *Gateway, a *attempt, reason string) result {
+	if a.err == nil {
+		return result{t: a.t, pick: a.pick, tstart: a.tstart, status: a.status, outcome: a.fail}
+	}
+	fail := a.fail
+	if errors.Is(a.err, errClientGone) {
+		fail = balance.ErrClientGone // the client's side broke, not the target's
+	}
+	up.report(g, a.pick, a.t, time.Since(a.tstart), fail)
+	why, code := classify(a.err)
+	if reason == "" {
+		reason = why
+	}
+	return result{code: code, reason: reason}
 }
 
 func pickFailure(err error) result {
@@ -251,20 +309,33 @@ func (up *upstream) finish(g *Gateway, res *result, end time.Time, relayErr erro
 // retry: none, the last failure is answered), for as long as the client
 // stays (ctx).
 func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchanger, maxWait time.Duration) (balance.Pick, error) {
-	info := balance.PickInfo{Key: r.key, Exclude: r.tried}
-	p, err := up.bal.PickWith(info)
-	r.waited = false
+	p, err := up.pickNow(r)
 	if errors.Is(err, balance.ErrAtCapacity) && maxWait > 0 {
 		ctx, stop := x.watch(ctx)
-		p, err = up.wait(ctx, g, info, maxWait)
+		p, err = up.wait(ctx, g, r.info(), maxWait)
 		stop()
-		r.waited = true
-	}
-	if err == nil {
-		r.tried = append(r.tried, p.Endpoint())
+		up.picked(r, p, err, true)
 	}
 	return p, err
 }
+
+// pickNow picks without waiting.
+func (up *upstream) pickNow(r *request) (balance.Pick, error) {
+	p, err := up.bal.PickWith(r.info())
+	up.picked(r, p, err, false)
+	return p, err
+}
+
+// picked notes a pick's outcome in r: the target is tried, and whether
+// the pick waited in the queue.
+func (up *upstream) picked(r *request, p balance.Pick, err error, waited bool) {
+	r.waited = waited
+	if err == nil {
+		r.tried = append(r.tried, p.Endpoint())
+	}
+}
+
+func (r *request) info() balance.PickInfo { return balance.PickInfo{Key: r.key, Exclude: r.tried} }
 
 // wait queues for a permit until max_wait passes or the client leaves;
 // a client that left takes no permit (Wait returns none on a done ctx).

@@ -48,6 +48,7 @@ type Gateway struct {
 	opts    Options
 	log     *slog.Logger
 	access  *slog.Logger // nil when off
+	accessW *asyncWriter
 	metrics *metrics
 
 	mu sync.Mutex // serialises reloads and admin changes
@@ -75,7 +76,12 @@ type Gateway struct {
 	stop     chan struct{}
 	bgWG     sync.WaitGroup
 	ccPool   sync.Pool
-	disc     watchers // discovery providers (sources.go)
+	loops    []*evloop // the event loops, when they own the listener (loop_linux.go)
+	addr     net.Addr
+	// loopConns counts the loops' client connections (g.conns holds the
+	// goroutine path's).
+	loopConns atomic.Int64
+	disc      watchers // discovery providers (sources.go)
 }
 
 // Check reports what New would refuse in cfg, without starting anything
@@ -179,10 +185,13 @@ func (g *Gateway) setupAccessLog(cfg *config.Config) error {
 			w = f
 		}
 	}
+	// Lines go through a buffer a goroutine of its own writes out: a
+	// slow disk or a full pipe never holds a request (nor an event loop).
+	g.accessW = newAsyncWriter(w, g.metrics.logDropped)
 	if cfg.AccessLog.Format == "json" {
-		g.access = slog.New(slog.NewJSONHandler(w, nil))
+		g.access = slog.New(slog.NewJSONHandler(g.accessW, nil))
 	} else {
-		g.access = slog.New(slog.NewTextHandler(w, nil))
+		g.access = slog.New(slog.NewTextHandler(g.accessW, nil))
 	}
 	return nil
 }
@@ -195,15 +204,23 @@ func (g *Gateway) upstreams() []*upstream { return g.rt.Load().order }
 // background.
 func (g *Gateway) Start() error {
 	cfg := g.cfg()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	if g.loopServes() {
+		addr, err := g.listenLoops(cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		g.addr = addr
+	} else {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		g.ln, g.addr = ln, ln.Addr()
 	}
-	g.ln = ln
 	if cfg.Admin.Listen != "off" {
 		al, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			ln.Close()
+			g.closeListeners()
 			return fmt.Errorf("admin.listen: %w", err)
 		}
 		g.adminLn = al
@@ -222,8 +239,8 @@ func (g *Gateway) Start() error {
 		g.slow.ConnContext = handedOffConnContext
 		g.slow.Handler = handedOffTLS(g.slow.Handler)
 	}
-	g.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: ln.Addr()}
-	g.bgWG.Add(3)
+	g.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: g.addr}
+	g.bgWG.Add(2)
 	go func() {
 		defer g.bgWG.Done()
 		_ = g.slow.Serve(g.handoff)
@@ -232,16 +249,27 @@ func (g *Gateway) Start() error {
 		defer g.bgWG.Done()
 		g.sweepLoop()
 	}()
-	go func() {
-		defer g.bgWG.Done()
-		g.acceptLoop(ln)
-	}()
-	g.log.Info("gateway listening", "listen", ln.Addr().String(), "admin", g.AdminAddr())
+	if g.ln != nil {
+		g.bgWG.Add(1)
+		go func() {
+			defer g.bgWG.Done()
+			g.acceptLoop(g.ln)
+		}()
+	}
+	g.log.Info("gateway listening", "listen", g.addr.String(), "admin", g.AdminAddr(), "event_loops", len(g.loops))
 	return nil
 }
 
+// closeListeners closes the proxy's listeners: a failed Start's.
+func (g *Gateway) closeListeners() {
+	if g.ln != nil {
+		g.ln.Close()
+	}
+	g.stopLoops(true)
+}
+
 // Addr is the proxy's listening address.
-func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+func (g *Gateway) Addr() string { return g.addr.String() }
 
 // AdminAddr is the admin listener's address ("" when off).
 func (g *Gateway) AdminAddr() string {
@@ -293,6 +321,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.ln != nil {
 		g.ln.Close()
 	}
+	g.drainLoops(false)
 	// Wake connections waiting for their next request; busy ones close
 	// after their current response.
 	g.connMu.Lock()
@@ -320,6 +349,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-fastDone:
 	case <-ctx.Done():
 		err = fmt.Errorf("gateway: drain: %w", ctx.Err())
+		g.drainLoops(true)
 		g.connMu.Lock()
 		for cc := range g.conns {
 			cc.c.Close()
@@ -330,6 +360,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.connMu.Unlock()
 		<-fastDone
 	}
+	g.stopLoops(true)
 	<-slowDone
 	if g.slow != nil {
 		g.slow.Close()
@@ -356,6 +387,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	g.poolMu.Unlock()
 	g.rt.Load().closeLimiters(nil)
+	if g.accessW != nil {
+		g.accessW.close() // the lines of the drain are written before Shutdown returns
+	}
 	if err == nil && slowErr != nil {
 		err = fmt.Errorf("gateway: drain: %w", slowErr)
 	}

@@ -18,6 +18,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
 	retryDenied *prometheus.CounterVec
+	logDropped  prometheus.Counter
 	queued      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	waiting     *prometheus.GaugeVec
@@ -49,6 +50,10 @@ func newMetrics(targets func() []*upstream) *metrics {
 			Name: "fulcrum_gateway_retries_denied_total",
 			Help: "Retries the retry budget refused, by upstream.",
 		}, []string{"upstream"}),
+		logDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fulcrum_gateway_access_log_dropped_total",
+			Help: "Access lines dropped because the log's writer fell behind by more than its buffer.",
+		}),
 		queued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fulcrum_gateway_queue_waits_total",
 			Help: "Requests that waited for capacity, by upstream and outcome (served, timeout, client_gone).",
@@ -87,7 +92,7 @@ func newMetrics(targets func() []*upstream) *metrics {
 		Name: "fulcrum_gateway_split_requests_total",
 		Help: "Requests a route's weighted split sent to each side, by route (its index in the file) and upstream; the side's statuses are in fulcrum_gateway_requests_total.",
 	}, []string{"route", "upstream"})
-	m.own = []prometheus.Collector{m.splitPicks, m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
+	m.own = []prometheus.Collector{m.logDropped, m.splitPicks, m.rateLimited, m.rateDropped, m.waiting, m.ejections, m.discovery, m.requests, m.duration, m.retries, m.retryDenied, m.queued, m.queueWait, m.checks,
 		&targetCollector{targets: targets}}
 	m.reg.MustRegister(m.own...)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

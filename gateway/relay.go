@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"strconv"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
@@ -27,6 +28,32 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, s
 			return false, false, &h1.WriteError{Err: err}
 		}
 	}
+	cc.scr2 = writeResponseHead(bw, res, ops, cc.rid, closeClient, cc.scr2)
+	_, _ = uc.br.Discard(res.Size)
+	upKeep = !res.Close
+	switch {
+	case noBody:
+	case res.Chunked:
+		err = h1.CopyChunked(bw, uc.br)
+	case res.ContentLength >= 0:
+		err = h1.CopyN(bw, uc.br, res.ContentLength)
+	default:
+		err = h1.CopyEOF(bw, uc.br)
+		upKeep = false
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return !closeClient, upKeep, nil
+}
+
+// writeResponseHead writes a target's response head for the client:
+// hop-by-hop fields and X-Accel-Buffering dropped, the route's
+// response_headers applied, an X-Request-Id added when the target sent
+// none, Connection: close when the client connection ends. Both the
+// goroutine path and the event loop write heads here; scr is scratch
+// space, returned for reuse.
+func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid []byte, closeClient bool, scr []byte) []byte {
 	bw.Write(res.StatusLine)
 	bw.WriteString("\r\n")
 	hasRID := false
@@ -49,34 +76,19 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, s
 		bw.WriteString("\r\n")
 	}
 	if ops != nil {
-		cc.scr2 = ops.appendTo(cc.scr2[:0])
-		bw.Write(cc.scr2)
+		scr = ops.appendTo(scr[:0])
+		bw.Write(scr)
 	}
 	if !hasRID {
 		bw.WriteString("X-Request-Id: ")
-		bw.Write(cc.rid)
+		bw.Write(rid)
 		bw.WriteString("\r\n")
 	}
 	if closeClient {
 		bw.WriteString("Connection: close\r\n")
 	}
 	bw.WriteString("\r\n")
-	_, _ = uc.br.Discard(res.Size)
-	upKeep = !res.Close
-	switch {
-	case noBody:
-	case res.Chunked:
-		err = h1.CopyChunked(bw, uc.br)
-	case res.ContentLength >= 0:
-		err = h1.CopyN(bw, uc.br, res.ContentLength)
-	default:
-		err = h1.CopyEOF(bw, uc.br)
-		upKeep = false
-	}
-	if err != nil {
-		return false, false, err
-	}
-	return !closeClient, upKeep, nil
+	return scr
 }
 
 // streams reports whether a response must reach the client as it comes:
@@ -123,7 +135,15 @@ func (cc *clientConn) skipBody(n int64) bool {
 // local writes a response the gateway makes itself. It reports whether
 // the connection can stay open.
 func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte) bool {
-	b := cc.scr[:0]
+	cc.scr = appendLocal(cc.scr[:0], code, body, closeConn, cc.rid, extra)
+	_, _ = cc.bw.Write(cc.scr)
+	return cc.flushOut() == nil && !closeConn
+}
+
+// appendLocal appends a response the gateway makes itself (a refusal, a
+// 404, a redirect, a 429, a 502/503/504 with its reason), for both the
+// goroutine path and the event loop.
+func appendLocal(b []byte, code int, body string, closeConn bool, rid, extra []byte) []byte {
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(code), 10)
 	b = append(b, ' ')
@@ -135,9 +155,9 @@ func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte)
 	b = append(b, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n"...)
-	if len(cc.rid) > 0 {
+	if len(rid) > 0 {
 		b = append(b, "X-Request-Id: "...)
-		b = append(b, cc.rid...)
+		b = append(b, rid...)
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, extra...)
@@ -145,8 +165,5 @@ func (cc *clientConn) local(code int, body string, closeConn bool, extra []byte)
 		b = append(b, "Connection: close\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	b = append(b, body...)
-	cc.scr = b
-	_, _ = cc.bw.Write(b)
-	return cc.flushOut() == nil && !closeConn
+	return append(b, body...)
 }

@@ -90,7 +90,7 @@ func inFlight(g *Gateway) int64 {
 func openConns(g *Gateway) int {
 	g.connMu.Lock()
 	defer g.connMu.Unlock()
-	return len(g.conns)
+	return len(g.conns) + int(g.loopConns.Load())
 }
 
 // readResponse reads one response off c and returns its status and a

@@ -31,6 +31,10 @@ type Config struct {
 	TLS *TLS `yaml:"tls"`
 	// H2C accepts unencrypted HTTP/2 (prior knowledge) beside HTTP/1.1.
 	H2C bool `yaml:"h2c"`
+	// EventLoop serves cleartext HTTP/1.1 on one epoll event loop per
+	// core (Linux; default true). false: a goroutine per connection
+	// everywhere. Read at start: changing it takes a restart.
+	EventLoop *bool `yaml:"event_loop"`
 	// Admin is the admin API's listener.
 	Admin Admin `yaml:"admin"`
 	// AccessLog configures the structured access log.
@@ -52,6 +56,9 @@ type Config struct {
 	// Routes map requests to upstreams; the first match wins.
 	Routes []Route `yaml:"routes"`
 }
+
+// EventLoopOn is EventLoop with its default (on).
+func (c *Config) EventLoopOn() bool { return c.EventLoop == nil || *c.EventLoop }
 
 // TLS names the certificate and key files.
 type TLS struct {

@@ -205,3 +205,49 @@ func TestDechunk(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkScan feeds chunked bodies to ChunkScan in every split, as the
+// event loop receives them, and expects the end found at the same byte
+// CopyChunked stops at.
+func TestChunkScan(t *testing.T) {
+	bodies := []string{
+		"0\r\n\r\n",
+		"5\r\nhello\r\n0\r\n\r\n",
+		"3;ext=1\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nX-Trailer: yes\r\n\r\n",
+		"1\nx\n0\n\n",
+	}
+	for _, body := range bodies {
+		whole := body + "NEXT"
+		for split := 0; split <= len(whole); split++ {
+			var s ChunkScan
+			s.Reset()
+			n1, done, err := s.Scan([]byte(whole[:split]))
+			if err != nil {
+				t.Fatalf("%q split %d: %v", body, split, err)
+			}
+			total := n1
+			if !done {
+				n2, done2, err := s.Scan([]byte(whole[split:]))
+				if err != nil || !done2 {
+					t.Fatalf("%q split %d: done=%v err=%v", body, split, done2, err)
+				}
+				total += n2
+			}
+			if total != len(body) {
+				t.Fatalf("%q split %d: body ends at %d, want %d", body, split, total, len(body))
+			}
+		}
+	}
+	for _, bad := range []string{"zz\r\n", "5\r\nhelloXX\r\n", "-1\r\n"} {
+		var s ChunkScan
+		s.Reset()
+		if _, _, err := s.Scan([]byte(bad)); err == nil {
+			t.Fatalf("%q: no error", bad)
+		}
+	}
+	var s ChunkScan
+	s.Reset()
+	if _, _, err := s.Scan(bytes.Repeat([]byte("1"), maxChunkLine+1)); err == nil {
+		t.Fatal("an endless size line: no error")
+	}
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package gateway
+
+import (
+	"errors"
+	"net"
+)
+
+// The event loop is Linux's (loop_linux.go); elsewhere every connection
+// takes the goroutine path.
+type evloop struct{}
+
+func (g *Gateway) loopServes() bool { return false }
+
+func (g *Gateway) listenLoops(string) (net.Addr, error) {
+	return nil, errors.New("event loop: Linux only")
+}
+
+func (g *Gateway) drainLoops(bool) {}
+func (g *Gateway) stopLoops(bool)  {}
