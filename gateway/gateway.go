@@ -256,6 +256,7 @@ func (g *Gateway) Start() error {
 			g.acceptLoop(g.ln)
 		}()
 	}
+	g.runLoops()
 	g.log.Info("gateway listening", "listen", g.addr.String(), "admin", g.AdminAddr(), "event_loops", len(g.loops))
 	return nil
 }
@@ -265,7 +266,7 @@ func (g *Gateway) closeListeners() {
 	if g.ln != nil {
 		g.ln.Close()
 	}
-	g.stopLoops(true)
+	g.closeLoops() // not running yet
 }
 
 // Addr is the proxy's listening address.

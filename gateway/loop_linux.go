@@ -199,10 +199,7 @@ func (g *Gateway) listenLoops(addr string) (net.Addr, error) {
 	for i := range n {
 		l, err := newEvloop(g, family, sa)
 		if err != nil {
-			for _, l := range g.loops {
-				l.closeFDs()
-			}
-			g.loops = nil
+			g.closeLoops()
 			return nil, err
 		}
 		if i == 0 {
@@ -214,9 +211,6 @@ func (g *Gateway) listenLoops(addr string) (net.Addr, error) {
 			sa = got
 		}
 		g.loops = append(g.loops, l)
-	}
-	for _, l := range g.loops {
-		go l.loop()
 	}
 	switch s := sa.(type) {
 	case *unix.SockaddrInet4:
@@ -395,12 +389,23 @@ func (l *evloop) accept() {
 			cc.ip = netip.AddrFrom16(a.Addr).Unmap().AppendTo(cc.ip)
 		}
 		c.q.reset(cfg)
-		if err := l.register(c); err != nil {
+		// Counted under connMu, as newClientConn does: Shutdown takes it
+		// after it sets draining, so no Add comes after its Wait began.
+		l.g.connMu.Lock()
+		if l.g.draining.Load() {
+			l.g.connMu.Unlock()
 			_ = unix.Close(fd)
 			l.freeConn(c)
 			continue
 		}
 		l.g.connWG.Add(1)
+		l.g.connMu.Unlock()
+		if err := l.register(c); err != nil {
+			_ = unix.Close(fd)
+			l.g.connWG.Done()
+			l.freeConn(c)
+			continue
+		}
 		l.g.loopConns.Add(1)
 		c.state, c.fresh = csHead, true
 		l.wheel.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
@@ -1189,7 +1194,15 @@ func (l *evloop) drive(c *lconn) {
 		return
 	}
 	if c.q.pending() {
-		if progressed || c.tkind != tmSend {
+		// The send timeout bounds a client that holds something up: the
+		// end of its exchange, or a target read at its pace past the
+		// buffers. While the queue takes the target's bytes, the target
+		// goes on and the client's pace does not matter yet.
+		if c.state == csRelay && c.q.room() > 0 {
+			if c.tkind == tmSend {
+				l.wheel.disarm(c)
+			}
+		} else if progressed || c.tkind != tmSend {
 			l.wheel.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
 		}
 		return
@@ -1441,7 +1454,23 @@ func (l *evloop) shutdown() {
 	l.closeFDs()
 }
 
-// stopLoops drains the loops (kill: closing every connection), or ends
+// closeLoops closes loops that never ran.
+func (g *Gateway) closeLoops() {
+	for _, l := range g.loops {
+		l.closeFDs()
+	}
+	g.loops = nil
+}
+
+// runLoops starts the loops listenLoops made, once everything they hand
+// over to (the goroutine path, net/http) is ready.
+func (g *Gateway) runLoops() {
+	for _, l := range g.loops {
+		go l.loop()
+	}
+}
+
+// drainLoops drains the loops (kill: closing every connection), or ends
 // them (exit).
 func (g *Gateway) drainLoops(kill bool) {
 	for _, l := range g.loops {
@@ -1453,6 +1482,7 @@ func (g *Gateway) drainLoops(kill bool) {
 	}
 }
 
+// stopLoops ends the loops, closing whatever they still hold.
 func (g *Gateway) stopLoops(wait bool) {
 	for _, l := range g.loops {
 		l.post(func(l *evloop) { l.exit = true })
