@@ -1,10 +1,13 @@
 # The README's commands. `make test` is what CI runs (.ci/run), after `make vet`.
+# The gateway's tests run twice: on the event loop (Linux's default) and
+# on the goroutine path (FULCRUM_GATEWAY_EVENT_LOOP=off).
 GO ?= go
 
 .PHONY: test build demo vet
 
 test:
 	$(GO) test -race -count=1 ./...
+	FULCRUM_GATEWAY_EVENT_LOOP=off $(GO) test -race -count=1 ./gateway/
 	cd bench && $(GO) test -race -count=1 ./...
 
 build:

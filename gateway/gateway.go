@@ -269,6 +269,10 @@ func (g *Gateway) closeListeners() {
 	g.closeLoops() // not running yet
 }
 
+// EventLoops is how many event loops own the listener (0: the goroutine
+// path serves every connection).
+func (g *Gateway) EventLoops() int { return len(g.loops) }
+
 // Addr is the proxy's listening address.
 func (g *Gateway) Addr() string { return g.addr.String() }
 
@@ -522,6 +526,9 @@ func restartOnly(a, b *config.Config) error {
 	}
 	if a.H2C != b.H2C {
 		diff = append(diff, "h2c")
+	}
+	if a.EventLoopOn() != b.EventLoopOn() {
+		diff = append(diff, "event_loop")
 	}
 	if a.AccessLog.On() != b.AccessLog.On() || a.AccessLog.Format != b.AccessLog.Format || a.AccessLog.Path != b.AccessLog.Path {
 		diff = append(diff, "access_log")
