@@ -9,10 +9,10 @@
 #   FULCRUM_BEFORE=/tmp/fulcrum-old ONLY="fulcrum before" bench/proxy/run.sh
 #                                      # a before/after row: another fulcrum
 #                                      # binary, same config, same rounds
-#   ONLY="nginx fulcrum gnet epoll" BASE=nginx COUNTS=1 bench/proxy/run.sh
-#                                      # the event-loop prototypes
-#                                      # (bench/proxy/evloop) beside them, with
-#                                      # syscalls and context switches per request
+#   ONLY="fulcrum goroutines nginx haproxy" BASE=nginx COUNTS=1 bench/proxy/run.sh
+#                                      # the gateway on its event loop and on its
+#                                      # goroutine path, with syscalls and context
+#                                      # switches per request
 #   PROTO=tls bench/proxy/run.sh       # HTTP/1.1 over TLS (wrk https, keep-alive)
 #   PROTO=h2 bench/proxy/run.sh        # HTTP/2 over TLS (h2load -cCONNS -mSTREAMS -tTHREADS)
 #
@@ -31,10 +31,8 @@
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
 # (one event loop, as the proxy's share of a 2-core box shared with wrk and
 # the upstreams is about one core); stdproxy = httputil.ReverseProxy;
-# gnet and epoll (only when named in ONLY) = the event-loop prototypes of
-# bench/proxy/evloop, one loop per core; epoll-np = the epoll one with its
-# idle loops parked in Go's netpoller (-wait netpoll) instead of blocked in
-# epoll_wait.
+# goroutines = the same binary with its event loop off
+# (FULCRUM_GATEWAY_EVENT_LOOP=off: a goroutine per connection).
 #
 # COUNTS=1 adds two columns: context switches per request (voluntary +
 # nonvoluntary, summed over the proxy's threads and child processes from
@@ -69,7 +67,7 @@ tls | h2) ONLY=${ONLY:-"fulcrum nginx haproxy"} scheme=https ;;
 esac
 if [ "$PROTO" != http ]; then
 	for p in $ONLY; do
-		case $p in fulcrum | fulcrum-1p | before | nginx | haproxy) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
+		case $p in fulcrum | fulcrum-1p | before | goroutines | nginx | haproxy) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
 	done
 fi
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
@@ -131,16 +129,12 @@ export PATH=$PATH:/usr/sbin
 echo "building fulcrum and stdproxy" >&2
 (cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
 (cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
-for p in gnet epoll; do
-	if wants $p || { [ $p = epoll ] && wants epoll-np; }; then (cd "$root/bench" && go build -o "$work/$p" ./proxy/evloop/$p); fi
-done
 
 port_of() {
 	local p
 	case $1 in
-	direct) p=19001 ;; fulcrum | fulcrum-1p | before) p=18080 ;; nginx) p=18081 ;;
+	direct) p=19001 ;; fulcrum | fulcrum-1p | before | goroutines) p=18080 ;; nginx) p=18081 ;;
 	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;;
-	epoll) p=18085 ;; gnet) p=18086 ;; epoll-np) p=18087 ;;
 	esac
 	echo $((p + PORT_OFFSET))
 }
@@ -262,8 +256,7 @@ start() {
 	haproxy) "${pin[@]}" haproxy -f "$work/haproxy-run.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
 	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen "127.0.0.1:$(port_of stdproxy)" -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
-	gnet | epoll) "${pin[@]}" "${gmp[@]}" "$work/$1" -listen "127.0.0.1:$(port_of "$1")" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
-	epoll-np) "${pin[@]}" "${gmp[@]}" "$work/epoll" -wait netpoll -listen "127.0.0.1:$(port_of epoll-np)" -targets $U1,$U2,$U3 -loops "$n" >"$work/$1.log" 2>&1 & ;;
+	goroutines) "${pin[@]}" "${gmp[@]}" env FULCRUM_GATEWAY_EVENT_LOOP=off "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/goroutines.log" 2>&1 & ;;
 	esac
 	cur=$!
 	for _ in $(seq 100); do
