@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net/url"
 	"strconv"
 	"time"
 
@@ -75,7 +76,13 @@ func (g *Gateway) Routes() []RouteView {
 			}
 		}
 		if r.limit != nil {
-			v.RateLimit = &RateLimitView{RateLimit: r.limit.cfg, Limited: r.limit.limited.Load()}
+			rl := r.limit.cfg
+			// The Redis URL may carry a password; the admin API shows
+			// where, not how to log in.
+			if u, err := url.Parse(rl.Shared); err == nil && rl.Shared != "" {
+				rl.Shared = u.Redacted()
+			}
+			v.RateLimit = &RateLimitView{RateLimit: rl, Limited: r.limit.limited.Load()}
 		}
 		switch {
 		case rc.StripPrefix:

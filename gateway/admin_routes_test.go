@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/fulcrum-lb/fulcrum/gateway"
@@ -48,5 +49,19 @@ routes:
 	}
 	if v2.Upstream != "v2" || v2.UpstreamResponses != v2.Requests || v2.UpstreamErrors != v2.Requests {
 		t.Errorf("failing side: %+v (its backend answered %d, all 500)", v2, bs[1].hits.Load())
+	}
+}
+
+// GET /routes names a shared rate limit's Redis without its password.
+func TestAdminRoutesHidesRedisPassword(t *testing.T) {
+	bs := backends(t, 1)
+	g := start(t, base+`upstreams:
+  v1: {targets: [{url: "`+bs[0].url()+`"}]}
+routes:
+  - {match: {path: /login}, upstream: v1, rate_limit: {per_second: 1, shared: "redis://app:s3cret@127.0.0.1:1/0"}}
+`)
+	body := get(t, client(), "http://"+g.AdminAddr()+"/routes").body
+	if strings.Contains(body, "s3cret") || !strings.Contains(body, "redis://app:xxxxx@127.0.0.1:1/0") {
+		t.Errorf("GET /routes shows the shared limit as:\n%s", body)
 	}
 }
