@@ -43,7 +43,7 @@ function rateLimit(rl) {
   if (!rl) return '–';
   // The shared limiter's URL may carry a password: say only that it is shared.
   return [h('div', {}, `${rl.per_second}/s, burst ${rl.burst} per ${rl.key || 'client_ip'}${rl.shared ? ' · shared' : ''}`),
-    h('div', { class: 'small limited' }, `${rl.limited} answered 429`)];
+    h('div', { class: 'small limited' + (rl.limited > 0 ? ' some' : '') }, `${rl.limited} answered 429`)];
 }
 
 const pct = (n, d) => (d > 0 ? (100 * n / d) : 0);
@@ -63,7 +63,9 @@ function sidesTable(r, now) {
     const restErr = rest.reduce((a, o) => a + o.upstream_errors, 0);
     const restResp = rest.reduce((a, o) => a + o.upstream_responses, 0);
     const errPct = pct(s.upstream_errors, s.upstream_responses);
-    const worse = s.upstream_errors > 0 && errPct > pct(restErr, restResp);
+    // Only a side this route sends requests to is compared: the counts
+    // are its upstream's, from every route that reaches it.
+    const worse = s.requests > 0 && s.upstream_errors > 0 && errPct > pct(restErr, restResp);
     const ramping = s.ramp && s.ramp_percent < 100;
     return h('tr', { class: 'side' + (worse ? ' worse' : ''), dataset: { route: r.index, upstream: s.upstream, worse: String(worse) } },
       h('td', { class: 'mono' }, s.upstream),
@@ -79,7 +81,7 @@ function sidesTable(r, now) {
           h('span', { class: 'responses' }, s.upstream_responses), h('b', { class: 'errpct' }, ` · ${errPct.toFixed(1)}%`))));
   });
   return h('table', { class: 'sides' },
-    h('thead', {}, h('tr', {}, ['side', 'share now', 'ramp', 'requests', 'upstream 5xx'].map((c) => h('th', {}, c)))),
+    h('thead', {}, h('tr', {}, ['side', 'share now', 'ramp', 'requests', 'upstream\'s 5xx, all routes'].map((c) => h('th', {}, c)))),
     h('tbody', {}, rows));
 }
 
