@@ -13,12 +13,13 @@ import (
 // nothing). Everything in the process but the gateway is allocation-free
 // and as cheap as it gets (raw keep-alive clients, an upstream answering
 // from fixed buffers), so the process's CPU time and allocations per
-// request are the gateway's, plus a constant.
+// request are the gateway's plus a constant, which "direct" measures.
 //
 //	go test -run XXX -bench RouteFeatures -count 5 ./gateway/
 //
-// Sub-benchmarks: "none" (one upstream, no routes: what every gateway
-// before issue 39 ran), "unused" (routes.yaml's kind of table: a
+// Sub-benchmarks: "direct" (no gateway: the clients straight to the
+// upstream, the constant in the others' figures), "none" (one upstream,
+// no routes: what every gateway before issue 39 ran), "unused" (routes.yaml's kind of table: a
 // rate-limited login, a stripped /api/ prefix with header changes, a
 // rewrite, a redirect, a tester header, a keyed split; the request falls
 // through all of them to a plain prefix route), and "used" (the request
@@ -119,18 +120,22 @@ func BenchmarkRouteFeatures(b *testing.B) {
 		name, routes string
 		req          []byte
 	}{
+		{"direct", "", plain},
 		{"none", "", plain},
 		{"unused", routeFeatures, plain},
 		{"used", routeFeatures, api},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			g := start(b, routeCostConfig(costUpstream(b), bc.routes))
+			addr := costUpstream(b)
+			if bc.name != "direct" { // direct: the clients and the upstream alone, the constant to subtract
+				addr = start(b, routeCostConfig(addr, bc.routes)).Addr()
+			}
 			b.SetParallelism(4) // 4 x GOMAXPROCS keep-alive connections
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu := cpuNow()
 			b.RunParallel(func(pb *testing.PB) {
-				c, err := net.Dial("tcp", g.Addr())
+				c, err := net.Dial("tcp", addr)
 				if err != nil {
 					b.Error(err)
 					return
