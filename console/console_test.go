@@ -37,7 +37,7 @@ func TestHandlerServesEmbeddedPages(t *testing.T) {
 	}
 	for path, typ := range map[string]string{
 		"/ui/app.js": "text/javascript", "/ui/api.js": "text/javascript", "/ui/ui.js": "text/javascript",
-		"/ui/gateway.js": "text/javascript", "/ui/flow.js": "text/javascript", "/ui/supervisor.js": "text/javascript",
+		"/ui/gateway.js": "text/javascript", "/ui/routes.js": "text/javascript", "/ui/flow.js": "text/javascript", "/ui/supervisor.js": "text/javascript",
 		"/ui/style.css": "text/css", "/ui/favicon.svg": "image/svg+xml",
 	} {
 		resp, body := serve(h, "GET", path)

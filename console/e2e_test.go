@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +183,96 @@ func TestConsoleGateway(t *testing.T) {
 	if tv := target(addrs[0]); tv.Requests == 0 {
 		t.Errorf("target %s kept no requests across the page's change: %+v", addrs[0], tv)
 	}
+}
+
+// A gateway whose routes table has a rate-limited login, a split with a
+// ramping side and a 70/30 split to a canary that answers every 4th
+// request with a 500: the page shows the routes, both sides' requests,
+// the canary's 5xx against the stable side's none, and, once the traffic
+// stops, the gateway's own counts.
+func TestConsoleGatewayRoutes(t *testing.T) {
+	b := needBrowser(t)
+	ups, err := demo.StartAll([]string{"127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { demo.CloseAll(ups) })
+	var n atomic.Int64
+	canary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%4 == 0 {
+			http.Error(w, "canary broke", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "v2")
+	}))
+	t.Cleanup(canary.Close)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`listen: 127.0.0.1:0
+admin: {listen: 127.0.0.1:0, token: %s}
+access_log: {enabled: false}
+upstreams:
+  v1: {targets: [{url: "http://%s"}]}
+  v2: {targets: [{url: "%s"}]}
+routes:
+  - match: {path: /login, methods: [POST]}
+    upstream: v1
+    rate_limit: {key: client_ip, per_second: 1, burst: 5}
+  - match: {path_prefix: /next/}
+    split: [{upstream: v1, weight: 90}, {upstream: v2, weight: 10, ramp: 1h}]
+    split_key: header:X-User
+  - match: {path_prefix: /}
+    split: [{upstream: v1, weight: 70}, {upstream: v2, weight: 30}]
+    response_headers: {set: {Cache-Control: no-store}}
+`, adminToken, ups[0].Addr, canary.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+	})
+	stop := traffic(t, "http://"+g.Addr()+"/")
+	defer stop()
+	type counts struct {
+		Requests  int64 `json:"requests"`
+		Errors    int64 `json:"errors"`
+		Responses int64 `json:"responses"`
+	}
+	b.run(t, "routes", map[string]any{"url": "http://" + g.AdminAddr(), "token": adminToken, "limited": 0, "ramp": 1, "split": 2},
+		map[string]func([]byte) (any, error){
+			// The counts the page must show once the traffic stops: the
+			// last responses are counted when their relays end, just
+			// after the client has them, so wait for those.
+			"stop-traffic": func([]byte) (any, error) {
+				stop()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					out := map[string]counts{}
+					settled := true
+					for _, s := range g.Routes()[2].Split {
+						out[s.Upstream] = counts{s.Requests, s.UpstreamErrors, s.UpstreamResponses}
+						settled = settled && s.UpstreamResponses == s.Requests
+					}
+					if settled {
+						if out["v2"].Errors == 0 || out["v1"].Errors != 0 {
+							return nil, fmt.Errorf("the canary should have failed and v1 not: %+v", out)
+						}
+						return out, nil
+					}
+					if time.Now().After(deadline) {
+						return nil, fmt.Errorf("responses never caught up with the split's requests: %+v", out)
+					}
+					time.Sleep(10 * time.Millisecond) // polling a counter, bounded above
+				}
+			},
+		})
 }
 
 // traffic sends requests until stopped, so the sparklines have something

@@ -4,7 +4,7 @@
 // a browser cannot (kill a target, create a task, stop a worker) and then
 // checks the actions' effects on the components themselves.
 //
-//   node run.mjs gateway|flow|supervisor
+//   node run.mjs gateway|routes|flow|supervisor|demo
 import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -81,6 +81,38 @@ const scenarios = {
     await control('check-disabled', { addr: other });
     log('disabled through the page:', other);
     await shot('gateway');
+  },
+
+  // A gateway with a 70/30 split whose v2 answers every 4th request with
+  // a 500: the routes card shows both sides counting, v2's 5xx against
+  // v1's none, a ramping side's progress and a rate limit; once the
+  // traffic stops, exactly the gateway's counts.
+  async routes() {
+    allow401 = true;
+    await page.goto(env.url + '/ui/');
+    await page.waitForSelector('#banner[data-kind="refused"]');
+    await useToken(env.token);
+    const side = (route, up) => `#routes tr.side[data-route="${route}"][data-upstream="${up}"]`;
+    const [v1, v2] = [side(env.split, 'v1'), side(env.split, 'v2')];
+    await page.waitForSelector(v1);
+    await page.waitForSelector('#banner[data-kind="refused"]', { state: 'hidden' });
+    allow401 = false;
+    await page.waitForFunction((sels) => sels.every((s) => Number(document.querySelector(s + ' .requests')?.textContent) > 0), [v1, v2]);
+    log('both sides of the split counting requests');
+    await page.waitForSelector(`${v2}[data-worse="true"]`);
+    if (await page.textContent(`${v1} .errors`) !== '0') throw new Error('the healthy side shows 5xx answers');
+    log('the canary\'s 5xx shown against the healthy side\'s none');
+    await page.waitForSelector(`${side(env.ramp, 'v2')} td.ramp .bar`);
+    await page.waitForSelector(`#routes tr.route[data-route="${env.limited}"] .limited`);
+    log('a ramping side and a rate limit shown');
+    await shot('gateway-routes');
+
+    const want = await control('stop-traffic');
+    await page.waitForFunction(([want, sel]) => Object.entries(want).every(([up, w]) => {
+      const row = document.querySelector(sel.replace('UP', up));
+      return row && ['requests', 'errors', 'responses'].every((k) => Number(row.querySelector('.' + k).textContent) === w[k]);
+    }), [want, side(env.split, 'UP')]);
+    log('the page shows the gateway\'s counts:', JSON.stringify(want));
   },
 
   async flow() {

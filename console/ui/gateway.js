@@ -2,6 +2,7 @@
 import { get, post, token, ApiError } from './api.js';
 import { h, spark, bar, History, Rate, ago, poll, replace } from './ui.js';
 import { showError, clearError } from './app.js';
+import { start as startRoutes } from './routes.js';
 
 const hist = new History(60);
 const rates = new Rate();
@@ -60,7 +61,9 @@ function targetRow(up, t, now, p) {
 
 export function start(main) {
   const body = h('div', { id: 'upstreams' }, h('p', { class: 'muted' }, 'loading…'));
-  replace(main, h('h1', {}, 'Gateway'), body);
+  const routes = h('section', { class: 'card', id: 'routes' });
+  replace(main, h('h1', {}, 'Gateway'), body, routes);
+  startRoutes(routes);
   let editing = false; // while a weight is being typed, keep the table still
   main.addEventListener('focusin', (e) => { editing = e.target.classList.contains('weight'); });
   main.addEventListener('focusout', () => { editing = false; });
