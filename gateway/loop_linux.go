@@ -1303,13 +1303,16 @@ func (l *evloop) closeClient(c *lconn) {
 		c.cancel = nil
 	}
 	switch state {
-	case csExchange:
+	case csDial, csExchange:
+		// The pick ends as the client's side, not the target's (judge
+		// answers errClientGone without a retry).
+		wrote := false
 		if u != nil {
 			u.peer = nil
-			wrote := u.wrote
+			wrote = u.wrote
 			l.closeUp(u)
-			_, _, _ = c.up.judge(l.g, &c.rq, &c.a, 0, wrote, errClientGone)
 		}
+		_, _, _ = c.up.judge(l.g, &c.rq, &c.a, 0, wrote, errClientGone)
 	case csRelay:
 		if u != nil {
 			u.peer = nil
