@@ -119,12 +119,12 @@ func (h *slowHandler) serveOwn(sw *statusWriter, w http.ResponseWriter, r *http.
 	up.finish(g, &res, end, targetErr)
 	res.t.m.dur.Observe(end.Sub(sr.rq.start).Seconds())
 	if targetErr == nil && rerr == nil {
+		// No Flush after it: the handler's return ends the response, and
+		// over HTTP/2 a flush here would send the body's DATA frame and
+		// then an empty one to end the stream (two frames, often two
+		// writes) where the return sends one.
 		x.sp.now = end
-		if x.sp.drain() == nil {
-			if fl, ok := w.(http.Flusher); ok {
-				fl.Flush()
-			}
-		}
+		_ = x.sp.drain()
 	}
 	x.sp.drop()
 	x.sp.c = nil
