@@ -607,7 +607,7 @@ func (l *evloop) startRequest(c *lconn, head []byte) bool {
 	}
 	c.rq = request{up: up, start: start, tried: cc.tried[:0]}
 	if up.usesKey {
-		c.rq.key = cc.hashKey(up)
+		c.rq.key = requestKey((*h1View)(r), up.cfg.Key, up.keyLower, cc.clientIP)
 	}
 	idem := isIdempotent(r.Method)
 	c.stream = streamPath(cfg.Buffering.StreamPaths, r.URI)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
 )
 
@@ -61,37 +62,26 @@ func (rt *liveConfig) routeHTTP(r *http.Request) *route {
 	return rt.match([]byte(host), []byte(r.URL.Path), (*httpView)(r))
 }
 
-// hashKey extracts the request's hash key as configured.
-func (cc *clientConn) hashKey(up *upstream) string {
-	r := &cc.req
-	k := up.cfg.Key
+// requestKey is a request's key as k names it (an upstream's hash_key, a
+// route's split_key), read one way on every transport (the event loop,
+// the goroutine path, net/http's): the raw path and query as the client
+// sent them, a header's first value (lower is its name in lower case), a
+// cookie. A client keeps its target and its split side whichever
+// protocol it speaks. clientIP is called only for client_ip.
+func requestKey(v reqView, k config.HashKey, lower string, clientIP func() string) string {
 	switch k.Kind {
 	case "client_ip":
-		return cc.clientIP()
+		return clientIP()
 	case "path":
-		p := r.URI
-		if i := bytes.IndexByte(p, '?'); i >= 0 {
-			p = p[:i]
-		}
-		return string(p)
+		return string(v.path())
 	case "header":
-		for _, h := range r.Headers {
-			if len(h.Name) == len(k.Name) && eqFoldStr(h.Name, k.Name) {
-				return string(h.Value)
-			}
-		}
+		b, _ := v.header(lower)
+		return string(b)
 	case "cookie":
-		for _, h := range r.Headers {
-			if len(h.Name) == 6 && h1.EqFold(h.Name, "cookie") {
-				if v, ok := cookieValue(h.Value, k.Name); ok {
-					return v
-				}
-			}
-		}
+		c, _ := v.cookie(k.Name)
+		return c
 	case "query":
-		if i := bytes.IndexByte(r.URI, '?'); i >= 0 {
-			return queryValue(string(r.URI[i+1:]), k.Name)
-		}
+		return queryValue(string(v.rawQuery()), k.Name)
 	}
 	return ""
 }
@@ -160,24 +150,4 @@ func slowClientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return h
-}
-
-// slowHashKey is hashKey for a net/http request.
-func slowHashKey(r *http.Request, up *upstream) string {
-	k := up.cfg.Key
-	switch k.Kind {
-	case "client_ip":
-		return slowClientIP(r)
-	case "path":
-		return r.URL.Path
-	case "header":
-		return r.Header.Get(k.Name)
-	case "cookie":
-		if c, err := r.Cookie(k.Name); err == nil {
-			return c.Value
-		}
-	case "query":
-		return r.URL.Query().Get(k.Name)
-	}
-	return ""
 }

@@ -79,6 +79,7 @@ type reqView interface {
 	header(lowerName string) ([]byte, bool) // the first value
 	cookie(name string) (string, bool)
 	rawQuery() []byte
+	path() []byte // the target's path as sent, without the query
 }
 
 // router holds the compiled routes of one configuration.
@@ -210,19 +211,8 @@ func (r *route) upstream(q reqView, clientIP func() string) *upstream {
 		return r.up
 	}
 	sp := r.split
-	key, keyed := "", true
-	switch sp.key.Kind {
-	case "":
-		keyed = false
-	case "client_ip":
-		key = clientIP()
-	case "header":
-		v, _ := q.header(sp.lkey)
-		key = string(v)
-	case "cookie":
-		key, _ = q.cookie(sp.key.Name)
-	}
-	return sp.choose(key, keyed, time.Now())
+	keyed := sp.key.Kind != ""
+	return sp.choose(requestKey(q, sp.key, sp.lkey, clientIP), keyed, time.Now())
 }
 
 // routeTarget names what a route sends to, for metrics: its upstream, or
@@ -427,6 +417,13 @@ func (v *h1View) rawQuery() []byte {
 	return nil
 }
 
+func (v *h1View) path() []byte {
+	if i := bytes.IndexByte(v.URI, '?'); i >= 0 {
+		return v.URI[:i]
+	}
+	return v.URI
+}
+
 // httpView is a net/http request as the router reads it.
 type httpView http.Request
 
@@ -449,3 +446,5 @@ func (v *httpView) cookie(name string) (string, bool) {
 }
 
 func (v *httpView) rawQuery() []byte { return []byte(v.URL.RawQuery) }
+
+func (v *httpView) path() []byte { return []byte(v.URL.EscapedPath()) }

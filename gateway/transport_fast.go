@@ -81,7 +81,7 @@ func (cc *clientConn) serveOne() bool {
 	}
 	rq := request{up: up, start: start, tried: cc.tried[:0]}
 	if up.usesKey {
-		rq.key = cc.hashKey(up)
+		rq.key = requestKey((*h1View)(r), up.cfg.Key, up.keyLower, cc.clientIP)
 	}
 	idem := isIdempotent(r.Method)
 	stream := streamPath(cfg.Buffering.StreamPaths, r.URI)

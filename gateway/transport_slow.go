@@ -203,7 +203,7 @@ func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sr.rq = request{up: up, start: start}
 	if up.usesKey {
-		sr.rq.key = slowHashKey(r, up)
+		sr.rq.key = requestKey((*httpView)(r), up.cfg.Key, up.keyLower, func() string { return slowClientIP(r) })
 	}
 	sr.buffered = r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
 	isUpgrade := r.Header.Get("Upgrade") != ""

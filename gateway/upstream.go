@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
@@ -26,6 +27,7 @@ type upstream struct {
 	cfg      *config.Upstream
 	bal      *balance.Balancer
 	usesKey  bool
+	keyLower string    // hash_key's header name in lower case, as reqView.header takes it
 	statuses [600]bool // statuses that are retried and count as failures
 	budget   budget
 	targets  atomic.Pointer[map[string]*target]
@@ -152,6 +154,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 			u.bal = b
 		}
 		u.usesKey = u.bal.UsesKey() // compute a request's key only for strategies that use it
+		u.keyLower = strings.ToLower(uc.Key.Name)
 		rt.ups[name] = u
 		rt.order = append(rt.order, u)
 	}
