@@ -28,6 +28,7 @@ type options struct {
 	fulcrum  string
 	verbose  bool
 	rounds   int
+	gateways int // fleet size overriding the scenario's (0: the scenario's)
 	variants variants
 }
 
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
+	flag.IntVar(&o.gateways, "gateways", 0, "fleet mode: run this many instances of every contender but the oracle, the load spread evenly across them (overrides the scenario's gateways)")
 	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings and, after a '|', queue fields: NAME=SETTINGS[|QUEUE], e.g. 'probe1=probe_interval: 1' or 'lifo=|lifo_after: 100ms' (repeatable)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,6 +82,12 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	sc, err := LoadScenario(o.scenario)
 	if err != nil {
 		return nil, err
+	}
+	if o.gateways != 0 {
+		sc.Gateways = o.gateways
+		if err := sc.Validate(); err != nil {
+			return nil, fmt.Errorf("-gateways: %w", err)
+		}
 	}
 	if o.short {
 		total := sc.Load.Warmup.D() + sc.Load.Duration.D()
@@ -114,8 +122,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			fmt.Fprintln(w, "warning: the gateway contenders will be skipped:", err)
 		}
 	}
-	fmt.Fprintf(w, "scenario %s: %d providers, %d connections, warm-up %v, measured %v, theoretical max %.0f\n",
-		sc.Name, len(sc.Providers), sc.Load.Connections, sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
+	fmt.Fprintf(w, "scenario %s: %d providers, %s, %d gateway(s) per contender, warm-up %v, measured %v, theoretical max %.0f\n",
+		sc.Name, len(sc.Providers), loadWords(sc.Load), sc.fleet(), sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
 	rep, err := runAll(ctx, sc, o.short, o.rounds, cs, only, env)
 	if err != nil {
 		return rep, err
@@ -152,6 +160,19 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 // timelineRow is the contender whose per-target timeline is drawn: the
 // learner, in process (the gateway's limits are not visible from outside).
 const timelineRow = "library capacity (learned)"
+
+// loadWords says what the load is: so many connections, or open-loop
+// arrivals at the stages' rates.
+func loadWords(l Load) string {
+	if !l.open() {
+		return fmt.Sprintf("%d connections", l.Connections)
+	}
+	var rs []string
+	for _, r := range l.Rate {
+		rs = append(rs, fmt.Sprintf("%g/s from %v", r.RPS, r.At.D()))
+	}
+	return "open-loop arrivals " + strings.Join(rs, ", ") + fmt.Sprintf(" (timeout %v)", l.timeout())
+}
 
 func needsGateway(cs []contender, only *regexp.Regexp) bool {
 	for _, c := range cs {
