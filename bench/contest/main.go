@@ -28,7 +28,8 @@ type options struct {
 	fulcrum  string
 	verbose  bool
 	rounds   int
-	gateways int // fleet size overriding the scenario's (0: the scenario's)
+	gateways int           // fleet size overriding the scenario's (0: the scenario's)
+	compress time.Duration // with short: each contender's run, warm-up included (0: shortRun)
 	variants variants
 }
 
@@ -63,6 +64,7 @@ func main() {
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
+	flag.DurationVar(&o.compress, "compress", 0, "compress the scenario's timeline to this long per contender, warm-up included (a longer -short; implies it)")
 	flag.IntVar(&o.gateways, "gateways", 0, "fleet mode: run this many instances of every contender but the oracle, the load spread evenly across them (overrides the scenario's gateways)")
 	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings and, after a '|', queue fields: NAME=SETTINGS[|QUEUE], e.g. 'probe1=probe_interval: 1' or 'lifo=|lifo_after: 100ms' (repeatable)")
 	flag.Parse()
@@ -89,10 +91,18 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			return nil, fmt.Errorf("-gateways: %w", err)
 		}
 	}
-	if o.short {
+	if o.compress < 0 {
+		return nil, fmt.Errorf("-compress: %v is negative", o.compress)
+	}
+	if o.short || o.compress > 0 {
+		o.short = true
+		to := shortRun
+		if o.compress > 0 {
+			to = o.compress
+		}
 		total := sc.Load.Warmup.D() + sc.Load.Duration.D()
-		if total > shortRun {
-			sc = sc.Scaled(float64(shortRun) / float64(total))
+		if total > to {
+			sc = sc.Scaled(float64(to) / float64(total))
 		}
 	}
 	var only *regexp.Regexp
