@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,7 +104,8 @@ providers:
 	rep, err := run(ctx, options{
 		scenario: scen,
 		out:      out,
-		only:     `^(library capacity \(learned\)|oracle|failsafe-go|kratos|caddy least_conn)`,
+		only:     `^(fulcrum capacity \(learned\)|library capacity \(learned\)|oracle|failsafe-go|kratos|caddy least_conn)`,
+		fulcrum:  testFulcrum(t),
 	}, &log)
 	t.Log("\n" + log.String())
 	if err != nil {
@@ -145,7 +147,7 @@ providers:
 			t.Errorf("%s: no split of 2 targets between 2 gateways: %+v", name, r.FleetSplit)
 		}
 	}
-	for _, name := range []string{"kratos p2c", "oracle: library capacity (stage permits)"} {
+	for _, name := range []string{"kratos p2c", "oracle: library capacity (stage permits)", "fulcrum capacity (learned)"} {
 		if _, ok := ran[name]; !ok {
 			t.Errorf("%s did not run", name)
 		}
@@ -163,4 +165,33 @@ providers:
 			t.Errorf("tiny.json: %s's configuration is %q", r.Contender, r.Config)
 		}
 	}
+}
+
+var (
+	fulcrumOnce sync.Once
+	fulcrumDir  string
+	fulcrumBin  string
+	fulcrumErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fulcrumDir != "" {
+		os.RemoveAll(fulcrumDir)
+	}
+	os.Exit(code)
+}
+
+// testFulcrum builds the fulcrum binary once for the tests that run the
+// gateway.
+func testFulcrum(t *testing.T) string {
+	fulcrumOnce.Do(func() {
+		if fulcrumDir, fulcrumErr = os.MkdirTemp("", "contest-test-"); fulcrumErr == nil {
+			fulcrumBin, fulcrumErr = buildFulcrum(fulcrumDir)
+		}
+	})
+	if fulcrumErr != nil {
+		t.Fatal(fulcrumErr)
+	}
+	return fulcrumBin
 }

@@ -65,7 +65,8 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 		var b strings.Builder
 		// No access log: the peers run with theirs off (nginx's
 		// access_log off; HAProxy logs nothing without a log line).
-		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
+		// No admin API: a fleet's gateways would all want its port.
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin: {listen: \"off\"}\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
 		if settings != "" {
 			fmt.Fprintf(&b, "    strategy_settings: {%s}\n", settings)
 		}
