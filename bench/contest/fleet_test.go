@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -194,4 +195,82 @@ func testFulcrum(t *testing.T) string {
 		t.Fatal(fulcrumErr)
 	}
 	return fulcrumBin
+}
+
+// TestProviderFaults: a faulty stage answers 500 or 503 at once, or
+// never (only the client's timeout ends the request).
+func TestProviderFaults(t *testing.T) {
+	sc := mustScenario(t, `
+load: {connections: 1, duration: 1s}
+providers:
+  - {name: e500, stages: [{at: 0s, fault: "500"}]}
+  - {name: e503, stages: [{at: 0s, fault: "503"}]}
+  - {name: hole, stages: [{at: 0s, fault: blackhole}]}
+`)
+	ps, err := startProviders(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	ps.Reset(time.Now())
+	client := &http.Client{Timeout: 200 * time.Millisecond}
+	for i, want := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable} {
+		resp, err := client.Get(ps.URLs()[i] + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Providers[i].Name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s answered %d, want %d", sc.Providers[i].Name, resp.StatusCode, want)
+		}
+	}
+	_, err = client.Get(ps.URLs()[2] + "/")
+	var ne interface{ Timeout() bool }
+	if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("black hole: %v, want the client's timeout", err)
+	}
+	if got := sc.TheoreticalMax(); got != 0 {
+		t.Errorf("faulty providers serve nothing, theoretical max %v", got)
+	}
+}
+
+// TestFleetSplitMeasures: the split says how far apart the gateways'
+// limits on a target are, and when their sum settled near the permits.
+func TestFleetSplitMeasures(t *testing.T) {
+	sc := mustScenario(t, `
+load: {connections: 10, warmup: 1s, duration: 2s}
+providers:
+  - {name: a, stages: [{at: 0s, permits: 30, avg_rtt: 10ms}, {at: 2s, permits: 60, avg_rtt: 10ms}]}
+`)
+	// Two gateways, sampled every 100 ms from 0 to 3 s: 10 and 20 until
+	// the change at 2 s, then both climb by 5 a sample to 30 (sum 60).
+	var a, b Timeline
+	for i := range 30 {
+		at := float64(i) / 10
+		la, lb := int64(10), int64(20)
+		if at >= 2 {
+			k := int64(i-20) + 1
+			la, lb = min(10+5*k, 30), min(20+5*k, 30)
+		}
+		for _, x := range []struct {
+			tl *Timeline
+			v  int64
+		}{{&a, la}, {&b, lb}} {
+			x.tl.Targets = []string{"a"}
+			x.tl.T = append(x.tl.T, at)
+			x.tl.Limit = append(x.tl.Limit, []int64{x.v})
+		}
+	}
+	fs := fleetSplit(sc, []*Timeline{&a, &b})
+	if fs == nil || len(fs.Share) != 1 || len(fs.Share[0]) != 2 {
+		t.Fatalf("split %+v", fs)
+	}
+	if fs.Share[0][0] >= fs.Share[0][1] || fs.MaxOverMin <= 1 {
+		t.Errorf("gateway b held more of the target than a: share %v, max/min %v", fs.Share[0], fs.MaxOverMin)
+	}
+	// The sum is 15+25 = 40 at 2.0 s, under 45 (60 less 25 %), and
+	// 20+30 = 50 at 2.1 s: settled 0.1 s after the change, and stays.
+	if fs.Settled != 1 || fs.Unsettled != 0 || fs.SettleMedianS < 0.05 || fs.SettleMedianS > 0.15 {
+		t.Errorf("settled %d, unsettled %d, in %v s; want once, in 0.1 s", fs.Settled, fs.Unsettled, fs.SettleMedianS)
+	}
 }
