@@ -33,6 +33,7 @@ func TestShortContest(t *testing.T) {
 		short:    true,
 		out:      out,
 		only:     `^(library capacity|fulcrum capacity \(learned\)|nginx round robin|haproxy leastconn|caddy least_conn)`,
+		fulcrum:  testFulcrum(t),
 	}, &log)
 	t.Log("\n" + log.String())
 	if err != nil {

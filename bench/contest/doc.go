@@ -6,7 +6,7 @@
 // stage's mean, or at once with 503 when no permit is free; permits and mean
 // latency change in stages. A closed-loop load generator keeps N connections
 // busy through each contender (Fulcrum's strategies in process and through
-// the fulcrum gateway binary, nginx, HAProxy, Caddy) in turn, against the
+// the fulcrum gateway binary, nginx, HAProxy, Caddy, failsafe-go, Kratos) in turn, against the
 // same providers, and scores the successes of the measured phase as a share
 // of the scenario's theoretical maximum and of the oracle's (the library
 // forwarder told each stage's permits). Every contender draws the same
@@ -39,7 +39,24 @@
 // the permits wait in its queue, so many milliseconds a success, and
 // what that wait, spread evenly, does to the p99 against a sprayer's.
 //
-//	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short] [-out out/]
+// A stage may instead give a fault: fast 500s or 503s (no permit, no
+// wait: a latency-only picker takes them for a fast provider) or a black
+// hole (accepted, never answered). The load may be open-loop instead:
+// Poisson arrivals at a rate given in stages, the same arrivals for every
+// contender; a request unanswered within load.timeout counts as an error
+// (closed loop too). The learning peers run in the same library
+// forwarder as Fulcrum's library rows, so only the pick differs:
+// failsafe-go's adaptivelimiter, one per target with a least-loaded pick
+// (with and without its queueing), and Kratos' p2c; each record carries
+// its contender's configuration (the peers' config files, the libraries'
+// settings). Fleet mode (gateways: N, or -gateways N) runs N instances
+// of every contender but the oracle, which stays one global yardstick,
+// the connections or arrivals spread evenly across them; static
+// per-target limits are divided by N, and the learned rows say how
+// evenly their gateways split each target and how soon the summed limits
+// settled after a change (FleetSplit).
+//
+//	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short | -compress 8s] [-gateways 3] [-out out/]
 //
 // The scenario file format (see scenario.go) is a contract: any file in it
 // runs, and a bad one is refused with the field named.

@@ -65,7 +65,8 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 		var b strings.Builder
 		// No access log: the peers run with theirs off (nginx's
 		// access_log off; HAProxy logs nothing without a log line).
-		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
+		// No admin API: a fleet's gateways would all want its port.
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin: {listen: \"off\"}\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
 		if settings != "" {
 			fmt.Fprintf(&b, "    strategy_settings: {%s}\n", settings)
 		}
@@ -73,7 +74,8 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 		for i, u := range env.urls {
 			mc := 0
 			if configured {
-				mc = env.sc.Providers[i].Stages[0].Permits
+				// A static limit, divided between the fleet's gateways.
+				mc = env.perGateway(env.sc.Providers[i].Stages[0].Permits)
 			}
 			if mc > 0 {
 				fmt.Fprintf(&b, "      - {url: %q, weight: 1, max_concurrency: %d}\n", u, mc)
@@ -118,9 +120,12 @@ func contenders() []contender {
 		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "", "")})
 	}
 	cs = append(cs,
-		contender{Name: "library capacity (learned)", Kind: "library", start: libraryContender("capacity", learned)},
+		contender{Name: "library capacity (learned)", Kind: "library", Learns: true, start: libraryContender("capacity", learned)},
 		contender{Name: "library capacity (configured)", Kind: "library", start: libraryContender("capacity", configured)},
 		contender{Name: "oracle: library capacity (stage permits)", Kind: "oracle", start: libraryContender("capacity", oracle)},
+	)
+	cs = append(cs, peerLibraries()...)
+	cs = append(cs,
 		contender{Name: "nginx round robin", Kind: "peer", Needs: "nginx", start: nginxContender("")},
 		contender{Name: "nginx least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("least_conn;")},
 		contender{Name: "nginx random two least_conn", Kind: "peer", Needs: "nginx", start: nginxContender("random two least_conn;")},

@@ -14,41 +14,54 @@ import (
 )
 
 // forwarder is the "library" contender: the smallest HTTP forwarder around
-// a balance.Balancer (Wait, a pooled transport, a retry on 503), so the
-// strategies can be measured without the gateway's own costs.
+// a picker (a balance.Balancer, or a peer library), with a pooled
+// transport and one retry on 503 to another target, so the strategies can
+// be measured without the gateway's own costs.
 type forwarder struct {
-	b        *balance.Balancer
+	p        picker
 	client   *http.Client
-	maxWait  time.Duration
 	attempts int
+}
+
+// picker is what the forwarder asks for a target.
+type picker interface {
+	// pick chooses a target not in tried (the keys of earlier picks),
+	// waiting where the picker queues. balance.ErrNoneAvailable says
+	// every target was excluded; any other error refuses the request.
+	pick(ctx context.Context, tried []any) (picked, error)
+}
+
+// picked is one pick: the target's URL, a key to exclude it with, and
+// done, told how the request went (nil, balance.ErrRejected for a 503 or
+// 429, errUpstream5xx for another 5xx, or the transport's error).
+type picked struct {
+	addr string
+	key  any
+	done func(err error)
 }
 
 var errUpstream5xx = errors.New("upstream 5xx")
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var tried []*balance.Endpoint
+	var tried []any
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(r.Context(), f.maxWait)
-		p, err := f.b.Wait(ctx, balance.PickInfo{Exclude: tried})
-		cancel()
+		p, err := f.p.pick(r.Context(), tried)
 		if errors.Is(err, balance.ErrNoneAvailable) && len(tried) > 0 {
 			// Every target tried: try them all again.
 			tried = tried[:0]
-			ctx, cancel = context.WithTimeout(r.Context(), f.maxWait)
-			p, err = f.b.Wait(ctx, balance.PickInfo{})
-			cancel()
+			p, err = f.p.pick(r.Context(), nil)
 		}
 		if err != nil {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "no capacity: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, p.Addr()+r.URL.RequestURI(), nil)
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, p.addr+r.URL.RequestURI(), nil)
 		resp, err := f.client.Do(req)
 		if err != nil {
-			p.Done(err)
+			p.done(err)
 			if attempt < f.attempts && r.Context().Err() == nil {
-				tried = append(tried, p.Endpoint())
+				tried = append(tried, p.key)
 				continue
 			}
 			http.Error(w, err.Error(), http.StatusBadGateway)
@@ -57,9 +70,9 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			p.Done(balance.ErrRejected)
+			p.done(balance.ErrRejected)
 			if attempt < f.attempts {
-				tried = append(tried, p.Endpoint())
+				tried = append(tried, p.key)
 				continue
 			}
 			w.WriteHeader(resp.StatusCode)
@@ -74,8 +87,58 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err == nil && resp.StatusCode >= 500 {
 			err = errUpstream5xx
 		}
-		p.Done(err)
+		p.done(err)
 		return
+	}
+}
+
+// balancePicker picks with a balance.Balancer, waiting up to maxWait in
+// its queue.
+type balancePicker struct {
+	b       *balance.Balancer
+	maxWait time.Duration
+}
+
+func (bp balancePicker) pick(ctx context.Context, tried []any) (picked, error) {
+	var ex []*balance.Endpoint
+	for _, k := range tried {
+		ex = append(ex, k.(*balance.Endpoint))
+	}
+	ctx, cancel := context.WithTimeout(ctx, bp.maxWait)
+	defer cancel()
+	p, err := bp.b.Wait(ctx, balance.PickInfo{Exclude: ex})
+	if err != nil {
+		return picked{}, err
+	}
+	return picked{addr: p.Addr(), key: p.Endpoint(), done: p.Done}, nil
+}
+
+// serveForwarder serves f on a loopback port and returns its URL and a
+// function that stops it.
+func serveForwarder(f *forwarder, tr *http.Transport) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = srv.Close()
+		tr.CloseIdleConnections()
+	}
+	return "http://" + ln.Addr().String() + "/", stop, nil
+}
+
+// newTransport is the forwarders' pooled transport to the providers.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
 	}
 }
 
@@ -98,7 +161,11 @@ func libraryContender(strategy string, mode limitMode) starter {
 		var targets []balance.Target
 		for i, u := range env.urls {
 			t := balance.Target{Addr: u, Weight: 1}
-			if mode != learned {
+			switch mode {
+			case configured:
+				// A static limit, divided between the fleet's gateways.
+				t.MaxConcurrency = env.perGateway(max(1, env.sc.Providers[i].Stages[0].Permits))
+			case oracle:
 				t.MaxConcurrency = max(1, env.sc.Providers[i].Stages[0].Permits)
 			}
 			targets = append(targets, t)
@@ -106,19 +173,12 @@ func libraryContender(strategy string, mode limitMode) starter {
 		if err := b.Update(targets); err != nil {
 			return "", nil, err
 		}
-		tr := &http.Transport{
-			MaxIdleConns:        4096,
-			MaxIdleConnsPerHost: 4096,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		}
-		f := &forwarder{b: b, client: &http.Client{Transport: tr}, maxWait: 5 * time.Second, attempts: 2}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		tr := newTransport()
+		f := &forwarder{p: balancePicker{b: b, maxWait: 5 * time.Second}, client: &http.Client{Transport: tr}, attempts: 2}
+		url, stopServer, err := serveForwarder(f, tr)
 		if err != nil {
 			return "", nil, err
 		}
-		srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
 		done := make(chan struct{})
 		if mode == oracle {
 			go followStages(env, b, targets, done)
@@ -127,17 +187,13 @@ func libraryContender(strategy string, mode limitMode) starter {
 		traced := make(chan struct{})
 		go func() {
 			defer close(traced)
-			traceLimits(env, b, tl, done)
+			traceLimits(env, balanceLimits(b), tl, done)
 		}()
 		stop := func() {
 			close(done)
 			<-traced
-			env.timeline = tl
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			_ = srv.Close()
-			tr.CloseIdleConnections()
+			env.timelines = append(env.timelines, tl)
+			stopServer()
 			if env.verbose {
 				for _, s := range b.Endpoints() {
 					fmt.Fprintf(env.log, "    %s limit=%d in-flight=%d requests=%d failures=%d avg=%v\n",
@@ -145,7 +201,18 @@ func libraryContender(strategy string, mode limitMode) starter {
 				}
 			}
 		}
-		return "http://" + ln.Addr().String() + "/", stop, nil
+		return url, stop, nil
+	}
+}
+
+// balanceLimits samples a balancer's per-target limits and picks in
+// flight for traceLimits.
+func balanceLimits(b *balance.Balancer) func() (lim, in []int64) {
+	return func() (lim, in []int64) {
+		for _, s := range b.Endpoints() {
+			lim, in = append(lim, s.Limit), append(in, s.InFlight)
+		}
+		return lim, in
 	}
 }
 
@@ -167,7 +234,7 @@ const timelineEvery = 100 * time.Millisecond
 // traceLimits samples each target's limit and in-flight into tl every
 // timelineEvery of the measured run, and with -v prints every fifth
 // sample, to watch the learner follow the stages.
-func traceLimits(env *runEnv, b *balance.Balancer, tl *Timeline, done chan struct{}) {
+func traceLimits(env *runEnv, sample func() (lim, in []int64), tl *Timeline, done chan struct{}) {
 	select {
 	case <-env.started:
 	case <-done:
@@ -188,13 +255,13 @@ func traceLimits(env *runEnv, b *balance.Balancer, tl *Timeline, done chan struc
 		if at > env.sc.Load.Warmup.D()+env.sc.Load.Duration.D() {
 			return
 		}
-		eps := b.Endpoints()
-		lim, per, in := make([]int64, len(eps)), make([]int, len(eps)), make([]int64, len(eps))
+		lim, in := sample()
+		per := make([]int, len(lim))
 		line := fmt.Sprintf("    %5.1fs", at.Seconds())
-		for i, s := range eps {
+		for i := range lim {
 			st := env.sc.Providers[i].stageAt(at)
-			lim[i], per[i], in[i] = s.Limit, st.Permits, s.InFlight
-			line += fmt.Sprintf("  %s %d/%d (in %d, %v)", env.sc.Providers[i].Name, s.Limit, st.Permits, s.InFlight, s.AvgLatency.Round(time.Millisecond))
+			per[i] = st.capacity()
+			line += fmt.Sprintf("  %s %d/%d (in %d)", env.sc.Providers[i].Name, lim[i], per[i], in[i])
 		}
 		tl.T = append(tl.T, at.Seconds())
 		tl.Limit, tl.Permits, tl.InFlight = append(tl.Limit, lim), append(tl.Permits, per), append(tl.InFlight, in)
@@ -220,7 +287,7 @@ func followStages(env *runEnv, b *balance.Balancer, targets []balance.Target, do
 		}
 		ts := append([]balance.Target(nil), targets...)
 		for i := range ts {
-			ts[i].MaxConcurrency = max(1, env.sc.Providers[i].stageAt(at).Permits)
+			ts[i].MaxConcurrency = max(1, env.sc.Providers[i].stageAt(at).capacity())
 		}
 		_ = b.Update(ts)
 	}

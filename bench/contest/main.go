@@ -28,6 +28,8 @@ type options struct {
 	fulcrum  string
 	verbose  bool
 	rounds   int
+	gateways int           // fleet size overriding the scenario's (0: the scenario's)
+	compress time.Duration // with short: each contender's run, warm-up included (0: shortRun)
 	variants variants
 }
 
@@ -62,6 +64,8 @@ func main() {
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
 	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
+	flag.DurationVar(&o.compress, "compress", 0, "compress the scenario's timeline to this long per contender, warm-up included (a longer -short; implies it)")
+	flag.IntVar(&o.gateways, "gateways", 0, "fleet mode: run this many instances of every contender but the oracle, the load spread evenly across them (overrides the scenario's gateways)")
 	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings and, after a '|', queue fields: NAME=SETTINGS[|QUEUE], e.g. 'probe1=probe_interval: 1' or 'lifo=|lifo_after: 100ms' (repeatable)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -81,10 +85,24 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.short {
+	if o.gateways != 0 {
+		sc.Gateways = o.gateways
+		if err := sc.Validate(); err != nil {
+			return nil, fmt.Errorf("-gateways: %w", err)
+		}
+	}
+	if o.compress < 0 {
+		return nil, fmt.Errorf("-compress: %v is negative", o.compress)
+	}
+	if o.short || o.compress > 0 {
+		o.short = true
+		to := shortRun
+		if o.compress > 0 {
+			to = o.compress
+		}
 		total := sc.Load.Warmup.D() + sc.Load.Duration.D()
-		if total > shortRun {
-			sc = sc.Scaled(float64(shortRun) / float64(total))
+		if total > to {
+			sc = sc.Scaled(float64(to) / float64(total))
 		}
 	}
 	var only *regexp.Regexp
@@ -114,8 +132,8 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 			fmt.Fprintln(w, "warning: the gateway contenders will be skipped:", err)
 		}
 	}
-	fmt.Fprintf(w, "scenario %s: %d providers, %d connections, warm-up %v, measured %v, theoretical max %.0f\n",
-		sc.Name, len(sc.Providers), sc.Load.Connections, sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
+	fmt.Fprintf(w, "scenario %s: %d providers, %s, %d gateway(s) per contender, warm-up %v, measured %v, theoretical max %.0f\n",
+		sc.Name, len(sc.Providers), loadWords(sc.Load), sc.fleet(), sc.Load.Warmup.D(), sc.Load.Duration.D(), sc.TheoreticalMax())
 	rep, err := runAll(ctx, sc, o.short, o.rounds, cs, only, env)
 	if err != nil {
 		return rep, err
@@ -152,6 +170,19 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 // timelineRow is the contender whose per-target timeline is drawn: the
 // learner, in process (the gateway's limits are not visible from outside).
 const timelineRow = "library capacity (learned)"
+
+// loadWords says what the load is: so many connections, or open-loop
+// arrivals at the stages' rates.
+func loadWords(l Load) string {
+	if !l.open() {
+		return fmt.Sprintf("%d connections", l.Connections)
+	}
+	var rs []string
+	for _, r := range l.Rate {
+		rs = append(rs, fmt.Sprintf("%g/s from %v", r.RPS, r.At.D()))
+	}
+	return "open-loop arrivals " + strings.Join(rs, ", ") + fmt.Sprintf(" (timeout %v)", l.timeout())
+}
 
 func needsGateway(cs []contender, only *regexp.Regexp) bool {
 	for _, c := range cs {

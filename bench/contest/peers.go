@@ -153,6 +153,15 @@ func processContender(bin string, mk func(dir string, port int, urls []string) (
 }
 
 func startProcess(env *runEnv, dir string, port int, path string, args, extraEnv []string) (string, func(), error) {
+	// The configuration written into dir goes into the result JSON (the
+	// first instance's: a fleet's differ only in their ports).
+	if env.config == "" {
+		if fs, _ := os.ReadDir(dir); len(fs) > 0 {
+			if b, err := os.ReadFile(filepath.Join(dir, fs[0].Name())); err == nil {
+				env.config = string(b)
+			}
+		}
+	}
 	logf, err := os.Create(filepath.Join(dir, "output.log"))
 	if err != nil {
 		return "", nil, err

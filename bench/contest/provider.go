@@ -148,7 +148,7 @@ func (ps *providers) Shares(at time.Time, conns int) (idle, busy float64) {
 	if permitNs > 0 {
 		idle = idleNs / permitNs
 	}
-	if span > 0 {
+	if span > 0 && conns > 0 {
 		busy = heldNs / (span * float64(conns))
 	}
 	return idle, busy
@@ -227,7 +227,7 @@ func (p *provider) account(now, delta int64) {
 		switch {
 		case at < p.warmup || at >= p.end:
 		case p.overloaded(at):
-			permits := int64(p.spec.stageAt(at).Permits)
+			permits := int64(p.spec.stageAt(at).capacity())
 			p.idleNs += float64(max(permits-p.holding, 0)) * el
 			p.permitNs += float64(permits) * el
 		default:
@@ -272,6 +272,25 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Duration(time.Now().UnixNano() - p.start.Load())
 	si := p.spec.stageIndex(at)
 	st := p.spec.Stages[si]
+	switch st.Fault {
+	case "500", "503":
+		// A fast failure: no permit, no wait.
+		p.rejected.Add(1)
+		w.Header().Set("Content-Length", "5")
+		if st.Fault == "500" {
+			w.WriteHeader(http.StatusInternalServerError)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = w.Write([]byte("fault"))
+		return
+	case "blackhole":
+		// Accepted and never answered: only the client's (or the
+		// balancer's) timeout ends it.
+		p.rejected.Add(1)
+		<-r.Context().Done()
+		return
+	}
 	for {
 		b := p.busy.Load()
 		if b >= int64(st.Permits) {

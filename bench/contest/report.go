@@ -13,8 +13,8 @@ import (
 
 // printTable writes the results table.
 func printTable(w io.Writer, rep *Report) {
-	fmt.Fprintf(w, "\nscenario %s%s: %d connections, theoretical max %.0f successes in %v (best of %d)\n",
-		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], rep.Scenario.Load.Connections,
+	fmt.Fprintf(w, "\nscenario %s%s: %s, %d gateway(s) per contender, theoretical max %.0f successes in %v (best of %d)\n",
+		rep.Scenario.Name, map[bool]string{true: " (short)"}[rep.Short], loadWords(rep.Scenario.Load), rep.Scenario.fleet(),
 		rep.TheoreticalMax, rep.Scenario.Load.Duration.D(), rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "contender\tsuccesses\tof max\tof oracle\terrors\tp50 ms\tp99 ms\tp999 ms\tvs best peer\tidle permits\tbusy conns\t")
@@ -31,6 +31,25 @@ func printTable(w io.Writer, rep *Report) {
 	if q := queueingLine(rep); q != "" {
 		fmt.Fprintln(w, q)
 	}
+	for _, l := range fleetLines(rep) {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// fleetLines say, for each row whose gateways learned limits in fleet
+// mode, how evenly they split the targets and how soon they settled.
+func fleetLines(rep *Report) []string {
+	var out []string
+	for _, r := range rep.Records {
+		f := r.FleetSplit
+		if f == nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("fleet of %d, %s: one gateway's mean limit on a target at most %.2fx another's; "+
+			"after %d changes the summed limits came within ±%.0f%% of the permits in %.1f s (median; max %.1f s), %d never did",
+			r.Gateways, r.Contender, f.MaxOverMin, f.Settled+f.Unsettled, 100*settleBand, f.SettleMedianS, f.SettleMaxS, f.Unsettled))
+	}
+	return out
 }
 
 // queueingLine says what the scenario forces on a queue
@@ -86,6 +105,9 @@ func markdownTable(rep *Report) string {
 	}
 	if q := queueingLine(rep); q != "" {
 		b.WriteString("\n" + q + ".\n")
+	}
+	for _, l := range fleetLines(rep) {
+		b.WriteString("\n" + l + ".\n")
 	}
 	return b.String()
 }

@@ -20,7 +20,13 @@ type contender struct {
 	Kind string // "fulcrum" (gateway binary), "library" (in process) or "peer"
 	// Needs names the binary the contender runs ("" for in-process ones).
 	Needs string
-	start starter
+	// Config says how the contender is configured (the library peers:
+	// the settings their documentation recommends), for the result JSON.
+	Config string
+	// Learns says the contender learns its per-target limits, so in
+	// fleet mode the record says how its gateways split them.
+	Learns bool
+	start  starter
 }
 
 // runEnv is what a contender gets to start.
@@ -36,9 +42,22 @@ type runEnv struct {
 	// at start; the oracle follows the stages from there.
 	started chan struct{}
 	start   time.Time
-	// timeline is what a library contender sampled of its targets' limits
-	// during its run (nil for the others); runOne moves it to the record.
-	timeline *Timeline
+	// gateways is how many instances of the contender run (fleet mode;
+	// 1 otherwise): static per-target limits are divided by it.
+	gateways int
+	// config is the configuration a process contender was started with
+	// (for the result JSON).
+	config string
+	// timelines are what each instance of a library contender sampled of
+	// its targets' limits during its run (none for the others); runOne
+	// moves them to the record.
+	timelines []*Timeline
+}
+
+// perGateway divides a per-target limit between the fleet's gateways, as
+// a user of a static limit would configure each of them (at least 1).
+func (env *runEnv) perGateway(limit int) int {
+	return max(1, limit/max(env.gateways, 1))
 }
 
 // Record is one contender's result, one JSON record each.
@@ -70,15 +89,22 @@ type Record struct {
 	OverrunUs float64   `json:"service_overrun_us"`
 	PerSecond []float64 `json:"per_second"`
 	Timeline  *Timeline `json:"timeline,omitempty"` // library rows: each target's limit against its permits
-	Skipped   string    `json:"skipped,omitempty"`
-	LoadAvg   string    `json:"loadavg_after,omitempty"` // the machine's load when the row ended
-	Rounds    int       `json:"rounds,omitempty"`        // runs this record is the best of
+	// Fleet mode: how many instances ran, each instance's timeline
+	// (library rows), and how the learned limits split each target.
+	Gateways       int         `json:"gateways,omitempty"`
+	FleetTimelines []*Timeline `json:"fleet_timelines,omitempty"`
+	FleetSplit     *FleetSplit `json:"fleet_split,omitempty"`
+	Config         string      `json:"config,omitempty"`
+	Skipped        string      `json:"skipped,omitempty"`
+	LoadAvg        string      `json:"loadavg_after,omitempty"` // the machine's load when the row ended
+	Rounds         int         `json:"rounds,omitempty"`        // runs this record is the best of
 }
 
 // Report is a whole run.
 type Report struct {
 	Scenario       *Scenario `json:"scenario"`
 	Short          bool      `json:"short"`
+	Gateways       int       `json:"gateways"`
 	TheoreticalMax float64   `json:"theoretical_max"`
 	MaxPerSecond   []float64 `json:"max_per_second"`
 	Started        time.Time `json:"started"`
@@ -105,7 +131,7 @@ func runAll(ctx context.Context, sc *Scenario, short bool, rounds int, cs []cont
 	env.sc, env.urls = sc, ps.URLs()
 	rep := &Report{
 		Scenario: sc, Short: short, TheoreticalMax: sc.TheoreticalMax(), MaxPerSecond: sc.MaxSeries(),
-		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), Rounds: max(rounds, 1),
+		Started: time.Now(), CPUs: runtime.NumCPU(), LoadAvg: loadAvg(), Rounds: max(rounds, 1), Gateways: sc.fleet(),
 		Queueing: sc.ForcedWait(),
 	}
 	var sel []contender
@@ -155,7 +181,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	if ctx.Err() != nil {
 		return Record{}, ctx.Err()
 	}
-	rec := Record{Contender: c.Name, Kind: c.Kind}
+	rec := Record{Contender: c.Name, Kind: c.Kind, Config: c.Config}
 	if c.Needs != "" {
 		if _, err := lookPath(c.Needs); err != nil {
 			rec.Skipped = c.Needs + " is not installed (apt-get install -y " + c.Needs + ", or run with -install)"
@@ -166,15 +192,37 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	if !ps.Idle(10 * time.Second) {
 		fmt.Fprintf(env.log, "warning: providers still busy from the previous contender\n")
 	}
-	env.started, env.timeline = make(chan struct{}), nil
-	url, stop, err := c.start(ctx, env)
-	if err == nil {
-		err = waitReady(ctx, url, 15*time.Second)
-		if err != nil {
-			stop()
+	env.started, env.timelines, env.config = make(chan struct{}), nil, ""
+	// Fleet mode: n instances, each its own process or forwarder, all in
+	// front of the same providers. The oracle stays one: it knows every
+	// permit, so it is the fleet's yardstick, not a member of it.
+	n := rep.Scenario.fleet()
+	if c.Kind == "oracle" {
+		n = 1
+	}
+	env.gateways = n
+	var urls []string
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
 		}
 	}
+	var err error
+	for range n {
+		var url string
+		var s func()
+		if url, s, err = c.start(ctx, env); err != nil {
+			break
+		}
+		stops = append(stops, s)
+		if err = waitReady(ctx, url, 15*time.Second); err != nil {
+			break
+		}
+		urls = append(urls, url)
+	}
 	if err != nil {
+		stop()
 		rec.Skipped = "did not start: " + err.Error()
 		fmt.Fprintf(env.log, "%-34s skipped: %s\n", c.Name, rec.Skipped)
 		return rec, nil
@@ -183,7 +231,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	ps.Reset(start)
 	env.start = start
 	close(env.started)
-	res := runLoad(ctx, url, rep.Scenario.Load, start)
+	res := runLoad(ctx, urls, rep.Scenario.Load, rep.Scenario.Seed, start)
 	rec.IdlePermits, rec.BusyConns = ps.Shares(time.Now(), rep.Scenario.Load.Connections)
 	rec.DrawMean = ps.DrawMean()
 	rec.OverrunUs = float64(ps.Overrun()) / 1e3
@@ -196,8 +244,20 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	rec.Share = float64(res.Successes) / rep.TheoreticalMax
 	rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
 	rec.PerSecond = res.PerSecond
-	rec.Timeline = env.timeline
+	if len(env.timelines) > 0 {
+		rec.Timeline = env.timelines[0]
+	}
+	if n > 1 {
+		rec.Gateways = n
+		rec.FleetTimelines = env.timelines
+		if c.Learns {
+			rec.FleetSplit = fleetSplit(rep.Scenario, env.timelines)
+		}
+	}
 	rec.LoadAvg = loadAvg()
+	if rec.Config == "" {
+		rec.Config = env.config
+	}
 	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  overrun %.0f µs  (providers rejected %d; load %s)\n",
 		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.OverrunUs, rec.ProviderRejected, rec.LoadAvg)
 	return rec, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,8 +20,11 @@ import (
 //
 //	name: contest            # optional; defaults to the file name
 //	seed: 42                 # optional; seeds the providers' random delays
+//	gateways: 1              # optional; N instances of each contender (fleet mode)
 //	load:
-//	  connections: 160       # closed-loop connections
+//	  connections: 160       # closed-loop connections, or instead:
+//	  # rate: [{at: 0s, rps: 800}, {at: 6s, rps: 2000}]   # open-loop arrivals a second
+//	  timeout: 2s            # optional (default 30s): unanswered by then is an error
 //	  warmup: 2s             # not scored
 //	  duration: 30s          # scored
 //	providers:
@@ -28,19 +32,65 @@ import (
 //	    stages:              # at: offset from the start of the warm-up
 //	      - {at: 0s, permits: 20, avg_rtt: 50ms}
 //	      - {at: 6s, permits: 30, avg_rtt: 40ms}
+//	      - {at: 9s, fault: 503}   # fast 503s (or 500), or blackhole: accept, never answer
 type Scenario struct {
-	Name      string     `yaml:"name" json:"name"`
-	Seed      uint64     `yaml:"seed" json:"seed"`
+	Name string `yaml:"name" json:"name"`
+	Seed uint64 `yaml:"seed" json:"seed"`
+	// Gateways is the fleet size: every contender but the oracle runs
+	// this many instances, the load spread evenly across them (0: one).
+	Gateways  int        `yaml:"gateways" json:"gateways,omitempty"`
 	Load      Load       `yaml:"load" json:"load"`
 	Providers []Provider `yaml:"providers" json:"providers"`
 }
 
-// Load is the closed-loop load.
+// Load is the load: closed-loop (Connections, each sending its next
+// request when the previous one answers) or open-loop (Rate: Poisson
+// arrivals at each stage's rate, whatever the answers).
 type Load struct {
-	Connections int      `yaml:"connections" json:"connections"`
-	Warmup      Duration `yaml:"warmup" json:"warmup"`
-	Duration    Duration `yaml:"duration" json:"duration"`
+	Connections int         `yaml:"connections" json:"connections,omitempty"`
+	Rate        []RateStage `yaml:"rate" json:"rate,omitempty"`
+	// Timeout bounds each request: one not answered by then counts as an
+	// error (default defaultTimeout).
+	Timeout  Duration `yaml:"timeout" json:"timeout,omitempty"`
+	Warmup   Duration `yaml:"warmup" json:"warmup"`
+	Duration Duration `yaml:"duration" json:"duration"`
 }
+
+// RateStage is an open-loop arrival rate holding from At until the next
+// stage's At.
+type RateStage struct {
+	At  Duration `yaml:"at" json:"at"`
+	RPS float64  `yaml:"rps" json:"rps"`
+}
+
+// defaultTimeout is a request's timeout when the scenario gives none.
+const defaultTimeout = 30 * time.Second
+
+// timeout is the load's request timeout.
+func (l Load) timeout() time.Duration {
+	if l.Timeout > 0 {
+		return l.Timeout.D()
+	}
+	return defaultTimeout
+}
+
+// open says whether the load is open-loop.
+func (l Load) open() bool { return len(l.Rate) > 0 }
+
+// rateAt is the open-loop arrival rate at offset t (0 for closed loop).
+func (l Load) rateAt(t time.Duration) float64 {
+	r := 0.0
+	for _, s := range l.Rate {
+		if s.At.D() > t {
+			break
+		}
+		r = s.RPS
+	}
+	return r
+}
+
+// fleet is the number of instances of each contender.
+func (sc *Scenario) fleet() int { return max(sc.Gateways, 1) }
 
 // Provider is one simulated upstream.
 type Provider struct {
@@ -53,6 +103,23 @@ type Stage struct {
 	At      Duration `yaml:"at" json:"at"`
 	Permits int      `yaml:"permits" json:"permits"`
 	AvgRTT  Duration `yaml:"avg_rtt" json:"avg_rtt"`
+	// Fault, when set, replaces the service: "500" or "503" answer every
+	// request at once with that status (a fast failure, which a
+	// latency-only picker takes for a fast target), "blackhole" accepts
+	// the request and never answers it.
+	Fault string `yaml:"fault" json:"fault,omitempty"`
+}
+
+// The faults a stage may give.
+var faults = []string{"500", "503", "blackhole"}
+
+// capacity is the permits the stage really serves with (none while it
+// fails).
+func (s Stage) capacity() int {
+	if s.Fault != "" {
+		return 0
+	}
+	return s.Permits
 }
 
 // Duration is a time.Duration written as "50ms" in YAML and JSON.
@@ -150,14 +217,23 @@ const (
 	maxPermits     = 5000
 	maxProviders   = 32
 	maxRun         = time.Hour
+	maxRate        = 20000 // arrivals a second
+	maxGateways    = 16
+	maxTimeout     = 5 * time.Minute
 )
 
 // Validate checks every field and names the first bad one.
 func (sc *Scenario) Validate() error {
 	l := sc.Load
 	switch {
-	case l.Connections < 1 || l.Connections > maxConnections:
+	case sc.Gateways < 0 || sc.Gateways > maxGateways:
+		return fmt.Errorf("gateways: %d is outside 1..%d", sc.Gateways, maxGateways)
+	case l.open() && l.Connections != 0:
+		return fmt.Errorf("load.rate: give either connections (closed loop) or rate (open loop), not both")
+	case !l.open() && (l.Connections < 1 || l.Connections > maxConnections):
 		return fmt.Errorf("load.connections: %d is outside 1..%d", l.Connections, maxConnections)
+	case l.Timeout < 0 || l.Timeout.D() > maxTimeout:
+		return fmt.Errorf("load.timeout: %v is outside 0..%v", l.Timeout.D(), maxTimeout)
 	case l.Warmup < 0:
 		return fmt.Errorf("load.warmup: %v is negative", l.Warmup.D())
 	case l.Duration <= 0:
@@ -168,6 +244,16 @@ func (sc *Scenario) Validate() error {
 		return errors.New("providers: at least one is needed")
 	case len(sc.Providers) > maxProviders:
 		return fmt.Errorf("providers: %d is more than %d", len(sc.Providers), maxProviders)
+	}
+	for j, r := range l.Rate {
+		switch {
+		case j == 0 && r.At != 0:
+			return fmt.Errorf("load.rate[0].at: the first rate must start at 0s (got %v)", r.At.D())
+		case j > 0 && r.At <= l.Rate[j-1].At:
+			return fmt.Errorf("load.rate[%d].at: %v is not after the previous rate's %v", j, r.At.D(), l.Rate[j-1].At.D())
+		case r.RPS < 0 || r.RPS > maxRate || math.IsNaN(r.RPS):
+			return fmt.Errorf("load.rate[%d].rps: %v is outside 0..%d", j, r.RPS, maxRate)
+		}
 	}
 	seen := map[string]bool{}
 	for i, p := range sc.Providers {
@@ -186,6 +272,10 @@ func (sc *Scenario) Validate() error {
 			switch {
 			case j > 0 && s.At <= p.Stages[j-1].At:
 				return fmt.Errorf("providers[%d].stages[%d].at: %v is not after the previous stage's %v", i, j, s.At.D(), p.Stages[j-1].At.D())
+			case s.Fault != "" && !slices.Contains(faults, s.Fault):
+				return fmt.Errorf("providers[%d].stages[%d].fault: %q is not one of %s", i, j, s.Fault, strings.Join(faults, ", "))
+			case s.Fault != "" && s.AvgRTT == 0:
+				// A faulty stage serves nothing: its latency is moot.
 			case s.Permits < 0 || s.Permits > maxPermits:
 				return fmt.Errorf("providers[%d].stages[%d].permits: %d is outside 0..%d", i, j, s.Permits, maxPermits)
 			case s.AvgRTT <= 0:
@@ -204,6 +294,13 @@ func (sc *Scenario) Scaled(f float64) *Scenario {
 	out := *sc
 	out.Load.Warmup = Duration(float64(sc.Load.Warmup) * f)
 	out.Load.Duration = Duration(float64(sc.Load.Duration) * f)
+	out.Load.Rate = make([]RateStage, len(sc.Load.Rate))
+	for i, r := range sc.Load.Rate {
+		out.Load.Rate[i] = RateStage{At: Duration(float64(r.At) * f), RPS: r.RPS}
+	}
+	if len(out.Load.Rate) == 0 {
+		out.Load.Rate = nil
+	}
 	out.Providers = make([]Provider, len(sc.Providers))
 	for i, p := range sc.Providers {
 		q := Provider{Name: p.Name, Stages: make([]Stage, len(p.Stages))}
@@ -235,11 +332,29 @@ func (p *Provider) stageIndex(t time.Duration) int {
 // offset t with the scenario's connections: the connections fill the
 // fastest providers' permits first (a balancer that never idles a permit
 // and never sends to a full one).
+//
+// Open loop, it is the arrival rate or the permits' rate, whichever is
+// less (the arrivals beyond it wait until they time out).
 func (sc *Scenario) RateAt(t time.Duration) float64 {
+	if sc.Load.open() {
+		return min(sc.Load.rateAt(t), sc.serviceRate(t))
+	}
 	busy, _ := sc.fill(t)
 	var rate float64
 	for _, s := range busy {
 		rate += s.rate()
+	}
+	return rate
+}
+
+// serviceRate is the most successes a second every permit busy completes
+// at offset t.
+func (sc *Scenario) serviceRate(t time.Duration) float64 {
+	var rate float64
+	for i := range sc.Providers {
+		if s := sc.Providers[i].stageAt(t); s.capacity() > 0 {
+			rate += held{s.capacity(), s.AvgRTT.D()}.rate()
+		}
 	}
 	return rate
 }
@@ -260,7 +375,7 @@ func (sc *Scenario) fill(t time.Duration) (busy []held, left int) {
 	slots := make([]held, 0, len(sc.Providers))
 	for i := range sc.Providers {
 		s := sc.Providers[i].stageAt(t)
-		slots = append(slots, held{s.Permits, s.AvgRTT.D()}) // room for this many
+		slots = append(slots, held{s.capacity(), s.AvgRTT.D()}) // room for this many
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i].rtt < slots[j].rtt })
 	left = sc.Load.Connections
@@ -274,11 +389,15 @@ func (sc *Scenario) fill(t time.Duration) (busy []held, left int) {
 }
 
 // OverloadedAt says whether at offset t the connections exceed the
-// providers' permits together.
+// providers' permits together (open loop: the arrivals exceed the rate
+// every permit busy completes).
 func (sc *Scenario) OverloadedAt(t time.Duration) bool {
+	if sc.Load.open() {
+		return sc.Load.rateAt(t) > sc.serviceRate(t)
+	}
 	permits := 0
 	for i := range sc.Providers {
-		permits += sc.Providers[i].stageAt(t).Permits
+		permits += sc.Providers[i].stageAt(t).capacity()
 	}
 	return sc.Load.Connections > permits
 }
@@ -286,6 +405,9 @@ func (sc *Scenario) OverloadedAt(t time.Duration) bool {
 // changePoints lists every offset at which some provider changes stage.
 func (sc *Scenario) changePoints() []time.Duration {
 	var ts []time.Duration
+	for _, r := range sc.Load.Rate {
+		ts = append(ts, r.At.D())
+	}
 	for _, p := range sc.Providers {
 		for _, s := range p.Stages {
 			ts = append(ts, s.At.D())
@@ -374,8 +496,12 @@ type Queueing struct {
 // the oracle's included. Concentrating the wait on fewer requests
 // (newest first) leaves those few waiting for seconds, which the p99
 // counts too once they exceed a percent of the successes, unless they
-// are failed.
+// are failed. Open loop there is no such figure: arrivals beyond the
+// permits' rate pile up without bound until they time out.
 func (sc *Scenario) ForcedWait() Queueing {
+	if sc.Load.open() {
+		return Queueing{}
+	}
 	type part struct{ weight, wait, mean float64 } // successes, s, s
 	var parts []part
 	var waited, served float64

@@ -170,6 +170,16 @@ providers:
 		{"negative permits", strings.Replace(base, "permits: 5", "permits: -1", 1), "providers[0].stages[0].permits"},
 		{"zero rtt", strings.Replace(base, "avg_rtt: 50ms", "avg_rtt: 0s", 1), "providers[0].stages[0].avg_rtt"},
 		{"wrong type", strings.Replace(base, "connections: 10", "connections: many", 1), "many"},
+		{"open loop", strings.Replace(base, "connections: 10", "rate: [{at: 0s, rps: 100}, {at: 2s, rps: 300}], timeout: 1s", 1), ""},
+		{"rate and connections", strings.Replace(base, "connections: 10", "connections: 10, rate: [{at: 0s, rps: 100}]", 1), "load.rate: give either"},
+		{"rate starts late", strings.Replace(base, "connections: 10", "rate: [{at: 1s, rps: 100}]", 1), "load.rate[0].at"},
+		{"rates out of order", strings.Replace(base, "connections: 10", "rate: [{at: 0s, rps: 1}, {at: 0s, rps: 2}]", 1), "load.rate[1].at"},
+		{"negative rate", strings.Replace(base, "connections: 10", "rate: [{at: 0s, rps: -5}]", 1), "load.rate[0].rps"},
+		{"negative timeout", strings.Replace(base, "connections: 10", "connections: 10, timeout: -1s", 1), "load.timeout"},
+		{"fleet", "gateways: 3\n" + base, ""},
+		{"fleet too big", "gateways: 99\n" + base, "line 1: gateways: 99"},
+		{"fault", base + "  - name: b\n    stages: [{at: 0s, permits: 5, avg_rtt: 50ms}, {at: 1s, fault: blackhole}]\n", ""},
+		{"unknown fault", strings.Replace(base, "avg_rtt: 50ms}", "avg_rtt: 50ms, fault: 502}", 1), `providers[0].stages[0].fault: "502" is not one of 500, 503, blackhole`},
 	} {
 		sc, err := ParseScenario([]byte(tc.yaml))
 		switch {
