@@ -113,6 +113,32 @@ func runKeys(t *testing.T, f Factory) {
 		}
 	})
 
+	// A child with its waiting parent's type and sequence key would wait
+	// for the parent forever: refused, nothing created.
+	t.Run("SequenceFanOutCycle", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, f, store.Options{})
+		if err := e.s.RegisterType(ctx, kidType, t0); err != nil {
+			t.Fatal(err)
+		}
+		e.createAt(e.s, t0, flow.NewTask{TaskStage: "split", SequenceKey: "K"})
+		p := e.hold(t0, 1, "w")[0]
+		req := e.fanOut(p, "join", flow.NewTask{TaskStage: "a"}, flow.NewTask{TaskType: e.tt.TaskType, TaskStage: "a", SequenceKey: "K"})
+		err := e.set(req, t0)
+		var fe *flow.FieldError
+		if !errors.As(err, &fe) || fe.Field != "children[1].sequence_key" {
+			t.Fatalf("fan-out into the parent's own key: %v, want a field error on children[1].sequence_key", err)
+		}
+		if r := e.get(p.TaskID); r.Status != flow.StatusProcessing {
+			t.Fatalf("parent after the refused fan-out: %s", r.Status)
+		}
+		// Another key, or the same key of another type, is fine.
+		req = e.fanOut(p, "join", flow.NewTask{TaskStage: "a", SequenceKey: "K"}, flow.NewTask{TaskType: e.tt.TaskType, TaskStage: "a", SequenceKey: "L"})
+		if err := e.set(req, t0); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	// A task created after a newer one of its key was held (an older id
 	// whose create committed late) waits while the other is processing.
 	t.Run("SequenceOneProcessing", func(t *testing.T) {
