@@ -444,6 +444,21 @@ func TestConsoleFlow(t *testing.T) {
 				err := api("/v1/set_task", flow.SetTaskRequest{TaskID: held.Tasks[0].TaskID, Lease: held.Tasks[0].Lease, Status: flow.StatusWaiting, JoinStage: "join", Children: kids}, nil)
 				return map[string]string{"task_id": out.TaskIDs[0]}, err
 			},
+			// A worker's 429: the type's rate key "api" paused for an hour.
+			"pause-key": func([]byte) (any, error) {
+				if err := api("/v1/create_task", flow.NewTask{TaskType: typ, TaskStage: "fetch", RateKey: "api", Priority: 1000}, nil); err != nil {
+					return nil, err
+				}
+				var held flow.HoldTasksResponse
+				if err := api("/v1/hold_tasks", flow.HoldTasksRequest{TaskType: typ, Limit: 1, WorkerID: "console-e2e"}, &held); err != nil {
+					return nil, err
+				}
+				if len(held.Tasks) != 1 || held.Tasks[0].RateKey != "api" {
+					return nil, fmt.Errorf("held %+v, want the task with rate key api", held.Tasks)
+				}
+				err := api("/v1/set_task", flow.SetTaskRequest{TaskID: held.Tasks[0].TaskID, Lease: held.Tasks[0].Lease, Status: flow.StatusPending, PauseRateKeyMS: 3600_000, Error: "429"}, nil)
+				return map[string]string{"rate_key": "api"}, err
+			},
 			"create-task": func([]byte) (any, error) {
 				var out flow.CreateTaskResponse
 				err := api("/v1/create_task", flow.NewTask{TaskType: typ, TaskStage: "fetch", TaskContext: json.RawMessage(`{"url":"https://example.org/new"}`)}, &out)

@@ -48,6 +48,21 @@ type TaskType struct {
 	Cron        string          `json:"cron,omitempty"`
 	CronStage   string          `json:"cron_stage,omitempty"`
 	CronContext json.RawMessage `json:"cron_context,omitempty"`
+	// RateLimitPerSecond, when above 0, caps the holds of each rate_key
+	// of the type at this many tasks a second, across all servers (a
+	// burst of up to one second's worth). Tasks without a rate_key are
+	// not limited.
+	RateLimitPerSecond float64 `json:"rate_limit_per_second,omitempty"`
+	// PausedKeys is read-only: get_task_type lists the type's rate keys
+	// that are paused now (set_task with pause_rate_key_ms, or out of
+	// their rate limit) and until when.
+	PausedKeys []PausedKey `json:"paused_keys,omitempty"`
+}
+
+// PausedKey is a rate key whose pending tasks are not held until Until.
+type PausedKey struct {
+	RateKey string    `json:"rate_key"`
+	Until   time.Time `json:"until"`
 }
 
 // LogEntry is one line of a task's short schedule log.
@@ -77,6 +92,8 @@ type Task struct {
 	CreateTime  time.Time       `json:"create_time"`
 	ModifyTime  time.Time       `json:"modify_time"`
 	UniqueKey   string          `json:"unique_key,omitempty"`
+	SequenceKey string          `json:"sequence_key,omitempty"`
+	RateKey     string          `json:"rate_key,omitempty"`
 	// Children counts a fan-out parent's children by status name; get_task
 	// fills it, and only for a task that has children.
 	Children map[string]int64 `json:"children,omitempty"`
@@ -93,6 +110,15 @@ type NewTask struct {
 	// processing task of the same type with the same key, if there is one,
 	// instead of creating another.
 	UniqueKey string `json:"unique_key,omitempty"`
+	// SequenceKey, when set, orders the type's tasks with the same key:
+	// at most one of them is processing at a time, and they run in
+	// creation order (a retry keeps its place). See docs/flow.md.
+	SequenceKey string `json:"sequence_key,omitempty"`
+	// RateKey names the upstream (an API key, a host) the task calls: a
+	// worker's set_task with pause_rate_key_ms pauses every pending task
+	// of the type with this key, and the type's rate_limit_per_second
+	// caps each key's holds.
+	RateKey string `json:"rate_key,omitempty"`
 }
 
 // CreateTaskRequest is the body of POST /v1/create_task: either the fields
@@ -193,6 +219,11 @@ type SetTaskRequest struct {
 	TaskContext json.RawMessage `json:"task_context,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	DelayMS     int64           `json:"delay_ms,omitempty"`
+	// PauseRateKeyMS, with status 1 (pending), pauses the task's rate_key
+	// (a worker that got a 429 passes its Retry-After): no pending task
+	// of the type with that key is held for this long, on any server. The
+	// task itself runs again after the pause without spending a retry.
+	PauseRateKeyMS int64 `json:"pause_rate_key_ms,omitempty"`
 	// Children, with status 6 (waiting), fans out: the children (create
 	// items, at most MaxBatch, no unique_key) are created with the set, in
 	// one transaction, and the task waits, held by nobody, until every

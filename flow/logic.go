@@ -31,6 +31,11 @@ const (
 	EventRetried   = "retried" // an operator's retry_task
 	EventWaiting   = "waiting" // fanned out: waits for its children
 	EventJoined    = "joined"  // the last child ended: pending at the join stage
+	EventPaused    = "paused"  // set pending with pause_rate_key_ms: runs again after the pause, no retry spent
+	// EventReturned: a hold gave the task back unseen by any worker (an
+	// older task of its sequence_key was live, or its rate_key was out of
+	// its rate limit); no retry spent.
+	EventReturned = "returned"
 )
 
 // Backoff is the delay before retry number n (1 for the first retry):
@@ -90,6 +95,7 @@ func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
 	if r.Status != StatusProcessing || r.Lease == "" || r.Lease != req.Lease {
 		return fmt.Errorf("task %s is %s, lease %q is not its current lease: %w", r.TaskID, r.Status, clip(req.Lease), ErrStaleLease)
 	}
+	saved := *r
 	worker := r.Owner
 	if req.TaskContext != nil {
 		r.TaskContext = req.TaskContext
@@ -98,6 +104,19 @@ func ApplySet(r *Record, req SetTaskRequest, now time.Time) error {
 	r.ModifyTime = now
 	delay := time.Duration(req.DelayMS) * time.Millisecond
 	switch {
+	case req.PauseRateKeyMS > 0:
+		// Validated: status pending. The task waits out the pause it
+		// asked for, its retries untouched.
+		if r.RateKey == "" {
+			*r = saved
+			return &FieldError{Field: "pause_rate_key_ms", Msg: fmt.Sprintf("task %s has no rate_key to pause", r.TaskID)}
+		}
+		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
+			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
+		}
+		r.Status = StatusPending
+		r.OrderTime = now.Add(max(delay, time.Duration(req.PauseRateKeyMS)*time.Millisecond))
+		r.ScheduleLog = AppendLog(r.ScheduleLog, LogEntry{At: now, Worker: worker, Stage: r.TaskStage, Event: EventPaused, Error: req.Error})
 	case req.Error != "" && req.Status == StatusPending:
 		if req.TaskStage != "" && req.TaskStage != r.TaskStage {
 			r.TaskStage, r.CrtRetryNum = req.TaskStage, 0
@@ -184,6 +203,8 @@ func NewRecord(id string, nt NewTask, tt TaskType, now time.Time) Record {
 			CreateTime:  now,
 			ModifyTime:  now,
 			UniqueKey:   nt.UniqueKey,
+			SequenceKey: nt.SequenceKey,
+			RateKey:     nt.RateKey,
 		},
 		RetryIntervalMS:    tt.RetryIntervalMS,
 		MaxRetryIntervalMS: tt.MaxRetryIntervalMS,

@@ -164,6 +164,12 @@ func NormalizeTaskType(t TaskType) (TaskType, error) {
 	if t.Paused {
 		return t, fieldErr("paused", "set by POST /v1/pause_task_type, not by register_task")
 	}
+	if t.PausedKeys != nil {
+		return t, fieldErr("paused_keys", "set by set_task with pause_rate_key_ms, not by register_task")
+	}
+	if !(t.RateLimitPerSecond >= 0 && t.RateLimitPerSecond <= MaxRateLimit) { // NaN fails too
+		return t, fieldErr("rate_limit_per_second", "%v: want 0 (no limit) up to %g", t.RateLimitPerSecond, MaxRateLimit)
+	}
 	if t.Cron == "" && (t.CronStage != "" || t.CronContext != nil) {
 		return t, fieldErr("cron", "required with cron_stage or cron_context")
 	}
@@ -323,6 +329,11 @@ func ValidateNewTask(prefix string, t *NewTask) error {
 	case !utf8.ValidString(t.UniqueKey):
 		return fieldErr(prefix+"unique_key", "not valid UTF-8")
 	}
+	for _, k := range []struct{ field, v string }{{"sequence_key", t.SequenceKey}, {"rate_key", t.RateKey}} {
+		if err := validKey(prefix+k.field, k.v); err != nil {
+			return err
+		}
+	}
 	if t.Priority > MaxPriority || t.Priority < -MaxPriority {
 		return fieldErr(prefix+"priority", "%d is outside ±%d", t.Priority, MaxPriority)
 	}
@@ -334,6 +345,21 @@ func ValidateNewTask(prefix string, t *NewTask) error {
 	}
 	return nil
 }
+
+// validKey checks a sequence_key or rate_key: optional, UTF-8, at most
+// MaxUniqueKeyLen bytes (the index columns' width).
+func validKey(field, v string) error {
+	switch {
+	case len(v) > MaxUniqueKeyLen:
+		return fieldErr(field, "%d bytes, at most %d", len(v), MaxUniqueKeyLen)
+	case !utf8.ValidString(v):
+		return fieldErr(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// MaxRateLimit bounds rate_limit_per_second.
+const MaxRateLimit = 1e6
 
 // ValidateSet checks a set_task body (not its effect, which needs the task).
 func ValidateSet(prefix string, r *SetTaskRequest) error {
@@ -374,6 +400,14 @@ func ValidateSet(prefix string, r *SetTaskRequest) error {
 	}
 	if len(r.Error) > MaxErrorLen {
 		r.Error = truncUTF8(r.Error, MaxErrorLen)
+	}
+	switch {
+	case r.PauseRateKeyMS < 0:
+		return fieldErr(prefix+"pause_rate_key_ms", "%d is negative", r.PauseRateKeyMS)
+	case r.PauseRateKeyMS > MaxDelay.Milliseconds():
+		return fieldErr(prefix+"pause_rate_key_ms", "%d is over one year", r.PauseRateKeyMS)
+	case r.PauseRateKeyMS > 0 && r.Status != StatusPending:
+		return fieldErr(prefix+"pause_rate_key_ms", "only with status 1 (pending): the task runs again after the pause; status is %d", int(r.Status))
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ import (
 // that newFlowCmd adds beside serve.
 func flowClientCmds() []*cobra.Command {
 	return []*cobra.Command{flowSubmitCmd(), flowGetCmd(), flowLsCmd(), flowStatsCmd(),
-		flowRegisterCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowChildrenCmd(), flowDeleteCmd(), flowWorkerGoneCmd()}
+		flowRegisterCmd(), flowTypeCmd(), flowPauseCmd(true), flowPauseCmd(false), flowRetryCmd(), flowCancelCmd(), flowChildrenCmd(), flowDeleteCmd(), flowWorkerGoneCmd()}
 }
 
 // flowClientFlags are the flags every client command shares.
@@ -98,6 +98,8 @@ func flowSubmitCmd() *cobra.Command {
 		file     string
 		batch    int
 		unique   string
+		seqKey   string
+		rateKey  string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit [TYPE STAGE]",
@@ -139,7 +141,8 @@ func flowSubmitCmd() *cobra.Command {
 					return fmt.Errorf("--file %s: no tasks", file)
 				}
 			} else {
-				t := flow.NewTask{TaskType: args[0], TaskStage: args[1], Priority: priority, DelayMS: delay.Milliseconds(), UniqueKey: unique}
+				t := flow.NewTask{TaskType: args[0], TaskStage: args[1], Priority: priority, DelayMS: delay.Milliseconds(), UniqueKey: unique,
+					SequenceKey: seqKey, RateKey: rateKey}
 				if context != "" {
 					if !json.Valid([]byte(context)) {
 						return fmt.Errorf("--context: not valid JSON: %q", context)
@@ -181,6 +184,8 @@ func flowSubmitCmd() *cobra.Command {
 	cmd.Flags().StringVar(&file, "file", "", "read tasks as JSON lines from this file (- for stdin)")
 	cmd.Flags().IntVar(&batch, "batch", 500, "tasks per create_task request with --file")
 	cmd.Flags().StringVar(&unique, "unique-key", "", "while a task of TYPE with this key is pending or processing, print its id instead of creating another")
+	cmd.Flags().StringVar(&seqKey, "sequence-key", "", "run one task of TYPE with this key at a time, in creation order")
+	cmd.Flags().StringVar(&rateKey, "rate-key", "", "the upstream the task calls: a worker may pause the key (pause_rate_key_ms), and --rate-limit caps it")
 	return cmd
 }
 

@@ -220,6 +220,20 @@ func TestFlowOperatorCommands(t *testing.T) {
 	if b := strings.TrimSpace(must("submit", "ops", "s", "--unique-key", "k1")); b != a {
 		t.Fatalf("second submit with the same unique key: %s, want %s", b, a)
 	}
+	if out := must("register", "calls", "--rate-limit", "2.5"); !strings.Contains(out, "rate_limit=2.5/s") {
+		t.Fatalf("register --rate-limit printed %q", out)
+	}
+	call := strings.TrimSpace(must("submit", "calls", "s", "--sequence-key", "order-1", "--rate-key", "api"))
+	got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "calls", WorkerID: "w"})
+	if err != nil || len(got) != 1 || got[0].TaskID != call || got[0].SequenceKey != "order-1" || got[0].RateKey != "api" {
+		t.Fatalf("hold of the submitted keyed task: %+v, %v", got, err)
+	}
+	if err := c.SetTask(ctx, flow.SetTaskRequest{TaskID: call, Lease: got[0].Lease, Status: flow.StatusPending, PauseRateKeyMS: 3600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if out := must("type", "calls"); !strings.Contains(out, `rate_key "api" paused until `) {
+		t.Fatalf("type of a type with a paused key printed %q", out)
+	}
 	if out := must("pause", "ops"); !strings.Contains(out, "ops paused") {
 		t.Fatalf("pause printed %q", out)
 	}

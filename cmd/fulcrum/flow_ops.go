@@ -39,6 +39,9 @@ func flowRegisterCmd() *cobra.Command {
 				}
 			}
 			tt.TaskType = args[0]
+			if tt.RateLimitPerSecond < 0 {
+				return fmt.Errorf("--rate-limit: %v is negative", tt.RateLimitPerSecond)
+			}
 			if cronCtx != "" {
 				if !json.Valid([]byte(cronCtx)) {
 					return fmt.Errorf("--cron-context: not valid JSON: %q", cronCtx)
@@ -70,6 +73,28 @@ func flowRegisterCmd() *cobra.Command {
 	fl.StringVar(&tt.Cron, "cron", "", `make the type periodic: 5-field cron in UTC ("*/5 * * * *") or @hourly, @daily...; each tick creates one task`)
 	fl.StringVar(&tt.CronStage, "cron-stage", "", "stage of the tasks --cron creates")
 	fl.StringVar(&cronCtx, "cron-context", "", "task_context (JSON) of the tasks --cron creates")
+	fl.Float64Var(&tt.RateLimitPerSecond, "rate-limit", 0, "most tasks held a second per rate_key, across servers (0: no limit)")
+	return cmd
+}
+
+// flowTypeCmd is `type TYPE`: a type's settings and its paused rate keys.
+func flowTypeCmd() *cobra.Command {
+	var f flowClientFlags
+	cmd := &cobra.Command{
+		Use:   "type TYPE",
+		Short: "Show a task type's settings and the rate keys paused now, until when",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.with(func(c *client.Client) error {
+				t, err := c.GetTaskType(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printType(cmd, f.output, t)
+			})
+		},
+	}
+	f.add(cmd)
 	return cmd
 }
 
@@ -86,8 +111,16 @@ func printType(cmd *cobra.Command, output string, t *flow.TaskType) error {
 	if err == nil && t.Cron != "" {
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), " cron=%q cron_stage=%s", t.Cron, t.CronStage)
 	}
+	if err == nil && t.RateLimitPerSecond > 0 {
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), " rate_limit=%g/s", t.RateLimitPerSecond)
+	}
 	if err == nil {
 		_, err = fmt.Fprintln(cmd.OutOrStdout())
+	}
+	for _, k := range t.PausedKeys {
+		if err == nil {
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "  rate_key %q paused until %s\n", k.RateKey, k.Until.Format(time.RFC3339Nano))
+		}
 	}
 	return err
 }

@@ -166,6 +166,9 @@ const scenarios = {
       await control('check-paused', { paused: false });
       log('paused and resumed through the page');
     }
+    const paused = await control('pause-key');
+    await page.waitForSelector(`${card} .pausedkeys [data-ratekey="${paused.rate_key}"]`);
+    log('a paused rate key shown on its type:', paused.rate_key);
     await shot('flow');
     if (env.actions.delete_task) {
       await page.goto(env.url + '/ui/#task/' + created.task_id);

@@ -46,7 +46,18 @@ async function act(name, body, done) {
 
 // ---- overview: one card per type ----
 
-function typeCard(st, fun, now, refresh) {
+// pausedKeys is a type's rate keys paused now (a worker's 429, or out of
+// the type's rate_limit_per_second), each until when.
+function pausedKeys(tt) {
+  const keys = (tt && tt.paused_keys) || [];
+  if (!keys.length) return null;
+  return h('p', { class: 'pausedkeys small' }, 'paused rate keys: ',
+    keys.map((k) => h('span', { class: 'badge paused', dataset: { ratekey: k.rate_key }, title: 'no task with this rate_key is held until ' + k.until },
+      `${k.rate_key} until ${time(k.until)}`)),
+    tt.rate_limit_per_second ? h('span', { class: 'muted' }, ` (limit ${tt.rate_limit_per_second}/s per key)`) : null);
+}
+
+function typeCard(st, fun, tt, now, refresh) {
   const name = st.task_type;
   const c = st.counts || {};
   const done = (c.success || 0) + (c.failed || 0) + (c.cancelled || 0);
@@ -62,6 +73,7 @@ function typeCard(st, fun, now, refresh) {
       h('span', { class: 'muted' }, ' oldest due pending: ', h('b', { class: 'oldest' }, fun && fun.oldest_pending_ms ? ago(fun.oldest_pending_ms) : 'none')),
       have.pause && !paused ? h('button', { class: 'act pause', onclick: () => act('pause', { task_type: name }, refresh) }, 'pause') : null,
       have.resume && paused ? h('button', { class: 'act resume', onclick: () => act('resume', { task_type: name }, refresh) }, 'resume') : null),
+    pausedKeys(tt),
     h('div', { class: 'counts' }, STATUSES.map((k) => h('a', { class: 'count ' + k, href: `#tasks?task_type=${encodeURIComponent(name)}&status=${k}` },
       h('span', { class: 'n', dataset: { status: k } }, c[k] || 0), ' ', k))),
     h('div', { class: 'charts' },
@@ -95,8 +107,11 @@ function overview(main) {
       return;
     }
     const funs = new Map(fn.types.map((t) => [t.task_type, t]));
+    // Each type's settings, for its paused rate keys (a read of the type
+    // and of its paused keys); a type that cannot be read shows without.
+    const types = await Promise.all(st.types.map((t) => get('/v1/get_task_type?task_type=' + encodeURIComponent(t.task_type)).catch(() => null)));
     const now = Date.now();
-    const cards = st.types.map((t) => typeCard(t, funs.get(t.task_type), now, () => p.now()));
+    const cards = st.types.map((t, i) => typeCard(t, funs.get(t.task_type), types[i], now, () => p.now()));
     replace(body, cards.length ? cards : h('p', { class: 'muted' }, 'No task types registered yet.'));
   }, 2000);
 }
@@ -191,6 +206,7 @@ function taskPage(main, id) {
       h('dl', { class: 'fields' }, [
         ['status', h('span', { class: 'badge ' + s, dataset: { status: s } }, s)], ['type', task.task_type], ['stage', task.task_stage],
         ['priority', task.priority], ['retries', `${task.crt_retry_num} of ${task.max_retry_num}`], ['due', time(task.order_time)],
+        ...(task.sequence_key ? [['sequence key', task.sequence_key]] : []), ...(task.rate_key ? [['rate key', task.rate_key]] : []),
         ['owner', task.owner || '–'], ['lease expiry', time(task.lease_expiry)], ['created', time(task.create_time)], ['modified', time(task.modify_time)],
       ].map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       h('h2', {}, 'context'), h('pre', { class: 'context' }, ctx || '(none)'),

@@ -366,7 +366,8 @@ func (c *Client) GetTaskChildren(ctx context.Context, taskID, cursor string, lim
 	return &out, nil
 }
 
-// GetTaskType returns a task type's config (GET /v1/get_task_type).
+// GetTaskType returns a task type's config (GET /v1/get_task_type), with
+// the rate keys paused now and until when (PausedKeys).
 func (c *Client) GetTaskType(ctx context.Context, taskType string) (*flow.TaskType, error) {
 	var t flow.TaskType
 	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/get_task_type", query: url.Values{"task_type": {taskType}}, out: &t, idempotent: true}); err != nil {

@@ -99,6 +99,10 @@ func (p *holdParser) task(t *flow.Task) bool {
 			t.ModifyTime, ok = p.TimeAs(&p.modi)
 		case "unique_key":
 			t.UniqueKey, ok = p.StrAs(p.prev.UniqueKey)
+		case "sequence_key":
+			t.SequenceKey, ok = p.StrAs(p.prev.SequenceKey)
+		case "rate_key":
+			t.RateKey, ok = p.StrAs(p.prev.RateKey)
 		}
 		return ok // false for an unknown key too
 	})

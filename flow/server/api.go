@@ -376,7 +376,7 @@ func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error)
 	}
 	tasks, prefix := req.Tasks, "tasks[%d]."
 	single := req.NewTask.TaskType != "" || req.NewTask.TaskStage != "" || req.NewTask.TaskContext != nil || req.NewTask.Priority != 0 ||
-		req.NewTask.DelayMS != 0 || req.NewTask.UniqueKey != ""
+		req.NewTask.DelayMS != 0 || req.NewTask.UniqueKey != "" || req.NewTask.SequenceKey != "" || req.NewTask.RateKey != ""
 	switch {
 	case single && len(tasks) > 0:
 		return nil, badRequest("tasks: give one task inline or a batch in tasks, not both")
@@ -895,8 +895,20 @@ func (s *Server) getTaskType(_ http.ResponseWriter, r *http.Request) (any, error
 	if err := flow.ValidateTaskTypeName(name); err != nil {
 		return nil, err
 	}
-	return s.st.GetType(r.Context(), name)
+	tt, err := s.st.GetType(r.Context(), name)
+	if err != nil {
+		return nil, err
+	}
+	// The paused rate keys, from the database: a pause made through any
+	// server shows on every one.
+	if tt.PausedKeys, err = s.st.PausedKeys(r.Context(), name, now(), maxPausedKeys); err != nil {
+		return nil, err
+	}
+	return tt, nil
 }
+
+// maxPausedKeys is how many paused keys get_task_type lists.
+const maxPausedKeys = 1000
 
 // List page sizes.
 const (

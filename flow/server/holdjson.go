@@ -121,9 +121,11 @@ func appendTaskJSON(b []byte, t *flow.Task) (_ []byte, ok bool) {
 	if b, ok = appendJSONTime(b, t.ModifyTime); !ok {
 		return b, false
 	}
-	if t.UniqueKey != "" {
-		b = append(b, `,"unique_key":`...)
-		b = appendJSONString(b, t.UniqueKey)
+	for _, k := range [...]struct{ name, v string }{{`,"unique_key":`, t.UniqueKey}, {`,"sequence_key":`, t.SequenceKey}, {`,"rate_key":`, t.RateKey}} {
+		if k.v != "" {
+			b = append(b, k.name...)
+			b = appendJSONString(b, k.v)
+		}
 	}
 	return append(b, '}'), true
 }

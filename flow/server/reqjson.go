@@ -89,6 +89,8 @@ func plainSet(p *plainjson.Parser, t, prev *flow.SetTaskRequest) bool {
 			t.Error, ok = p.Str()
 		case "delay_ms":
 			t.DelayMS, ok = p.Int64(64)
+		case "pause_rate_key_ms":
+			t.PauseRateKeyMS, ok = p.Int64(64)
 		}
 		return ok // false for an unknown key too
 	})
@@ -111,6 +113,10 @@ func plainNewTaskField(p *plainjson.Parser, t, prev *flow.NewTask, key []byte) b
 		t.DelayMS, ok = p.Int64(64)
 	case "unique_key":
 		t.UniqueKey, ok = p.Str()
+	case "sequence_key":
+		t.SequenceKey, ok = p.StrAs(prev.SequenceKey)
+	case "rate_key":
+		t.RateKey, ok = p.StrAs(prev.RateKey)
 	}
 	return ok
 }

@@ -54,7 +54,7 @@ func dropTables(t testing.TB, dsn, prefix string) {
 			t.Errorf("drop tables: %v", err)
 			return
 		}
-		for _, tbl := range []string{"tasks", "task_types", "meta"} {
+		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
 			s.DB().Exec("DROP TABLE IF EXISTS " + prefix + tbl)
 		}
 		s.Close()
@@ -208,6 +208,10 @@ func TestErrors(t *testing.T) {
 		{"create: context too big", "POST", "/v1/create_task", `{"task_type":"video","task_context":` + big + `}`, 400, "task_context: 4104 bytes, at most 4096"},
 		{"create: negative delay", "POST", "/v1/create_task", `{"task_type":"video","delay_ms":-1}`, 400, "delay_ms: -1 is negative"},
 		{"create: no type", "POST", "/v1/create_task", `{}`, 400, "task_type: required"},
+		{"create: sequence key too long", "POST", "/v1/create_task", `{"task_type":"video","sequence_key":"` + strings.Repeat("k", 129) + `"}`, 400, "sequence_key: 129 bytes, at most 128"},
+		{"create: rate key too long", "POST", "/v1/create_task", `{"tasks":[{"task_type":"video","rate_key":"` + strings.Repeat("k", 129) + `"}]}`, 400, "tasks[0].rate_key: 129 bytes"},
+		{"register: negative rate limit", "POST", "/v1/register_task", `{"task_type":"a","rate_limit_per_second":-1}`, 400, "rate_limit_per_second: -1"},
+		{"register: paused keys", "POST", "/v1/register_task", `{"task_type":"a","paused_keys":[]}`, 400, "paused_keys: set by set_task"},
 		{"create: inline and batch", "POST", "/v1/create_task", `{"task_type":"video","tasks":[{"task_type":"video"}]}`, 400, "not both"},
 		{"create: empty batch", "POST", "/v1/create_task", `{"tasks":[]}`, 400, "empty batch"},
 		{"create: bad element", "POST", "/v1/create_task", `{"tasks":[{"task_type":"video"},{"task_type":"video","task_context":` + big + `}]}`, 400, "tasks[1].task_context"},
@@ -223,6 +227,9 @@ func TestErrors(t *testing.T) {
 		{"set: bad id", "POST", "/v1/set_task", `{"task_id":"abc","lease":"x","status":3}`, 400, `task_id: "abc" is not a task id`},
 		{"set: no lease", "POST", "/v1/set_task", `{"task_id":"` + held.TaskID + `","status":3}`, 400, "lease: required"},
 		{"set: context too big", "POST", "/v1/set_task", `{"task_id":"` + held.TaskID + `","lease":"` + held.Lease + `","status":3,"task_context":` + big + `}`, 400, "task_context"},
+		{"set: pause with success", "POST", "/v1/set_task", `{"task_id":"` + held.TaskID + `","lease":"` + held.Lease + `","status":3,"pause_rate_key_ms":1000}`, 400, "pause_rate_key_ms: only with status 1"},
+		{"set: negative pause", "POST", "/v1/set_task", `{"task_id":"` + held.TaskID + `","lease":"` + held.Lease + `","status":1,"pause_rate_key_ms":-1}`, 400, "pause_rate_key_ms: -1 is negative"},
+		{"set: pause without a rate key", "POST", "/v1/set_task", `{"task_id":"` + held.TaskID + `","lease":"` + held.Lease + `","status":1,"pause_rate_key_ms":1000}`, 400, "has no rate_key"},
 		{"set_tasks: empty", "POST", "/v1/set_tasks", `{"tasks":[]}`, 400, "empty batch"},
 		{"renew: stale", "POST", "/v1/renew_lease", `{"task_id":"` + held.TaskID + `","lease":"old"}`, 409, "stale lease"},
 		{"renew: unknown", "POST", "/v1/renew_lease", `{"task_id":"` + missing + `","lease":"x","extend_ms":5}`, 404, "not found"},

@@ -36,13 +36,38 @@ func BenchmarkCycle(b *testing.B) {
 	for _, db := range dbs {
 		for _, batch := range []int{10, 100} {
 			b.Run(fmt.Sprintf("%s/batch=%d", db.name, batch), func(b *testing.B) {
-				benchCycle(b, factory(db.dsn), db.server, 2, 8, batch)
+				benchCycle(b, factory(db.dsn), db.server, 2, 8, batch, nil)
 			})
 		}
 	}
 }
 
-func benchCycle(b *testing.B, f storetest.Factory, server string, producers, workers, batch int) {
+// BenchmarkCycleKeyed is BenchmarkCycle with every task keyed: 1,000
+// sequence keys and 100 rate keys, round robin, so each claim checks
+// both keys of each task it takes and the check after it runs. What the
+// keys cost when used, beside BenchmarkCycle's figure.
+//
+//	go test ./flow/store -run '^$' -bench CycleKeyed -benchtime 20000x
+func BenchmarkCycleKeyed(b *testing.B) {
+	keyed := func(i int, nt *flow.NewTask) {
+		nt.SequenceKey, nt.RateKey = fmt.Sprintf("order-%d", i%1000), fmt.Sprintf("api-%d", i%100)
+	}
+	for _, db := range []struct {
+		name   string
+		dsn    func(testing.TB) string
+		server string
+	}{
+		{"postgres", func(t testing.TB) string { return testenv.Postgres(t) }, "postgres"},
+		{"mysql", func(t testing.TB) string { return "mysql://" + testenv.MySQL(t) }, "mariadbd"},
+		{"sqlite", func(t testing.TB) string { return "sqlite://" + filepath.Join(t.TempDir(), "flow.db") }, ""},
+	} {
+		b.Run(db.name+"/batch=100", func(b *testing.B) { benchCycle(b, factory(db.dsn), db.server, 2, 8, 100, keyed) })
+	}
+}
+
+// benchCycle runs the cycle; key, when not nil, sets the keys of the
+// i-th task created.
+func benchCycle(b *testing.B, f storetest.Factory, server string, producers, workers, batch int, key func(i int, nt *flow.NewTask)) {
 	ctx := context.Background()
 	s := f.Open(b, storetest.Prefix(), store.Options{})
 	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: batch, MaxProcessingMS: 600000, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
@@ -71,7 +96,11 @@ func benchCycle(b *testing.B, f storetest.Factory, server string, producers, wor
 				now := time.Now().UTC()
 				recs := make([]flow.Record, n)
 				for i, id := range flow.NewTaskIDs(now, n) {
-					recs[i] = flow.NewRecord(id, flow.NewTask{TaskType: "bench", TaskStage: "run"}, tt, now)
+					nt := flow.NewTask{TaskType: "bench", TaskStage: "run"}
+					if key != nil {
+						key(from+i, &nt)
+					}
+					recs[i] = flow.NewRecord(id, nt, tt, now)
 				}
 				if err := s.CreateTasks(ctx, recs); err != nil {
 					b.Error(err)

@@ -83,6 +83,9 @@ type driver interface {
 	pruneArgs(before time.Time, limit int) []any
 	// listQuery is get_task_list's query and arguments, ? placeholders.
 	listQuery(f ListFilter) (string, []any)
+	// keys is how the database writes the sequence and rate key
+	// conditions (keys.go).
+	keys() keySQL
 }
 
 // drivers are the databases Open and NewTxCreator know.
@@ -218,16 +221,21 @@ func (s *SQLStore) retryClaim(ctx context.Context, p HoldParams, claim func(cont
 }
 
 // holdArgs are a claim's arguments: the SET list's (worker, lease, expiry,
-// now, the log entry's time and worker) and the due condition's (type,
-// now, type for the paused check, limit), in the order the driver's
-// statement binds them.
+// now, the log entry's time and worker) and the due condition's (see
+// dueArgs), in the order the driver's statement binds them.
 func holdArgs(p HoldParams, dueFirst bool) []any {
 	set := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), logAt(p.Now), p.WorkerID}
-	due := []any{p.TaskType, us(p.Now), p.TaskType, p.Limit}
+	due := dueArgs(p)
 	if dueFirst {
 		return append(due, set...)
 	}
 	return append(set, due...)
+}
+
+// dueArgs are the due condition's arguments: type, now, type for the
+// paused check, now for the paused keys, limit.
+func dueArgs(p HoldParams) []any {
+	return []any{p.TaskType, us(p.Now), p.TaskType, us(p.Now), p.Limit}
 }
 
 // lockRowsIn is driver.lockRows for a lockSel with an IN (%s) list.

@@ -57,6 +57,9 @@ func (s *SQLStore) fanOut(ctx context.Context, tx *sql.Tx, r *flow.Record, req f
 	if len(kids) != len(req.Children) || len(kids) == 0 {
 		return fmt.Errorf("task %s: %d children but %d child records (the server builds them)", r.TaskID, len(req.Children), len(kids))
 	}
+	if err := s.seqCycle(ctx, tx, r, kids); err != nil {
+		return err
+	}
 	// Rows of ncols+2 values; 100 a statement stays under every
 	// database's parameter limit.
 	const chunk = 100
@@ -80,6 +83,43 @@ func (s *SQLStore) fanOut(ctx context.Context, tx *sql.Tx, r *flow.Record, req f
 		return err
 	}
 	return s.drv.notify(ctx, sqlTx{tx}, dueTypes(kids)...)
+}
+
+// seqCycle refuses a child with the sequence key (and type) of the
+// fanning-out task or of one of its ancestors: that waiting task is the
+// older live task of the key, so the child would never be held and the
+// fan-out never join.
+func (s *SQLStore) seqCycle(ctx context.Context, tx *sql.Tx, r *flow.Record, kids []flow.Record) error {
+	keyed := false
+	for i := range kids {
+		keyed = keyed || kids[i].SequenceKey != ""
+	}
+	if !keyed {
+		return nil
+	}
+	type tk struct{ typ, key string }
+	held := map[tk]string{}
+	id, typ, key, parent := r.TaskID, r.TaskType, r.SequenceKey, ""
+	q := s.drv.rebind("SELECT task_type, sequence_key, parent_id FROM " + s.tasks() + " WHERE task_id = ?")
+	for level := 0; level <= flow.MaxFanOutDepth && id != ""; level++ {
+		if err := tx.QueryRowContext(ctx, q, id).Scan(&typ, &key, &parent); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				break
+			}
+			return err
+		}
+		if key != "" {
+			held[tk{typ, key}] = id
+		}
+		id = parent
+	}
+	for i := range kids {
+		if by, ok := held[tk{kids[i].TaskType, kids[i].SequenceKey}]; ok && kids[i].SequenceKey != "" {
+			return &flow.FieldError{Field: fmt.Sprintf("children[%d].sequence_key", i),
+				Msg: fmt.Sprintf("%q of type %s is the key of task %s, which waits for this fan-out: the child would never run", kids[i].SequenceKey, kids[i].TaskType, by)}
+		}
+	}
+	return nil
 }
 
 // settleParents counts ended (ids of tasks that ended in tx) off their

@@ -102,3 +102,40 @@ func TestHoldHandsOutATaskWithAnUnreadableLog(t *testing.T) {
 		t.Fatalf("held %+v", held)
 	}
 }
+
+// The hold's key checks (keys.go) on SQLite: the claim walks the claim
+// index, and each check is a search of an index, never a scan.
+func TestLiteKeyedHoldUsesIndexes(t *testing.T) {
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "k.db"), Options{TablePrefix: "k_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d := s.drv.(*liteDriver)
+	rows, err := s.r.Query("EXPLAIN QUERY PLAN "+d.q.hold, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w", "type1", int64(1<<40), "type1", int64(1<<40), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	t.Logf("keyed hold: %q", plan)
+	all := strings.Join(plan, "\n")
+	for _, l := range plan {
+		if strings.HasPrefix(l, "SCAN") && !strings.Contains(l, "INDEX") {
+			t.Errorf("keyed hold scans: %q", l)
+		}
+	}
+	for _, want := range []string{"k_tasks_claim", "rk USING PRIMARY KEY", "k_tasks_seq ", "k_tasks_seq_proc"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("keyed hold does not use %s: %q", want, plan)
+		}
+	}
+}

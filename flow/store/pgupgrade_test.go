@@ -26,7 +26,7 @@ func TestPostgresUpgradeKeepsJSONBLogs(t *testing.T) {
 	}
 	defer db.Close()
 	drop := func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta"} {
+		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
 			db.Exec("DROP TABLE IF EXISTS " + p + tbl)
 		}
 	}

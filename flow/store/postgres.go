@@ -91,7 +91,13 @@ var pgMigrations = [][]string{{
 	`ALTER TABLE {p}tasks ALTER COLUMN schedule_log TYPE TEXT USING schedule_log::text`,
 }, fanOutMigration(`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS parent_id VARCHAR(26) COLLATE "C" NOT NULL DEFAULT '',
 		ADD COLUMN IF NOT EXISTS join_stage VARCHAR(64) NOT NULL DEFAULT '', ADD COLUMN IF NOT EXISTS children_open INT NOT NULL DEFAULT 0,
-		ADD COLUMN IF NOT EXISTS fan_depth SMALLINT NOT NULL DEFAULT 0`)}
+		ADD COLUMN IF NOT EXISTS fan_depth SMALLINT NOT NULL DEFAULT 0`),
+	// Order per key and pausing a key (keys.go).
+	keyMigration(`CREATE TABLE IF NOT EXISTS {p}rate_keys (task_type VARCHAR(64) NOT NULL, rate_key VARCHAR(128) NOT NULL,
+		paused_until BIGINT NOT NULL DEFAULT 0, tat BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key))`,
+		`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS sequence_key VARCHAR(128) NOT NULL DEFAULT '',
+		ADD COLUMN IF NOT EXISTS rate_key VARCHAR(128) NOT NULL DEFAULT ''`,
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`)}
 
 // pgAppendLog is appendLog with PostgreSQL's cut of the oldest entry: at
 // the second {"at":, whatever separates the entries (jsonb's text has a
@@ -123,6 +129,7 @@ type pgDriver struct {
 func (d *pgDriver) name() string                { return "postgres" }
 func (d *pgDriver) migrations() [][]string      { return pgMigrations }
 func (d *pgDriver) rebind(q string) string      { return rebindDollar(q) }
+func (d *pgDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
 func (d *pgDriver) logExpr(event string) string { return pgLog(event) }
 
 func (d *pgDriver) retryable(err error) bool {
@@ -428,11 +435,11 @@ func (d *pgDriver) listen(ctx context.Context, dsn string, up func()) error {
 // quarter of the process's garbage end to end; PostgreSQL decoded them
 // all too.
 //
-// Arguments: the 18 columns' arrays in cols order, then the shared
-// values of the 16 that have one (every column but task_id and
+// Arguments: the 20 columns' arrays in cols order, then the shared
+// values of the 18 that have one (every column but task_id and
 // task_context), then the NOTIFY channel and payload prefix.
 func pgInsert(t string) string {
-	types := []string{"text", "text", "text", "smallint", "text", "int", "bigint", "int", "int", "bigint", "bigint", "text", "text", "bigint", "text", "bigint", "bigint", "text"}
+	types := []string{"text", "text", "text", "smallint", "text", "int", "bigint", "int", "int", "bigint", "bigint", "text", "text", "bigint", "text", "bigint", "bigint", "text", "text", "text"}
 	names := strings.Split(cols, ", ")
 	arrays, sel := make([]string, len(types)), make([]string, len(types))
 	for i, ty := range types {
@@ -491,9 +498,11 @@ func (d *pgDriver) createBatch(ctx context.Context, recs []recordT) error {
 	cts, ct := i64(func(r *recordT) int64 { return us(r.CreateTime) })
 	mts, mt := i64(func(r *recordT) int64 { return us(r.ModifyTime) })
 	keys, key := str(func(r *recordT) string { return r.UniqueKey })
+	seqs, seq := str(func(r *recordT) string { return r.SequenceKey })
+	rates, rate := str(func(r *recordT) string { return r.RateKey })
 	_, err := d.s.w.ExecContext(ctx, d.q.insert,
-		ids, types, stages, statuses, ctxs, prios, ots, crts, maxrs, ris, mris, owners, leases, les, logs, cts, mts, keys,
-		typ, stage, status, prio, ot, crt, maxr, ri, mri, owner, lease, le, logShared, ct, mt, key,
+		ids, types, stages, statuses, ctxs, prios, ots, crts, maxrs, ris, mris, owners, leases, les, logs, cts, mts, keys, seqs, rates,
+		typ, stage, status, prio, ot, crt, maxr, ri, mri, owner, lease, le, logShared, ct, mt, key, seq, rate,
 		d.channel(), d.instance+":")
 	return err
 }

@@ -29,7 +29,7 @@ import (
 func fastSettable(reqs []flow.SetTaskRequest) bool {
 	seen := make(map[string]struct{}, len(reqs))
 	for _, r := range reqs {
-		if r.Error != "" || r.Lease == "" {
+		if r.Error != "" || r.Lease == "" || r.PauseRateKeyMS != 0 {
 			return false
 		}
 		switch r.Status {

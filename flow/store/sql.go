@@ -122,10 +122,10 @@ func (s *SQLStore) Close() error {
 	return errors.Join(errs...)
 }
 
-const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key"
+const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key, sequence_key, rate_key"
 
 // ncols is how many columns cols names.
-const ncols = 18
+const ncols = 20
 
 // sqlStatus renders statuses for SQL text from the flow constants.
 func sqlStatus(sts ...flow.Status) string {
@@ -183,6 +183,8 @@ type queries struct {
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask string
 	cronLast, cronCAS                                         string
 	workerSel                                                 string
+	// rateKeyIns makes a rate key's row (type, key) unless it has one.
+	rateKeyIns string
 }
 
 // qparts are the pieces every driver's queries are built from.
@@ -212,11 +214,11 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
 	b.due = "task_type = ? AND status = " + b.pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
-		"task_types WHERE task_type = ? AND paused <> 0) ORDER BY order_time LIMIT ?"
+		"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT ?"
 	b.typeIns = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
-		" cron, cron_stage, cron_context, cron_last, create_time, modify_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		" cron, cron_stage, cron_context, cron_last, create_time, modify_time, rate_limit_per_second) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	b.typeUpd = []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
-		"cron_stage", "cron_context", "modify_time"}
+		"cron_stage", "cron_context", "modify_time", "rate_limit_per_second"}
 
 	q := queries{cols: b.cols}
 	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + b.proc
@@ -224,7 +226,7 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ") AND parent_id = ''"
 	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
 	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + b.pending
-	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
+	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context, rate_limit_per_second"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
@@ -238,9 +240,10 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q.deleteTask = "DELETE FROM " + t + " WHERE task_id = ? AND status NOT IN (" + sqlStatus(flow.StatusProcessing, flow.StatusWaiting) + ")" +
 		" AND NOT (status = " + b.pending + " AND parent_id <> '')"
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
+	q.rateKeyIns = "INSERT INTO " + p + "rate_keys (task_type, rate_key, paused_until, tat) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
 	d.build(&q, b)
 	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats,
-		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel} {
+		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel, &q.rateKeyIns} {
 		*s = d.rebind(*s)
 	}
 	return q
@@ -291,7 +294,7 @@ func newRowScan() *rowScan {
 	s := &rowScan{}
 	r := &s.r
 	s.dest = []any{&r.TaskID, &r.TaskType, &r.TaskStage, &s.status, &s.ctx, &r.Priority, &s.order, &r.CrtRetryNum, &r.MaxRetryNum,
-		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &s.le, &s.log, &s.ct, &s.mt, &r.UniqueKey}
+		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &s.le, &s.log, &s.ct, &s.mt, &r.UniqueKey, &r.SequenceKey, &r.RateKey}
 	return s
 }
 
@@ -393,7 +396,7 @@ func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.T
 	// cron_last starts at the registration: the first tick is the
 	// schedule's next one after it. Re-registering the same cron keeps it.
 	_, err := s.w.ExecContext(ctx, s.q.upsertType, t.TaskType, t.ScheduleLimit, t.ScheduleIntervalMS, t.MaxProcessingMS,
-		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, t.Cron, t.CronStage, ctxArg(t.CronContext), us(now), us(now), us(now))
+		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, t.Cron, t.CronStage, ctxArg(t.CronContext), us(now), us(now), us(now), t.RateLimitPerSecond)
 	if err != nil {
 		return fmt.Errorf("register task type %s: %w", t.TaskType, err)
 	}
@@ -405,7 +408,7 @@ func scanType(sc scanner) (flow.TaskType, error) {
 	var paused int
 	var cctx []byte
 	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS, &paused,
-		&t.Cron, &t.CronStage, &cctx)
+		&t.Cron, &t.CronStage, &cctx, &t.RateLimitPerSecond)
 	t.Paused = paused != 0
 	if cctx != nil {
 		t.CronContext = json.RawMessage(append([]byte(nil), cctx...))
@@ -466,7 +469,7 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 func insertArgs(r *flow.Record) []any {
 	return []any{r.TaskID, r.TaskType, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), r.Priority, us(r.OrderTime),
 		r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS, r.Owner, r.Lease, int64(0),
-		string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime), r.UniqueKey}
+		string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime), r.UniqueKey, r.SequenceKey, r.RateKey}
 }
 
 func hasUniqueKey(recs []flow.Record) bool {
@@ -573,6 +576,9 @@ func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 		defer unlock()
 	}
 	recs, err := s.drv.hold(ctx, p)
+	if err == nil {
+		recs, err = s.admit(ctx, p, recs)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hold %s: %w", p.TaskType, err)
 	}
@@ -615,6 +621,11 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	if len(reqs) == 0 {
 		return nil, nil
+	}
+	if hasPause(reqs) {
+		if err := s.pauseKeys(ctx, reqs, now); err != nil {
+			return nil, fmt.Errorf("set %d tasks: pause rate keys: %w", len(reqs), err)
+		}
 	}
 	if done, pending, ok, err := s.drv.setFast(ctx, reqs, now); err != nil {
 		return nil, fmt.Errorf("set %d tasks: %w", len(reqs), err)
@@ -1032,6 +1043,9 @@ func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) 
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}
 	n, _ := res.RowsAffected()
+	if err := s.pruneRateKeys(ctx, before); err != nil {
+		return int(n), fmt.Errorf("prune rate keys: %w", err)
+	}
 	return int(n), nil
 }
 

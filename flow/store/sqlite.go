@@ -73,7 +73,13 @@ var liteMigrations = [][]string{{
 }, fanOutMigration(`ALTER TABLE {p}tasks ADD COLUMN parent_id TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE {p}tasks ADD COLUMN join_stage TEXT NOT NULL DEFAULT ''`,
 	`ALTER TABLE {p}tasks ADD COLUMN children_open INTEGER NOT NULL DEFAULT 0`,
-	`ALTER TABLE {p}tasks ADD COLUMN fan_depth INTEGER NOT NULL DEFAULT 0`)}
+	`ALTER TABLE {p}tasks ADD COLUMN fan_depth INTEGER NOT NULL DEFAULT 0`),
+	// Order per key and pausing a key (keys.go).
+	keyMigration(`CREATE TABLE IF NOT EXISTS {p}rate_keys (task_type TEXT NOT NULL, rate_key TEXT NOT NULL,
+		paused_until INTEGER NOT NULL DEFAULT 0, tat INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key)) WITHOUT ROWID`,
+		`ALTER TABLE {p}tasks ADD COLUMN sequence_key TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE {p}tasks ADD COLUMN rate_key TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`)}
 
 func liteLog(event string) string {
 	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
@@ -105,6 +111,7 @@ type liteDriver struct {
 func (d *liteDriver) name() string                { return "sqlite" }
 func (d *liteDriver) migrations() [][]string      { return liteMigrations }
 func (d *liteDriver) rebind(q string) string      { return q }
+func (d *liteDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
 func (d *liteDriver) logExpr(event string) string { return liteLog(event) }
 func (d *liteDriver) retryable(err error) bool    { return liteBusy(err) }
 

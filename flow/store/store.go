@@ -30,7 +30,9 @@ type Store interface {
 	CreateTasks(ctx context.Context, recs []flow.Record) error
 	// Hold claims up to p.Limit due tasks of p.TaskType, oldest order_time
 	// first, marking them processing under p.Lease until p.LeaseExpiry. No
-	// task is returned to two holds unless released in between.
+	// task is returned to two holds unless released in between. A task
+	// whose rate_key is paused, or whose sequence_key has an older live
+	// task or a processing one, is not returned.
 	Hold(ctx context.Context, p HoldParams) ([]flow.Record, error)
 	// SetTasks applies a batch of validated set_task requests in one
 	// transaction. A request with status waiting fans out: its
@@ -59,6 +61,10 @@ type Store interface {
 	// SetPaused pauses (no hold returns the type's tasks) or resumes a
 	// type; an unknown type gives ErrUnknownType.
 	SetPaused(ctx context.Context, taskType string, paused bool, now time.Time) error
+	// PausedKeys lists up to limit rate keys of a type paused at now
+	// (by a set with pause_rate_key_ms or by the type's rate limit), by
+	// key.
+	PausedKeys(ctx context.Context, taskType string, now time.Time, limit int) ([]flow.PausedKey, error)
 	// RetryTask puts a failed or cancelled task back to pending (see
 	// flow.ApplyRetry) and returns it; another status, or a unique key now
 	// held by a live task, gives ErrConflict.

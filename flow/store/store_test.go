@@ -29,7 +29,7 @@ func factory(dsn func(t testing.TB) string) storetest.Factory {
 		mu.Unlock()
 		t.Cleanup(func() {
 			if first {
-				for _, tbl := range []string{"tasks", "task_types", "meta"} {
+				for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
 					s.DB().Exec("DROP TABLE IF EXISTS " + prefix + tbl)
 				}
 			}
@@ -68,7 +68,7 @@ func TestMySQLSessionIsReadCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta"} {
+		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
 			s.DB().Exec("DROP TABLE IF EXISTS " + s.TablePrefix() + tbl)
 		}
 		s.Close()
@@ -93,7 +93,7 @@ func TestOpenURLForms(t *testing.T) {
 	if err != nil {
 		t.Fatalf("URL form: %v", err)
 	}
-	for _, tbl := range []string{"tasks", "task_types", "meta"} {
+	for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
 		s.DB().Exec("DROP TABLE IF EXISTS " + p + tbl)
 	}
 	s.Close()

@@ -127,6 +127,15 @@ func (h *heldTask) setRequest(res Result, err error) flow.SetTaskRequest {
 			case 0, flow.StatusSuccess:
 				req.Status = flow.StatusSuccess
 			case flow.StatusPending:
+				if res.PauseKey > 0 {
+					// PauseKey: the same stage again after the pause.
+					req.Status, req.Error = flow.StatusPending, res.Reason
+					req.PauseRateKeyMS = int64((res.PauseKey + time.Millisecond - 1) / time.Millisecond)
+					if res.Stage != "" {
+						req.TaskStage = res.Stage
+					}
+					break
+				}
 				if res.Stage == "" {
 					err = errors.New("handler returned Next with an empty stage")
 				}

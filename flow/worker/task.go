@@ -65,6 +65,10 @@ type Result struct {
 	// to create and the stage the task goes on to once all have ended.
 	Children  []flow.NewTask
 	JoinStage string
+	// PauseKey, for StatusPending (PauseKey): how long no task of the
+	// type with this task's rate_key is held, on any server; the task
+	// itself runs the same stage again after it, no retry spent.
+	PauseKey time.Duration
 }
 
 // Next hands the task to stage with a new context (nil keeps the current one).
@@ -85,6 +89,16 @@ func Fail(reason string) Result { return Result{Status: flow.StatusFailed, Reaso
 // with client.GetTaskChildren. context, when not nil, replaces the task's.
 func FanOut(joinStage string, children []flow.NewTask, context any) Result {
 	return Result{Status: flow.StatusWaiting, JoinStage: joinStage, Children: children, Context: context}
+}
+
+// PauseKey answers an upstream's "slow down" (HTTP 429 and its
+// Retry-After): the task's rate_key is paused for d (rounded up to a
+// millisecond), so no pending task of the type with that key is held
+// meanwhile, by this worker or any other, and the task runs this stage
+// again after the pause without spending a retry. reason goes to the
+// task's schedule log. The task must have been created with a rate_key.
+func PauseKey(d time.Duration, reason string) Result {
+	return Result{Status: flow.StatusPending, PauseKey: max(d, time.Millisecond), Reason: reason}
 }
 
 // After returns r with its next stage postponed by d.
