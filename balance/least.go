@@ -7,7 +7,8 @@ import (
 )
 
 // least_active: the fewest in-flight picks wins; ties are broken by
-// weighted random (Dubbo's LeastActiveLoadBalance). O(n) per pick.
+// weighted random (Dubbo's LeastActiveLoadBalance). Above ScanAll targets
+// among a sample of SampleSize (see Scan), so a pick costs O(1).
 type leastActiveStrategy struct{}
 
 func newLeastActive(s Settings) (Strategy, error) {
@@ -91,7 +92,8 @@ func (p *responsePicker) Observe(e *Endpoint, o Outcome) {
 }
 
 // scorePicker picks the usable endpoint of lowest score, weighted random
-// among ties, in one pass (weighted reservoir sampling).
+// among ties, in one pass (weighted reservoir sampling) over every
+// endpoint, or over a sample of them above ScanAll (Scan).
 type scorePicker struct {
 	eps     []*Endpoint
 	needNow bool
@@ -113,10 +115,32 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 	if p.forceAfter > 0 {
 		n = p.picks.Add(1)
 	}
+	sc := NewScan(len(p.eps))
+	best := p.scan(&info, &sc, now, n)
+	if best == -1 && sc.Sampled() {
+		// No endpoint drawn was usable (most are full or excluded):
+		// look at them all rather than fail while some have room.
+		sc = FullScan(len(p.eps))
+		best = p.scan(&info, &sc, now, n)
+	}
+	if best < 0 {
+		return nil
+	}
+	if n != 0 && p.last[best].Load() != n {
+		p.last[best].Store(n)
+	}
+	return p.eps[best]
+}
+
+// scan returns the index of the lowest-scored usable endpoint the scan
+// visits (weighted random among ties), or -1 when none is usable.
+func (p *scorePicker) scan(info *PickInfo, s *Scan, now, n int64) int {
 	best := -1
 	var bestScore int64
 	var tieWeight float64
-	for i, e := range p.eps {
+	for s.More() {
+		i := s.Next()
+		e := p.eps[i]
 		if !info.Usable(e) {
 			continue
 		}
@@ -126,8 +150,9 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 				// First sight: start counting from here.
 				p.last[i].CompareAndSwap(0, n)
 			} else if n-last > p.forceAfter {
-				p.last[i].Store(n)
-				return e
+				// Left unpicked too long: re-measure it (sampled, it is
+				// found within about n/SampleSize picks of falling due).
+				return i
 			}
 		}
 		sc := p.score(i, now)
@@ -142,13 +167,7 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 			}
 		}
 	}
-	if best < 0 {
-		return nil
-	}
-	if n != 0 && p.last[best].Load() != n {
-		p.last[best].Store(n)
-	}
-	return p.eps[best]
+	return best
 }
 
 // window is a two-bucket sliding window of success latencies: the current
