@@ -27,7 +27,9 @@ func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 // weighted random among ties. The
 // estimate uses in-flight+1 (as Dubbo does), so that an idle slow target
 // does not tie with an idle fast one. A target with no sample in the window
-// estimates 0 and is tried. A target not picked in the last 16 x n picks is
+// estimates 0 and is tried. The estimate is divided by the target's share
+// of successes (FailureShare), and one with failures and no success in
+// the window ranks last: a target answering fast errors is not fast. A target not picked in the last 16 x n picks is
 // picked once, so one slow sample cannot starve a target that has since
 // become fast (without it, the window would keep it out for up to a whole
 // window while its fast peers took everything).
@@ -58,7 +60,13 @@ func newShortestResponse(set Settings) (Strategy, error) {
 type responseEndpoint struct {
 	win      window       // success latencies
 	lastPick atomic.Int64 // the picker's pick count at this target's last pick
+	fail     FailureShare // divides the estimate: fast failures are not fast service
 }
+
+// failedOnly is the score of a target with failures and no success in
+// the window: above any estimate, so it is picked only when nothing else
+// is usable, or to re-measure it.
+const failedOnly = int64(1) << 62
 
 func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
 	st := make([]*responseEndpoint, len(eps))
@@ -71,10 +79,18 @@ func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
 	return &responsePicker{st: st, half: half, scorePicker: scorePicker{eps: eps, needNow: true, last: last, forceAfter: int64(16 * max(len(eps), 1)),
 		score: func(i int, now int64) int64 {
 			avg := st[i].win.avg(now, half)
+			f := &st[i].fail
 			if avg < 0 {
+				if f.Failing() {
+					return failedOnly // failures and no success: last
+				}
 				return 0
 			}
-			return avg * (eps[i].InFlight() + 1)
+			sc := avg * (eps[i].InFlight() + 1)
+			if f.Failing() {
+				sc = int64(float64(sc) / f.OK(now))
+			}
+			return sc
 		}}}
 }
 
@@ -84,8 +100,12 @@ type responsePicker struct {
 	half int64
 }
 
-// Observe adds a success's latency to its target's window.
+// Observe adds a success's latency to its target's window, and every
+// outcome but a client's leaving to its failure share.
 func (p *responsePicker) Observe(e *Endpoint, o Outcome) {
+	if o.Class != ClientGone {
+		p.st[e.Index()].fail.Observe(o.Class != Succeeded, o.Now)
+	}
 	if o.Err == nil && o.Latency > 0 {
 		p.st[e.Index()].win.add(o.Now, p.half, int64(o.Latency))
 	}

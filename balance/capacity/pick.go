@@ -88,6 +88,7 @@ scan:
 			}
 			lat := p.st[j].lat.Load()
 			measure := false
+			failing := p.st[j].fail.Failing()
 			if lat <= 0 {
 				lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
 			} else if e.InFlight() == 0 {
@@ -144,6 +145,13 @@ scan:
 			// a tie goes to the target with more free permits, which spreads
 			// equal targets by their capacity.
 			rate := info.Weight(e) / float64(lat)
+			if failing {
+				// Served per unit of time: fast failures are not service.
+				if now == 0 {
+					now = info.Now()
+				}
+				rate *= p.st[j].fail.OK(now)
+			}
 			if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
 				best, bestRate, bestFree, bestJ, bestMeasure = e, rate, free, j, measure
 			}
