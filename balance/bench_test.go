@@ -7,6 +7,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // registers capacity, measured with the rest
+	_ "github.com/fulcrum-lb/fulcrum/balance/probe"    // registers probe, measured with the rest
 )
 
 // Every strategy at 3, 100, 1000 and 10000 targets, serial and parallel: one

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // registers capacity
+	_ "github.com/fulcrum-lb/fulcrum/balance/probe"    // registers probe
 )
 
 // The fast-failure trap, for every strategy that ranks by latency: a
@@ -17,7 +18,10 @@ import (
 // one; once it answers again it must draw traffic again. Eight callers
 // in a closed loop, as a gateway's connections are: each outcome is
 // reported through Pick.Report when it ends on a simulated clock, and
-// the caller's next pick follows at once.
+// the caller's next pick follows at once. Each answer carries the
+// target's load report (Pick.ReportLoad, read by probe alone): its other
+// requests in flight and its latency, which for the failing target is
+// its fast failures'.
 func TestFastFailureTrap(t *testing.T) {
 	failures := []struct {
 		name string
@@ -65,7 +69,7 @@ func TestFastFailureTrap(t *testing.T) {
 }
 
 // latencyAware are the strategies that rank targets by latency.
-var latencyAware = []string{"p2c", "shortest_response", "capacity"}
+var latencyAware = []string{"p2c", "shortest_response", "capacity", "probe"}
 
 // loopSim runs callers in a closed loop against two targets on a
 // simulated clock: every outcome is an event at its end time.
@@ -116,6 +120,13 @@ func (s *loopSim) run(n int) map[string]int {
 		}
 		e := heap.Pop(&s.ev).(event)
 		s.ns.Store(e.at)
+		others := int64(0)
+		for _, o := range s.ev {
+			if o.p.Addr() == e.p.Addr() {
+				others++
+			}
+		}
+		e.p.ReportLoad(balance.Load{InFlight: others, Latency: e.lat})
 		e.p.Report(e.lat, e.err)
 		s.idle++
 		start()
