@@ -28,23 +28,17 @@ type Scan struct {
 	sampled           bool
 }
 
-// strides are primes (and 1, prime to every n): a prime is prime to n
-// unless it divides n.
-var strides = [...]int{1, 7, 13, 31, 61, 101, 151, 251, 379, 509, 631, 757, 887, 1013, 1499, 2003, 3001, 4001, 5003, 6007, 7001, 8009, 9001, 10007, 15013, 20011, 30011, 40009, 50021, 65537, 99991, 131071}
-
 // NewScan starts a scan over n endpoints.
 func NewScan(n int) Scan {
 	if n <= 0 {
 		return Scan{}
 	}
 	if n > ScanAll {
-		k := rand.IntN(len(strides))
-		step := strides[k]
-		for n%step == 0 {
-			k = (k + 1) % len(strides)
-			step = strides[k]
+		step := 1 + rand.IntN(n-1)
+		for gcd(step, n) != 1 {
+			step = 1 + rand.IntN(n-1)
 		}
-		return Scan{n: n, left: SampleSize, at: rand.IntN(n), step: step % n, sampled: true}
+		return Scan{n: n, left: SampleSize, at: rand.IntN(n), step: step, sampled: true}
 	}
 	return Scan{n: n, left: n, at: rand.IntN(n), step: 1}
 }
