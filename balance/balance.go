@@ -588,7 +588,7 @@ func (p Pick) release() int64 {
 // balance/probe parses): call it when the response's header arrives,
 // before Done or Report. Strategies that do not read reports (all but
 // probe) ignore it, at the cost of one nil check.
-func (p Pick) ReportLoad(l Load) {
+func (p Pick) ReportLoad(l LoadReport) {
 	if p.e == nil || p.s.loadObs == nil {
 		return
 	}

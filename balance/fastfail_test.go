@@ -126,7 +126,7 @@ func (s *loopSim) run(n int) map[string]int {
 				others++
 			}
 		}
-		e.p.ReportLoad(balance.Load{InFlight: others, Latency: e.lat})
+		e.p.ReportLoad(balance.LoadReport{InFlight: others, Latency: e.lat})
 		e.p.Report(e.lat, e.err)
 		s.idle++
 		start()

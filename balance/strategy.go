@@ -44,9 +44,9 @@ type Observer interface {
 	Observe(e *Endpoint, o Outcome)
 }
 
-// Load is a target's own report of its load, sent with a response:
+// LoadReport is a target's own report of its load, sent with a response:
 // what Google's Prequal probes for, carried on the traffic instead.
-type Load struct {
+type LoadReport struct {
 	// InFlight is the requests the target was serving when it answered,
 	// from every gateway, the answering one not counted.
 	InFlight int64
@@ -60,7 +60,7 @@ type Load struct {
 // one of the picker's own endpoints (as for Observe) while the pick is
 // still in flight, and the balancer's clock.
 type LoadObserver interface {
-	ObserveLoad(e *Endpoint, l Load, now int64)
+	ObserveLoad(e *Endpoint, l LoadReport, now int64)
 }
 
 // Tracker is implemented by pickers that follow the load on each endpoint

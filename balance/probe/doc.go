@@ -9,6 +9,10 @@
 // see each other's load, which no gateway's own counts show.
 //
 // Importing the package registers the strategy under Name in balance's
-// default registry, as balance/capacity does; the caller feeds reports
-// with balance.Pick.ReportLoad(probe.FromHeader(resp.Header)).
+// default registry, as balance/capacity does. The caller feeds the
+// reports as each response's header arrives:
+//
+//	if l, ok := probe.FromHeader(resp.Header); ok {
+//		pick.ReportLoad(l)
+//	}
 package probe

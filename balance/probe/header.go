@@ -25,15 +25,15 @@ import (
 const Header = "Fulcrum-Load"
 
 // Format writes a report as the header's value.
-func Format(l balance.Load) string {
+func Format(l balance.LoadReport) string {
 	ms := strconv.FormatFloat(float64(l.Latency)/float64(time.Millisecond), 'f', -1, 64)
 	return "inflight=" + strconv.FormatInt(l.InFlight, 10) + ";latency_ms=" + ms
 }
 
 // Parse reads the header's value. A malformed value is an error naming
 // the key and the value; inflight is required.
-func Parse(v string) (balance.Load, error) {
-	var l balance.Load
+func Parse(v string) (balance.LoadReport, error) {
+	var l balance.LoadReport
 	seen := false
 	for part := range strings.SplitSeq(v, ";") {
 		part = strings.TrimSpace(part)
@@ -43,25 +43,25 @@ func Parse(v string) (balance.Load, error) {
 		key, val, ok := strings.Cut(part, "=")
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
 		if !ok {
-			return balance.Load{}, fmt.Errorf("%s: %q is not key=value", Header, part)
+			return balance.LoadReport{}, fmt.Errorf("%s: %q is not key=value", Header, part)
 		}
 		switch key {
 		case "inflight":
 			n, err := strconv.ParseInt(val, 10, 64)
 			if err != nil || n < 0 {
-				return balance.Load{}, fmt.Errorf("%s: inflight: %q is not a count (an integer, 0 or more)", Header, val)
+				return balance.LoadReport{}, fmt.Errorf("%s: inflight: %q is not a count (an integer, 0 or more)", Header, val)
 			}
 			l.InFlight, seen = n, true
 		case "latency_ms":
 			ms, err := strconv.ParseFloat(val, 64)
 			if err != nil || ms < 0 || math.IsNaN(ms) || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
-				return balance.Load{}, fmt.Errorf("%s: latency_ms: %q is not a duration in milliseconds (a number, 0 or more)", Header, val)
+				return balance.LoadReport{}, fmt.Errorf("%s: latency_ms: %q is not a duration in milliseconds (a number, 0 or more)", Header, val)
 			}
 			l.Latency = time.Duration(ms * float64(time.Millisecond))
 		}
 	}
 	if !seen {
-		return balance.Load{}, fmt.Errorf("%s: inflight missing in %q", Header, v)
+		return balance.LoadReport{}, fmt.Errorf("%s: inflight missing in %q", Header, v)
 	}
 	return l, nil
 }
@@ -69,10 +69,10 @@ func Parse(v string) (balance.Load, error) {
 // FromHeader returns the report in h, and whether there is a valid one:
 // a target that sends none (or a malformed one) is ranked by what the
 // gateway itself sees of it.
-func FromHeader(h http.Header) (balance.Load, bool) {
+func FromHeader(h http.Header) (balance.LoadReport, bool) {
 	v := h.Get(Header)
 	if v == "" {
-		return balance.Load{}, false
+		return balance.LoadReport{}, false
 	}
 	l, err := Parse(v)
 	return l, err == nil
@@ -114,8 +114,8 @@ func (m *meter) observe(d time.Duration) {
 	}
 }
 
-func (m *meter) report() balance.Load {
-	return balance.Load{InFlight: max(m.inflight.Load()-1, 0), Latency: time.Duration(m.lat.Load())}
+func (m *meter) report() balance.LoadReport {
+	return balance.LoadReport{InFlight: max(m.inflight.Load()-1, 0), Latency: time.Duration(m.lat.Load())}
 }
 
 // reportWriter sets the header as the response's header goes out.

@@ -105,7 +105,7 @@ type picker struct {
 }
 
 // ObserveLoad adds a report to the target's pool, replacing the oldest.
-func (p *picker) ObserveLoad(e *balance.Endpoint, l balance.Load, now int64) {
+func (p *picker) ObserveLoad(e *balance.Endpoint, l balance.LoadReport, now int64) {
 	t := p.st[e.Index()]
 	r := &t.pool[t.next.Add(1)%poolSize]
 	r.inflight.Store(max(l.InFlight, 0))

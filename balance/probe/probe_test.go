@@ -19,12 +19,12 @@ import (
 func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want balance.Load
+		want balance.LoadReport
 	}{
-		{"inflight=3;latency_ms=12", balance.Load{InFlight: 3, Latency: 12 * time.Millisecond}},
-		{" inflight = 0 ; latency_ms = 0.5 ", balance.Load{Latency: 500 * time.Microsecond}},
-		{"inflight=7", balance.Load{InFlight: 7}},
-		{"queue=2;inflight=1;latency_ms=3;", balance.Load{InFlight: 1, Latency: 3 * time.Millisecond}}, // unknown keys skipped
+		{"inflight=3;latency_ms=12", balance.LoadReport{InFlight: 3, Latency: 12 * time.Millisecond}},
+		{" inflight = 0 ; latency_ms = 0.5 ", balance.LoadReport{Latency: 500 * time.Microsecond}},
+		{"inflight=7", balance.LoadReport{InFlight: 7}},
+		{"queue=2;inflight=1;latency_ms=3;", balance.LoadReport{InFlight: 1, Latency: 3 * time.Millisecond}}, // unknown keys skipped
 	} {
 		got, err := probe.Parse(c.in)
 		if err != nil || got != c.want {
@@ -46,7 +46,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) error %v; want one naming %q", c.in, err, c.names)
 		}
 	}
-	l := balance.Load{InFlight: 42, Latency: 1500 * time.Microsecond}
+	l := balance.LoadReport{InFlight: 42, Latency: 1500 * time.Microsecond}
 	if got, err := probe.Parse(probe.Format(l)); err != nil || got != l {
 		t.Errorf("Parse(Format(%+v)) = %+v, %v", l, got, err)
 	}
@@ -79,7 +79,7 @@ func TestHandlerReportsLoad(t *testing.T) {
 		}
 	})))
 	defer srv.Close()
-	get := func(path string) balance.Load {
+	get := func(path string) balance.LoadReport {
 		t.Helper()
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
@@ -144,7 +144,7 @@ func (c *testClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
 // report makes a pick on addr (the others excluded) that reports l and
 // succeeds in lat.
-func report(t *testing.T, b *balance.Balancer, addr string, l balance.Load) {
+func report(t *testing.T, b *balance.Balancer, addr string, l balance.LoadReport) {
 	t.Helper()
 	var ex []*balance.Endpoint
 	for {
@@ -179,9 +179,9 @@ func TestProbePicksByHotCold(t *testing.T) {
 		}
 		// a is the fastest but the busiest (another gateway's load: none
 		// of it is this one's), b the idlest and slowest.
-		report(t, b, "a", balance.Load{InFlight: 10, Latency: 5 * time.Millisecond})
-		report(t, b, "b", balance.Load{InFlight: 2, Latency: 20 * time.Millisecond})
-		report(t, b, "c", balance.Load{InFlight: 3, Latency: 10 * time.Millisecond})
+		report(t, b, "a", balance.LoadReport{InFlight: 10, Latency: 5 * time.Millisecond})
+		report(t, b, "b", balance.LoadReport{InFlight: 2, Latency: 20 * time.Millisecond})
+		report(t, b, "c", balance.LoadReport{InFlight: 3, Latency: 10 * time.Millisecond})
 		return b
 	}
 	picks := func(b *balance.Balancer) map[string]int {
@@ -301,7 +301,7 @@ func TestProbeDoesNotAllocate(t *testing.T) {
 		if err := b.Update(ts); err != nil {
 			t.Fatal(err)
 		}
-		l := balance.Load{InFlight: 3, Latency: time.Millisecond}
+		l := balance.LoadReport{InFlight: 3, Latency: time.Millisecond}
 		allocs := testing.AllocsPerRun(1000, func() {
 			p, err := b.Pick("")
 			if err != nil {
