@@ -29,10 +29,11 @@ func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 // does not tie with an idle fast one. A target with no sample in the window
 // estimates 0 and is tried. The estimate is divided by the target's share
 // of successes (FailureShare), and one with failures and no success in
-// the window ranks last: a target answering fast errors is not fast. A target not picked in the last 16 x n picks is
-// picked once, so one slow sample cannot starve a target that has since
-// become fast (without it, the window would keep it out for up to a whole
-// window while its fast peers took everything).
+// the window ranks last: a target answering fast errors is not fast. A
+// target not picked in the last 16 x n picks is picked once, so one slow
+// sample cannot starve a target that has since become fast (without it,
+// the window would keep it out for up to a whole window while its fast
+// peers took everything).
 type shortestResponseStrategy struct{ half int64 }
 
 // ShortestResponseSettings are shortest_response's settings.
