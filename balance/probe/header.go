@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -138,6 +139,15 @@ func (w *reportWriter) Write(b []byte) (int, error) {
 		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps the underlying writer's sendfile path (io.Copy finds
+// its ReaderFrom), which the wrapper would otherwise hide.
+func (w *reportWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return io.Copy(w.ResponseWriter, r)
 }
 
 // Flush sends the header (with the report) if nothing was written yet.

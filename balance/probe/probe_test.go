@@ -74,6 +74,8 @@ func TestHandlerReportsLoad(t *testing.T) {
 		case "/silent": // writes nothing: net/http's implicit 200 must carry the report too
 		case "/flush":
 			http.NewResponseController(w).Flush()
+		case "/copy": // io.Copy reaches the wrapper's ReadFrom
+			io.Copy(w, strings.NewReader("copied"))
 		default:
 			w.WriteHeader(http.StatusTeapot)
 		}
@@ -100,6 +102,7 @@ func TestHandlerReportsLoad(t *testing.T) {
 		t.Errorf("second request reported %+v; want the first one's latency", l)
 	}
 	get("/flush")
+	get("/copy")
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() { get("/block") })
