@@ -136,7 +136,10 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 	if p.forceAfter > 0 {
 		n = p.picks.Add(1)
 	}
-	sc := NewScan(len(p.eps))
+	sc := Scan{n: len(p.eps), end: len(p.eps)} // every endpoint, in order: the reservoir breaks ties at random
+	if len(p.eps) > ScanAll {
+		sc = NewScan(len(p.eps))
+	}
 	best := p.scan(&info, &sc, now, n)
 	if best == -1 && sc.Sampled() {
 		// No endpoint drawn was usable (most are full or excluded):

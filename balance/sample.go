@@ -33,9 +33,9 @@ const (
 //		...
 //	}
 type Scan struct {
-	n, left, at int
-	sampled     bool
-	drawn       [SampleSize]int32 // the sample so far: a repeat is drawn again
+	n, i, end, off int // visits so far, visits in all, the full scan's start
+	sampled        bool
+	drawn          [SampleSize]int32 // the sample, drawn by NewScan
 }
 
 // NewScan starts a scan over n endpoints.
@@ -44,9 +44,11 @@ func NewScan(n int) Scan {
 		return Scan{}
 	}
 	if n > ScanAll {
-		return Scan{n: n, left: SampleSize, sampled: true}
+		s := Scan{n: n, end: SampleSize, sampled: true}
+		s.draw()
+		return s
 	}
-	return Scan{n: n, left: n, at: rand.IntN(n)}
+	return Scan{n: n, end: n, off: rand.IntN(n)}
 }
 
 // FullScan is a scan of every one of n endpoints from a random start:
@@ -55,7 +57,7 @@ func FullScan(n int) Scan {
 	if n <= 0 {
 		return Scan{}
 	}
-	return Scan{n: n, left: n, at: rand.IntN(n)}
+	return Scan{n: n, end: n, off: rand.IntN(n)}
 }
 
 // Sampled reports whether the scan draws a sample rather than visiting
@@ -63,28 +65,33 @@ func FullScan(n int) Scan {
 func (s *Scan) Sampled() bool { return s.sampled }
 
 // More reports whether Next has another index.
-func (s *Scan) More() bool { return s.left > 0 }
+func (s *Scan) More() bool { return s.i < s.end }
 
 // Next returns the next index to look at.
 func (s *Scan) Next() int {
-	s.left--
+	i := s.i
+	s.i++
 	if s.sampled {
-		k := SampleSize - 1 - s.left // draws made before this one
-	draw:
-		for {
-			j := int32(rand.IntN(s.n))
-			for _, d := range s.drawn[:k] {
-				if d == j {
-					continue draw
-				}
-			}
-			s.drawn[k] = j
-			return int(j)
-		}
+		return int(s.drawn[i])
 	}
-	j := s.at
-	if s.at++; s.at == s.n {
-		s.at = 0
+	j := i + s.off
+	if j >= s.n {
+		j -= s.n
 	}
 	return j
+}
+
+// draw fills the sample: SampleSize distinct random indexes, a repeat
+// drawn again.
+func (s *Scan) draw() {
+	for k := range s.drawn {
+	again:
+		j := int32(rand.IntN(s.n))
+		for _, d := range s.drawn[:k] {
+			if d == j {
+				goto again
+			}
+		}
+		s.drawn[k] = j
+	}
 }
