@@ -46,6 +46,7 @@ type snapshot struct {
 	eps      []*Endpoint // the usable ones, given to the strategy
 	picker   Picker
 	observer Observer
+	loadObs  LoadObserver
 	tracker  Tracker
 	counter  *atomic.Int64 // an InFlightCounter's, or nil
 	timed    bool          // Done measures latency
@@ -297,6 +298,7 @@ func (b *Balancer) rebuild() {
 	}
 	s.picker = b.live.Load().strat.Build(s.eps)
 	s.observer, _ = s.picker.(Observer)
+	s.loadObs, _ = s.picker.(LoadObserver)
 	s.tracker, _ = s.picker.(Tracker)
 	if c, ok := s.picker.(InFlightCounter); ok {
 		s.counter = c.InFlightCounter()
@@ -579,6 +581,18 @@ func (p Pick) release() int64 {
 		}
 	}
 	return inflight
+}
+
+// ReportLoad hands the pick's strategy the target's own report of its
+// load, sent with the response (the Fulcrum-Load header, which package
+// balance/probe parses): call it when the response's header arrives,
+// before Done or Report. Strategies that do not read reports (all but
+// probe) ignore it, at the cost of one nil check.
+func (p Pick) ReportLoad(l LoadReport) {
+	if p.e == nil || p.s.loadObs == nil {
+		return
+	}
+	p.s.loadObs.ObserveLoad(p.e, l, p.s.b.now())
 }
 
 // Report ends the pick with a latency the caller measured.

@@ -7,9 +7,10 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // registers capacity, measured with the rest
+	_ "github.com/fulcrum-lb/fulcrum/balance/probe"    // registers probe, measured with the rest
 )
 
-// Every strategy at 3, 100 and 1000 targets, serial and parallel: one
+// Every strategy at 3, 100, 1000 and 10000 targets, serial and parallel: one
 // iteration is a pick and its Done. Weights differ (1..4) so the weighted
 // paths are the ones measured. bench/ runs the peers on the same shapes.
 func BenchmarkPick(b *testing.B) {
@@ -18,7 +19,7 @@ func BenchmarkPick(b *testing.B) {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
 	for _, name := range balance.Names() {
-		for _, n := range []int{3, 100, 1000} {
+		for _, n := range []int{3, 100, 1000, 10000} {
 			ts := benchTargets(n)
 			for i := range ts {
 				ts[i].Weight = 1 + i%4

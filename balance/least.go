@@ -7,7 +7,8 @@ import (
 )
 
 // least_active: the fewest in-flight picks wins; ties are broken by
-// weighted random (Dubbo's LeastActiveLoadBalance). O(n) per pick.
+// weighted random (Dubbo's LeastActiveLoadBalance). Above ScanAll targets
+// among a sample of SampleSize (see Scan), so a pick costs O(1).
 type leastActiveStrategy struct{}
 
 func newLeastActive(s Settings) (Strategy, error) {
@@ -26,10 +27,13 @@ func (leastActiveStrategy) Build(eps []*Endpoint) Picker {
 // weighted random among ties. The
 // estimate uses in-flight+1 (as Dubbo does), so that an idle slow target
 // does not tie with an idle fast one. A target with no sample in the window
-// estimates 0 and is tried. A target not picked in the last 16 x n picks is
-// picked once, so one slow sample cannot starve a target that has since
-// become fast (without it, the window would keep it out for up to a whole
-// window while its fast peers took everything).
+// estimates 0 and is tried. The estimate is divided by the target's share
+// of successes (FailureShare), and one with failures and no success in
+// the window ranks last: a target answering fast errors is not fast. A
+// target not picked in the last 16 x n picks is picked once, so one slow
+// sample cannot starve a target that has since become fast (without it,
+// the window would keep it out for up to a whole window while its fast
+// peers took everything).
 type shortestResponseStrategy struct{ half int64 }
 
 // ShortestResponseSettings are shortest_response's settings.
@@ -57,7 +61,13 @@ func newShortestResponse(set Settings) (Strategy, error) {
 type responseEndpoint struct {
 	win      window       // success latencies
 	lastPick atomic.Int64 // the picker's pick count at this target's last pick
+	fail     FailureShare // divides the estimate: fast failures are not fast service
 }
+
+// failedOnly is the score of a target with failures and no success in
+// the window: above any estimate, so it is picked only when nothing else
+// is usable, or to re-measure it.
+const failedOnly = int64(1) << 62
 
 func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
 	st := make([]*responseEndpoint, len(eps))
@@ -70,10 +80,18 @@ func (s shortestResponseStrategy) Build(eps []*Endpoint) Picker {
 	return &responsePicker{st: st, half: half, scorePicker: scorePicker{eps: eps, needNow: true, last: last, forceAfter: int64(16 * max(len(eps), 1)),
 		score: func(i int, now int64) int64 {
 			avg := st[i].win.avg(now, half)
+			f := &st[i].fail
 			if avg < 0 {
+				if f.Failing() {
+					return failedOnly // failures and no success: last
+				}
 				return 0
 			}
-			return avg * (eps[i].InFlight() + 1)
+			sc := avg * (eps[i].InFlight() + 1)
+			if f.Failing() {
+				sc = int64(float64(sc) / f.OK(now))
+			}
+			return sc
 		}}}
 }
 
@@ -83,15 +101,20 @@ type responsePicker struct {
 	half int64
 }
 
-// Observe adds a success's latency to its target's window.
+// Observe adds a success's latency to its target's window, and every
+// outcome but a client's leaving to its failure share.
 func (p *responsePicker) Observe(e *Endpoint, o Outcome) {
+	if o.Class != ClientGone {
+		p.st[e.Index()].fail.Observe(o.Class != Succeeded, o.Now)
+	}
 	if o.Err == nil && o.Latency > 0 {
 		p.st[e.Index()].win.add(o.Now, p.half, int64(o.Latency))
 	}
 }
 
 // scorePicker picks the usable endpoint of lowest score, weighted random
-// among ties, in one pass (weighted reservoir sampling).
+// among ties, in one pass (weighted reservoir sampling) over every
+// endpoint, or over a sample of them above ScanAll (Scan).
 type scorePicker struct {
 	eps     []*Endpoint
 	needNow bool
@@ -113,10 +136,35 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 	if p.forceAfter > 0 {
 		n = p.picks.Add(1)
 	}
+	sc := Scan{n: len(p.eps), end: len(p.eps)} // every endpoint, in order: the reservoir breaks ties at random
+	if len(p.eps) > ScanAll {
+		sc = NewScan(len(p.eps))
+	}
+	best := p.scan(&info, &sc, now, n)
+	if best == -1 && sc.Sampled() {
+		// No endpoint drawn was usable (most are full or excluded):
+		// look at them all rather than fail while some have room.
+		sc = FullScan(len(p.eps))
+		best = p.scan(&info, &sc, now, n)
+	}
+	if best < 0 {
+		return nil
+	}
+	if n != 0 && p.last[best].Load() != n {
+		p.last[best].Store(n)
+	}
+	return p.eps[best]
+}
+
+// scan returns the index of the lowest-scored usable endpoint the scan
+// visits (weighted random among ties), or -1 when none is usable.
+func (p *scorePicker) scan(info *PickInfo, s *Scan, now, n int64) int {
 	best := -1
 	var bestScore int64
 	var tieWeight float64
-	for i, e := range p.eps {
+	for s.More() {
+		i := s.Next()
+		e := p.eps[i]
 		if !info.Usable(e) {
 			continue
 		}
@@ -126,8 +174,9 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 				// First sight: start counting from here.
 				p.last[i].CompareAndSwap(0, n)
 			} else if n-last > p.forceAfter {
-				p.last[i].Store(n)
-				return e
+				// Left unpicked too long: re-measure it (sampled, it is
+				// found within about n/SampleSize picks of falling due).
+				return i
 			}
 		}
 		sc := p.score(i, now)
@@ -142,13 +191,7 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 			}
 		}
 	}
-	if best < 0 {
-		return nil
-	}
-	if n != 0 && p.last[best].Load() != n {
-		p.last[best].Store(n)
-	}
-	return p.eps[best]
+	return best
 }
 
 // window is a two-bucket sliding window of success latencies: the current

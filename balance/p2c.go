@@ -12,6 +12,9 @@ import (
 // The EWMA jumps up to any slower sample at once (peak) and decays towards
 // faster ones with time constant Decay. A target not picked for a whole
 // 64 x n picks is picked once, so a target that was slow gets re-measured.
+// A failure (an error, a 500, a 503) only ever raises the peak, and the
+// cost is divided by the target's share of successes (FailureShare), so a
+// target answering fast errors does not look fast.
 type p2cStrategy struct{ tau int64 }
 
 // P2CSettings are p2c's settings.
@@ -27,7 +30,8 @@ type p2cEndpoint struct {
 	peak     atomic.Int64 // peak EWMA of latency, ns
 	peakAt   atomic.Int64 // clock of the last peak update
 	lastPick atomic.Int64 // the picker's pick count at this target's last pick
-	_        [40]byte
+	fail     FailureShare // divides the cost: fast failures are not fast service
+	_        [24]byte
 }
 
 func newP2C(set Settings) (Strategy, error) {
@@ -81,8 +85,12 @@ func (p *p2cPicker) draw(info *PickInfo) int {
 	return rand.IntN(len(p.eps))
 }
 
-func cost(e *Endpoint, st *p2cEndpoint) float64 {
-	return float64(st.peak.Load()+1) * float64(e.InFlight()+1)
+func cost(e *Endpoint, st *p2cEndpoint, info *PickInfo) float64 {
+	c := float64(st.peak.Load()+1) * float64(e.InFlight()+1)
+	if st.fail.Failing() {
+		c /= st.fail.OK(info.Now()) // the clock only for a target that failed
+	}
+	return c
 }
 
 func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
@@ -111,7 +119,7 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 	switch {
 	case ua && ub:
 		sa, sb := p.st[i], p.st[j]
-		if cost(a, sa) > cost(b, sb) {
+		if cost(a, sa, &info) > cost(b, sb, &info) {
 			a, b, sa, sb = b, a, sb, sa
 		}
 		// Re-measure the loser b if it has not been picked in the last
@@ -134,14 +142,21 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 }
 
 func (p *p2cPicker) Observe(e *Endpoint, o Outcome) {
+	if o.Class == ClientGone {
+		return
+	}
+	st := p.st[e.Index()]
+	failed := o.Class != Succeeded
+	st.fail.Observe(failed, o.Now)
 	lat := int64(o.Latency)
 	if lat <= 0 {
 		return
 	}
-	st := p.st[e.Index()]
 	prev, at := st.peak.Load(), st.peakAt.Load()
 	if lat > prev {
 		st.peak.Store(lat)
+	} else if failed {
+		return // a fast failure says nothing of how fast it serves
 	} else {
 		w := math.Exp(-float64(o.Now-at) / float64(p.tau))
 		st.peak.Store(int64(float64(prev)*w + float64(lat)*(1-w)))

@@ -44,6 +44,25 @@ type Observer interface {
 	Observe(e *Endpoint, o Outcome)
 }
 
+// LoadReport is a target's own report of its load, sent with a response:
+// what Google's Prequal probes for, carried on the traffic instead.
+type LoadReport struct {
+	// InFlight is the requests the target was serving when it answered,
+	// from every gateway, the answering one not counted.
+	InFlight int64
+	// Latency is the target's estimate of its latency now (its recent
+	// requests' mean, say); 0 when it has none.
+	Latency time.Duration
+}
+
+// LoadObserver is implemented by pickers that learn from targets' own
+// load reports (probe). ObserveLoad is called from Pick.ReportLoad, with
+// one of the picker's own endpoints (as for Observe) while the pick is
+// still in flight, and the balancer's clock.
+type LoadObserver interface {
+	ObserveLoad(e *Endpoint, l LoadReport, now int64)
+}
+
 // Tracker is implemented by pickers that follow the load on each endpoint
 // as picks start and end (least_loaded's heap) but need no latency: no
 // clock is read for them. Started is called once a pick holds its permit,

@@ -51,23 +51,24 @@ func capacityOf(e *balance.Endpoint) *capState {
 // capState is one target's learner. lat is read by picks without a lock;
 // the rest is guarded by mu and only touched by Observe and Build.
 type capState struct {
-	lat       atomic.Int64 // EWMA of success latency, ns; 0 = no sample yet
-	parkUntil atomic.Int64 // clock at which a parked target's permit comes back; 0 = not parked
-	reviveAt  atomic.Int64 // unparked: clock at which an unrefused probe means the target is back; 0 = none
-	quietTill atomic.Int64 // no retry probe before this clock (the target refused lately)
-	seen      atomic.Int64 // clock of the last success (when lat was last measured)
-	littleLat atomic.Int64 // the time per request Little's law found, when far from lat; 0 = none
-	littleTil atomic.Int64 // clock until which littleLat ranks the target
-	trial     atomic.Int64 // picks it holds ranked by one faster sample (trialFrom); 0 = none
-	trialLat  atomic.Int64 // its mean before that sample: its rank past trial picks
-	fresh     atomic.Int64 // picks in flight sent since freshFrom, counted while trial is on
-	freshFrom atomic.Int64 // send clock of the last re-measuring sample: earlier picks' latencies are older news
-	picked    atomic.Int64 // clock of its last pick
-	freed     atomic.Int64 // clock of its first outcome since then
-	measure   atomic.Int64 // clock of the last re-measuring pick of a busy target
-	measuring atomic.Bool  // that pick's outcome has not come back
-	successes atomic.Int64 // successes seen, counted up to measureFrom
-	refuseLat int64        // EWMA of refusal latencies, ns (under mu); 0 = none yet
+	lat       atomic.Int64         // EWMA of success latency, ns; 0 = no sample yet
+	parkUntil atomic.Int64         // clock at which a parked target's permit comes back; 0 = not parked
+	reviveAt  atomic.Int64         // unparked: clock at which an unrefused probe means the target is back; 0 = none
+	quietTill atomic.Int64         // no retry probe before this clock (the target refused lately)
+	seen      atomic.Int64         // clock of the last success (when lat was last measured)
+	littleLat atomic.Int64         // the time per request Little's law found, when far from lat; 0 = none
+	littleTil atomic.Int64         // clock until which littleLat ranks the target
+	trial     atomic.Int64         // picks it holds ranked by one faster sample (trialFrom); 0 = none
+	trialLat  atomic.Int64         // its mean before that sample: its rank past trial picks
+	fresh     atomic.Int64         // picks in flight sent since freshFrom, counted while trial is on
+	freshFrom atomic.Int64         // send clock of the last re-measuring sample: earlier picks' latencies are older news
+	picked    atomic.Int64         // clock of its last pick
+	freed     atomic.Int64         // clock of its first outcome since then
+	measure   atomic.Int64         // clock of the last re-measuring pick of a busy target
+	measuring atomic.Bool          // that pick's outcome has not come back
+	successes atomic.Int64         // successes seen, counted up to measureFrom
+	refuseLat int64                // EWMA of refusal latencies, ns (under mu); 0 = none yet
+	fail      balance.FailureShare // failed outcomes' share: divides the rank (fast 500s are not fast service)
 
 	mu         sync.Mutex
 	limit      float64 // learned limit; 0 = not initialised

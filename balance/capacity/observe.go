@@ -7,6 +7,10 @@ import (
 // Observe feeds one outcome to the target's learner.
 func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
+	if o.Class != balance.ClientGone {
+		// Refusals are the limit's to learn from (reject), not the rank's.
+		c.fail.Observe(o.Class == balance.Failed, o.Now)
+	}
 	lat := int64(o.Latency)
 	learn := e.MaxConcurrency() == 0
 	sent := o.Now - lat

@@ -1,7 +1,6 @@
 package capacity
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
@@ -18,11 +17,6 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	if n == 0 {
 		return nil
 	}
-	// Start at a random place so that ties do not all land on the first.
-	off := 0
-	if n > 1 {
-		off = rand.IntN(n)
-	}
 	var best *balance.Endpoint
 	var bestRate float64
 	var bestFree int64
@@ -34,121 +28,136 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	// a first attempt still has its retry; a retry refused there has
 	// none left, and answers the client with an error.
 	retry := len(info.Exclude) > 0
-	for i := range n {
-		j := i + off
-		if j >= n {
-			j -= n
-		}
-		e := p.eps[j]
-		if until := p.st[j].parkUntil.Load(); until != 0 {
-			// Before Usable: a parked target has no free permit.
-			if retry {
+	// Every target from a random place (so that ties do not all land on
+	// the first), or above balance.ScanAll a sample of them, and all of
+	// them if no target drawn had a free permit.
+scan:
+	for sc := balance.NewScan(n); ; sc = balance.FullScan(n) {
+		sampled := sc.Sampled()
+		for sc.More() {
+			j := sc.Next()
+			e := p.eps[j]
+			if until := p.st[j].parkUntil.Load(); until != 0 {
+				// Before Usable: a parked target has no free permit.
+				if retry {
+					continue
+				}
+				if now == 0 {
+					now = info.Now()
+				}
+				if now >= until {
+					c := p.st[j]
+					c.mu.Lock()
+					held := c.held
+					unparked := c.unpark(e, now)
+					c.mu.Unlock()
+					if unparked {
+						freed += held
+					}
+					if unparked && info.Usable(e) {
+						// The pick that ends the park is the probe: left
+						// free, the permit went to whichever pick came
+						// next, a retry's fallback included.
+						probe = e
+						break scan
+					}
+				}
+			}
+			if at := p.st[j].reviveAt.Load(); at != 0 {
+				if now == 0 {
+					now = info.Now()
+				}
+				if now >= at {
+					c := p.st[j]
+					c.mu.Lock()
+					before := e.Limit()
+					c.revived(e, now, p.cfg)
+					freed += max(e.Limit()-before, 0)
+					c.mu.Unlock()
+				}
+				if retry && p.st[j].reviveAt.Load() != 0 {
+					continue // its probe is out, or a first attempt's to take
+				}
+			}
+			if !info.Usable(e) {
 				continue
 			}
-			if now == 0 {
-				now = info.Now()
+			free := e.Remaining()
+			if free > unlimitedFree {
+				free = unlimitedFree
 			}
-			if now >= until {
-				c := p.st[j]
-				c.mu.Lock()
-				held := c.held
-				unparked := c.unpark(e, now)
-				c.mu.Unlock()
-				if unparked {
-					freed += held
-				}
-				if unparked && info.Usable(e) {
-					// The pick that ends the park is the probe: left
-					// free, the permit went to whichever pick came
-					// next, a retry's fallback included.
-					probe = e
-					break
-				}
-			}
-		}
-		if at := p.st[j].reviveAt.Load(); at != 0 {
-			if now == 0 {
-				now = info.Now()
-			}
-			if now >= at {
-				c := p.st[j]
-				c.mu.Lock()
-				before := e.Limit()
-				c.revived(e, now, p.cfg)
-				freed += max(e.Limit()-before, 0)
-				c.mu.Unlock()
-			}
-			if retry && p.st[j].reviveAt.Load() != 0 {
-				continue // its probe is out, or a first attempt's to take
-			}
-		}
-		if !info.Usable(e) {
-			continue
-		}
-		free := e.Remaining()
-		if free > unlimitedFree {
-			free = unlimitedFree
-		}
-		lat := p.st[j].lat.Load()
-		measure := false
-		if lat <= 0 {
-			lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
-		} else if e.InFlight() == 0 {
-			// An idle target's latency is as old as its last success: a
-			// provider that got faster while the picker ranked it slow
-			// would never be tried again. Past staleAfter latencies,
-			// one pick at a time measures it again.
-			if now == 0 {
-				now = info.Now()
-			}
-			if now-p.st[j].seen.Load() > staleAfter*lat {
-				lat = int64(time.Millisecond)
-			}
-		} else {
-			c := p.st[j]
-			// Passed over: picks have gone elsewhere for a quarter of
-			// its mean since its first outcome after its last pick
-			// (from then on it had a permit back, or drained a load it
-			// had more of than permits); not merely no pick for that
-			// long, which a full target sees between two completions.
-			if fr := c.freed.Load(); !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 &&
-				c.successes.Load() >= measureFrom && fr > c.picked.Load() {
+			lat := p.st[j].lat.Load()
+			measure := false
+			failing := p.st[j].fail.Failing()
+			if lat <= 0 {
+				lat = int64(time.Millisecond) // unmeasured: cheap, so it gets measured
+			} else if e.InFlight() == 0 {
+				// An idle target's latency is as old as its last success: a
+				// provider that got faster while the picker ranked it slow
+				// would never be tried again. Past staleAfter latencies,
+				// one pick at a time measures it again.
 				if now == 0 {
 					now = info.Now()
 				}
-				if now-fr > lat/4 && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
-					lat, measure = int64(time.Millisecond), true // (measure)
+				if now-p.st[j].seen.Load() > staleAfter*lat {
+					lat = int64(time.Millisecond)
+				}
+			} else {
+				c := p.st[j]
+				// Passed over: picks have gone elsewhere for a quarter of
+				// its mean since its first outcome after its last pick
+				// (from then on it had a permit back, or drained a load it
+				// had more of than permits); not merely no pick for that
+				// long, which a full target sees between two completions.
+				if fr := c.freed.Load(); !retry && free > 0 && e.InFlight() >= littleBusy && c.trial.Load() == 0 &&
+					c.successes.Load() >= measureFrom && fr > c.picked.Load() {
+					if now == 0 {
+						now = info.Now()
+					}
+					if now-fr > lat/4 && (c.measure.Load() == 0 || now-c.measure.Load() > 2*lat) {
+						lat, measure = int64(time.Millisecond), true // (measure)
+					}
+				}
+				if w := c.littleLat.Load(); !measure && w > 0 && c.trial.Load() == 0 {
+					// The mean lags a change that Little's law shows
+					// (little). Not during a trial: a busy target's window
+					// still counts the old picks that the trial's sample
+					// has outdated.
+					if now == 0 {
+						now = info.Now()
+					}
+					if now < c.littleTil.Load() {
+						lat = w
+					}
 				}
 			}
-			if w := c.littleLat.Load(); !measure && w > 0 && c.trial.Load() == 0 {
-				// The mean lags a change that Little's law shows
-				// (little). Not during a trial: a busy target's window
-				// still counts the old picks that the trial's sample
-				// has outdated.
+			if t := p.st[j].trial.Load(); !measure && t != 0 && p.st[j].fresh.Load() >= t {
+				// One sample ranks it this fast: past the picks that sample
+				// earned, its mean from before ranks it (trialFrom).
+				lat = max(lat, p.st[j].trialLat.Load())
+			}
+			// Latency first: a permit on a faster target completes sooner,
+			// and in a closed loop every completion is the next request, so
+			// the load goes where it is served fastest and spills to slower
+			// targets only when the faster ones' limits are taken. Latencies
+			// within a sixteenth of each other are a tie (exponential service
+			// times make the means of equal targets differ by that much), and
+			// a tie goes to the target with more free permits, which spreads
+			// equal targets by their capacity.
+			rate := info.Weight(e) / float64(lat)
+			if failing {
+				// Served per unit of time: fast failures are not service.
 				if now == 0 {
 					now = info.Now()
 				}
-				if now < c.littleTil.Load() {
-					lat = w
-				}
+				rate *= p.st[j].fail.OK(now)
+			}
+			if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
+				best, bestRate, bestFree, bestJ, bestMeasure = e, rate, free, j, measure
 			}
 		}
-		if t := p.st[j].trial.Load(); !measure && t != 0 && p.st[j].fresh.Load() >= t {
-			// One sample ranks it this fast: past the picks that sample
-			// earned, its mean from before ranks it (trialFrom).
-			lat = max(lat, p.st[j].trialLat.Load())
-		}
-		// Latency first: a permit on a faster target completes sooner,
-		// and in a closed loop every completion is the next request, so
-		// the load goes where it is served fastest and spills to slower
-		// targets only when the faster ones' limits are taken. Latencies
-		// within a sixteenth of each other are a tie (exponential service
-		// times make the means of equal targets differ by that much), and
-		// a tie goes to the target with more free permits, which spreads
-		// equal targets by their capacity.
-		rate := info.Weight(e) / float64(lat)
-		if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
-			best, bestRate, bestFree, bestJ, bestMeasure = e, rate, free, j, measure
+		if best != nil || !sampled {
+			break
 		}
 	}
 	if probe != nil {

@@ -1,0 +1,75 @@
+package balance
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// FailureShare is a latency-aware strategy's memory of how often a
+// target fails: an EWMA (alpha 1/8) of 1 per failure and 0 per success,
+// halved for every FailureHalfLife without a failure. A strategy that
+// ranks by latency divides the latency by OK: a target answering fast
+// 500s or 503s is fast at failing, not at serving, and without it drew
+// the traffic (the fast-failure trap, TestFastFailureTrap). The halving
+// lets a target that stopped receiving picks be tried again once it has
+// been quiet a while, as a re-measure does for a slow one.
+type FailureShare struct {
+	share atomic.Int64 // 0..failOne
+	at    atomic.Int64 // clock of the last failure
+}
+
+// FailureHalfLife is how long a target's failure share takes to halve
+// with no new failure.
+const FailureHalfLife = time.Second
+
+const (
+	failOne = 1 << 16
+	// okFloor bounds the division: a target failing everything ranks
+	// as 1024 times slower than its latency (a 1 ms failure as a 1 s
+	// success), and still above nothing.
+	okFloor = 1.0 / 1024
+)
+
+// Observe records one outcome at clock now (Outcome.Now); a client that
+// left says nothing of the target.
+func (f *FailureShare) Observe(failed bool, now int64) {
+	cur := f.share.Load()
+	if cur == 0 && !failed {
+		return // the common case: no failure to remember, no write
+	}
+	cur = f.decayed(cur, now)
+	if failed {
+		cur += (failOne - cur) / 8
+		f.at.Store(now)
+	} else {
+		cur -= cur / 8
+		if cur < failOne/1024 {
+			cur = 0
+		}
+	}
+	f.share.Store(cur)
+}
+
+// Failing reports whether any failure is remembered: only then does OK
+// need the clock.
+func (f *FailureShare) Failing() bool { return f.share.Load() != 0 }
+
+// OK is the share of outcomes that succeeded, as of clock now, at least
+// 1/1024.
+func (f *FailureShare) OK(now int64) float64 {
+	s := f.decayed(f.share.Load(), now)
+	return max(1-float64(s)/failOne, okFloor)
+}
+
+func (f *FailureShare) decayed(s, now int64) int64 {
+	if s == 0 {
+		return 0
+	}
+	if h := (now - f.at.Load()) / int64(FailureHalfLife); h > 0 {
+		if h >= 17 {
+			return 0
+		}
+		s >>= h
+	}
+	return s
+}
