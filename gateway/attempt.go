@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/balance/probe"
 	"github.com/fulcrum-lb/fulcrum/gateway/health"
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
 )
 
 // The attempt loop: one request's tries at an upstream's targets, shared
@@ -31,6 +34,9 @@ type exchanger interface {
 	// watch returns a context that ends when the client leaves, for the
 	// waits that could outlive it; stop ends the watch.
 	watch(ctx context.Context) (_ context.Context, stop func())
+	// loadHeader is the response's Fulcrum-Load value (nil: none), for
+	// strategies that read targets' own load reports (probe).
+	loadHeader() []byte
 }
 
 // request is one request's state in the attempt loop.
@@ -164,6 +170,9 @@ func (up *upstream) run(ctx context.Context, g *Gateway, r *request, x exchanger
 		if err != nil && ctx.Err() != nil {
 			err = errClientGone // net/http's path: the request's context ended with its client
 		}
+		if err == nil && up.readsLoad {
+			up.reportLoad(&a, x.loadHeader())
+		}
 		res, done, wait := up.judge(g, r, &a, status, written, err)
 		if done {
 			return res
@@ -284,6 +293,31 @@ func (up *upstream) answer(g *Gateway, a *attempt, reason string) result {
 	}
 	return result{code: code, reason: reason}
 }
+
+// reportLoad hands the pick the target's own load report, its response's
+// Fulcrum-Load header (balance/probe's format), before the pick ends. A
+// header that does not parse is ignored: the pick learns from what the
+// gateway sees.
+func (up *upstream) reportLoad(a *attempt, v []byte) {
+	if len(v) == 0 {
+		return
+	}
+	if l, err := probe.Parse(string(v)); err == nil {
+		a.pick.ReportLoad(l)
+	}
+}
+
+// responseLoad finds Fulcrum-Load in a response head read in place.
+func responseLoad(res *h1.Response) []byte {
+	for _, h := range res.Headers {
+		if len(h.Name) == len(probe.Header) && h1.EqFold(h.Name, loadHeaderLower) {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+var loadHeaderLower = strings.ToLower(probe.Header)
 
 func pickFailure(err error) result {
 	if errors.Is(err, balance.ErrAtCapacity) {

@@ -36,6 +36,8 @@ func (x *scriptedExchange) exchange(context.Context, *target, time.Time) (int, b
 
 func (x *scriptedExchange) drop(*target) {}
 
+func (x *scriptedExchange) loadHeader() []byte { return nil }
+
 func (x *scriptedExchange) watch(ctx context.Context) (context.Context, func()) {
 	return ctx, func() {}
 }
@@ -116,6 +118,8 @@ type leavingClient struct {
 	scriptedExchange
 	held balance.Pick
 }
+
+func (x *leavingClient) loadHeader() []byte { return nil }
 
 func (x *leavingClient) watch(context.Context) (context.Context, func()) {
 	x.held.Done(nil)

@@ -909,6 +909,9 @@ func (l *evloop) headIn(c *lconn, u *lconn) bool {
 			return true
 		}
 		if res.Status >= 200 {
+			if c.up.readsLoad {
+				c.up.reportLoad(&c.a, responseLoad(res))
+			}
 			l.exchanged(c, res.Status, true, nil)
 			return true
 		}

@@ -182,6 +182,8 @@ func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (i
 	return cc.res.Status, true, nil
 }
 
+func (cc *clientConn) loadHeader() []byte { return responseLoad(&cc.res) }
+
 // upSender is a transport's request, as exchangeOn sends it on a target
 // connection: the fast path's clientConn, and the net/http path's own
 // exchange (transport_h2.go).

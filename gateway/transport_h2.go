@@ -392,6 +392,8 @@ func (x *ownExchange) drop(t *target) {
 	}
 }
 
+func (x *ownExchange) loadHeader() []byte { return responseLoad(&x.res) }
+
 func (x *ownExchange) watch(ctx context.Context) (context.Context, func()) {
 	return ctx, func() {} // net/http ends the request's context when its client leaves
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/balance/probe"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
@@ -315,6 +316,13 @@ type slowExchange struct {
 	sr     *slowReq
 	stream *onceBody // a body too large to buffer: sent at most once
 	resp   *http.Response
+}
+
+func (x *slowExchange) loadHeader() []byte {
+	if x.resp == nil {
+		return nil
+	}
+	return []byte(x.resp.Header.Get(probe.Header))
 }
 
 func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (int, bool, error) {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
+	"github.com/fulcrum-lb/fulcrum/balance/probe"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/health"
 )
@@ -27,14 +28,17 @@ type upstream struct {
 	cfg      *config.Upstream
 	bal      *balance.Balancer
 	usesKey  bool
-	keyLower string    // hash_key's header name in lower case, as reqView.header takes it
-	statuses [600]bool // statuses that are retried and count as failures
-	budget   budget
-	targets  atomic.Pointer[map[string]*target]
-	checker  atomic.Pointer[health.Checker]
-	set      atomic.Pointer[targetSet] // live targets and their source (sources.go)
-	tls      *http.Transport           // for https targets; nil for http (upstream_tls.go)
-	m        *metrics
+	keyLower string // hash_key's header name in lower case, as reqView.header takes it
+	// readsLoad: the strategy learns from targets' Fulcrum-Load headers
+	// (probe), so each response head is searched for one.
+	readsLoad bool
+	statuses  [600]bool // statuses that are retried and count as failures
+	budget    budget
+	targets   atomic.Pointer[map[string]*target]
+	checker   atomic.Pointer[health.Checker]
+	set       atomic.Pointer[targetSet] // live targets and their source (sources.go)
+	tls       *http.Transport           // for https targets; nil for http (upstream_tls.go)
+	m         *metrics
 	// reconfigure: the balancer is the old config's, kept for what it
 	// learned, and ApplyConfig hands it this config's options.
 	reconfigure bool
@@ -155,6 +159,7 @@ func (g *Gateway) build(cfg *config.Config, old *liveConfig) (*liveConfig, error
 		}
 		u.usesKey = u.bal.UsesKey() // compute a request's key only for strategies that use it
 		u.keyLower = strings.ToLower(uc.Key.Name)
+		u.readsLoad = uc.Strategy == probe.Name
 		rt.ups[name] = u
 		rt.order = append(rt.order, u)
 	}

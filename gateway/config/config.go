@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // the strategy "capacity", registered on import
+	_ "github.com/fulcrum-lb/fulcrum/balance/probe"    // the strategy "probe", registered on import
 	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 	"github.com/fulcrum-lb/fulcrum/internal/loopback"
 )

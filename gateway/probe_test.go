@@ -1,0 +1,62 @@
+package gateway_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// The probe strategy reads each response's Fulcrum-Load header through
+// the gateway: of two equally fast targets, the one that reports itself
+// loaded (many requests in flight, a long latency) gets a small share,
+// the one that reports itself idle the rest. Without the header read, the
+// two would split the traffic about evenly.
+func TestProbeReadsTargetsLoadReports(t *testing.T) {
+	var hits [2]atomic.Int64
+	reports := []string{"inflight=40;latency_ms=400", "inflight=0;latency_ms=1"}
+	var urls []string
+	for i, rep := range reports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			w.Header().Set("Fulcrum-Load", rep)
+			io.WriteString(w, "ok")
+		})}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { srv.Close() })
+		urls = append(urls, "http://"+ln.Addr().String())
+	}
+	g := start(t, base+"upstreams:\n  api:\n    strategy: probe\n    targets:\n"+
+		fmt.Sprintf("      - {url: %q}\n      - {url: %q}\n", urls[0], urls[1]))
+	const workers, each = 4, 100
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client()
+			for range each {
+				res, err := c.Get("http://" + g.Addr() + "/")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	loaded, idle := hits[0].Load(), hits[1].Load()
+	t.Logf("loaded target %d, idle target %d", loaded, idle)
+	if loaded+idle != workers*each || loaded*4 > idle {
+		t.Fatalf("the target reporting load got %d of %d requests, want at most a fifth of the idle one's %d", loaded, loaded+idle, idle)
+	}
+}
