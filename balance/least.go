@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -137,7 +136,7 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 			best, bestScore, tieWeight = i, sc, w
 		case sc == bestScore:
 			tieWeight += w
-			if rand.Float64()*tieWeight < w {
+			if info.Float64()*tieWeight < w {
 				best = i
 			}
 		}

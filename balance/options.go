@@ -2,6 +2,7 @@ package balance
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -49,6 +50,12 @@ type Options struct {
 
 	// Clock replaces time.Now (tests use a fake clock).
 	Clock func() time.Time
+	// Rand replaces the runtime's random source for every draw the
+	// strategies make (simulations seed one, rand.NewPCG(seed, 0), so a
+	// run repeats). The balancer serialises its calls, so it need not be
+	// safe for concurrent use; nil, the default, is the runtime's source,
+	// which takes no lock.
+	Rand rand.Source
 }
 
 // Passive is outlier ejection from reported outcomes.

@@ -1,7 +1,6 @@
 package capacity
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
@@ -21,7 +20,7 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	// Start at a random place so that ties do not all land on the first.
 	off := 0
 	if n > 1 {
-		off = rand.IntN(n)
+		off = info.IntN(n)
 	}
 	var best *balance.Endpoint
 	var bestRate float64
