@@ -748,7 +748,7 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { return queued(b) == 1 })
+	testenv.Eventually(t, "a caller queued in Wait", func() bool { return queued(b) == 1 })
 	select {
 	case err := <-got:
 		t.Fatalf("Wait returned %v while the only permit was held", err)
@@ -766,7 +766,7 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 		_, err := b.Wait(ctx, balance.PickInfo{})
 		got <- err
 	}()
-	waitFor(t, func() bool { return queued(b) == 1 })
+	testenv.Eventually(t, "a caller queued in Wait", func() bool { return queued(b) == 1 })
 	cancel()
 	err = <-got
 	if !errors.Is(err, balance.ErrAtCapacity) || !errors.Is(err, context.Canceled) {
@@ -796,7 +796,7 @@ func TestCapacityGrowthWakesWaiters(t *testing.T) {
 			got <- p
 		}()
 	}
-	waitFor(t, func() bool { return queued(b) == 2 })
+	testenv.Eventually(t, "two callers queued in Wait", func() bool { return queued(b) == 2 })
 	clk.ns.Add(100 * ms)
 	y.Report(10*time.Millisecond, nil) // closes a saturated window: slow start doubles
 	if l := limitOf(b, "a"); l != 4 {
@@ -811,17 +811,6 @@ func TestCapacityGrowthWakesWaiters(t *testing.T) {
 		}
 	}
 	x.Done(nil)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestCapacityRevivalWakesWaiters: a parked target that comes back during
