@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -26,8 +25,9 @@ var (
 // Balancer picks targets with one strategy. It is safe for concurrent use.
 type Balancer struct {
 	name  string
-	opts  Options // Clock, Registry, TrackLatency: fixed at New; the rest is live's
+	opts  Options // Clock, Rand, Registry, TrackLatency: fixed at New; the rest is live's
 	epoch time.Time
+	rnd   *randSource
 	live  atomic.Pointer[liveOpts]
 
 	mu      sync.Mutex // serialises changes to the set and snapshot builds
@@ -73,6 +73,7 @@ func New(strategy string, opts Options) (*Balancer, error) {
 		name:   strategy,
 		opts:   opts,
 		epoch:  opts.Clock(),
+		rnd:    newRandSource(opts.Rand),
 		states: map[string]*state{},
 	}
 	b.live.Store(l)
@@ -122,11 +123,11 @@ func CheckOptions(strategy string, opts Options) error {
 // and every target keeps what it has (picks in flight, latency means,
 // learned limits and what the learner knows, warm-up, health, ejections).
 // Warm-up formula, passive health, LIFOAfter and the strategy's settings
-// change; Clock, Registry and TrackLatency stay as New set them. A
+// change; Clock, Rand, Registry and TrackLatency stay as New set them. A
 // strategy of another name needs a new Balancer. An invalid opts changes
 // nothing.
 func (b *Balancer) Reconfigure(opts Options) error {
-	opts.Clock, opts.Registry, opts.TrackLatency = b.opts.Clock, b.opts.Registry, b.opts.TrackLatency
+	opts.Clock, opts.Rand, opts.Registry, opts.TrackLatency = b.opts.Clock, b.opts.Rand, b.opts.Registry, b.opts.TrackLatency
 	l, err := compile(b.name, &opts)
 	if err != nil {
 		return err
@@ -347,7 +348,7 @@ func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
 	}
 	excluded := 0
 	if n := len(s.eps); n > 0 {
-		off := rand.IntN(n)
+		off := b.rnd.intN(n)
 		for i := range n {
 			e := s.eps[(off+i)%n]
 			if !info.Usable(e) {

@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -138,13 +137,13 @@ func (p *scorePicker) Pick(info PickInfo) *Endpoint {
 	}
 	sc := Scan{n: len(p.eps), end: len(p.eps)} // every endpoint, in order: the reservoir breaks ties at random
 	if len(p.eps) > ScanAll {
-		sc = NewScan(len(p.eps))
+		sc = NewScan(&info, len(p.eps))
 	}
 	best := p.scan(&info, &sc, now, n)
 	if best == -1 && sc.Sampled() {
 		// No endpoint drawn was usable (most are full or excluded):
 		// look at them all rather than fail while some have room.
-		sc = FullScan(len(p.eps))
+		sc = FullScan(&info, len(p.eps))
 		best = p.scan(&info, &sc, now, n)
 	}
 	if best < 0 {
@@ -186,7 +185,7 @@ func (p *scorePicker) scan(info *PickInfo, s *Scan, now, n int64) int {
 			best, bestScore, tieWeight = i, sc, w
 		case sc == bestScore:
 			tieWeight += w
-			if rand.Float64()*tieWeight < w {
+			if info.Float64()*tieWeight < w {
 				best = i
 			}
 		}

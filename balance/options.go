@@ -2,6 +2,7 @@ package balance
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -49,12 +50,19 @@ type Options struct {
 
 	// Clock replaces time.Now (tests use a fake clock).
 	Clock func() time.Time
+	// Rand replaces the runtime's random source for every draw the
+	// strategies make (simulations seed one, rand.NewPCG(seed, 0), so a
+	// run repeats). The balancer serialises its calls, so it need not be
+	// safe for concurrent use; nil, the default, is the runtime's source,
+	// which takes no lock.
+	Rand rand.Source
 }
 
 // Passive is outlier ejection from reported outcomes.
 type Passive struct {
 	// MaxFailures consecutive failures (within Window) eject a target;
-	// 0 turns passive ejection off.
+	// 0 turns passive ejection off (a config that turns it on without a
+	// count uses DefaultMaxFailures).
 	MaxFailures int
 	// Window bounds the time over which the failures must fall (default
 	// 10s).
@@ -69,16 +77,64 @@ type Passive struct {
 	MaxEjectedPercent int
 }
 
-func (o *Options) normalize() error {
-	switch o.Warmup {
-	case "", "seed": // seed: the old name of linear
-		o.Warmup = "linear"
+// Defaults of the options, the one place they are set: the gateway's
+// config fills its own fields from these (and from WarmupFormula and
+// Passive.WithDefaults), so a default cannot differ between the library and
+// the gateway.
+const (
+	DefaultWarmup            = "linear"
+	DefaultAggression        = 1.0
+	DefaultMinWeightPercent  = 10.0
+	DefaultMaxFailures       = 5 // when passive ejection is turned on without a count
+	DefaultPassiveWindow     = 10 * time.Second
+	DefaultEjectFor          = 30 * time.Second
+	DefaultMaxEjectFactor    = 10 // MaxEjectFor's default, in EjectFors
+	DefaultMaxEjectedPercent = 50
+)
+
+// WarmupFormulas are the warm-up formulas Options.Warmup takes.
+var WarmupFormulas = []string{"linear", "envoy"}
+
+// WarmupFormula resolves a warm-up formula's name: "" is the default,
+// "seed" the old name of linear; ok is false for an unknown name.
+func WarmupFormula(name string) (formula string, ok bool) {
+	switch name {
+	case "":
+		return DefaultWarmup, true
+	case "seed":
+		return "linear", true
 	case "linear", "envoy":
-	default:
+		return name, true
+	}
+	return name, false
+}
+
+// WithDefaults returns p with its zero durations and percentage set to
+// their defaults (MaxFailures is left alone: 0 means off).
+func (p Passive) WithDefaults() Passive {
+	if p.Window == 0 {
+		p.Window = DefaultPassiveWindow
+	}
+	if p.EjectFor == 0 {
+		p.EjectFor = DefaultEjectFor
+	}
+	if p.MaxEjectFor == 0 {
+		p.MaxEjectFor = DefaultMaxEjectFactor * p.EjectFor
+	}
+	if p.MaxEjectedPercent == 0 {
+		p.MaxEjectedPercent = DefaultMaxEjectedPercent
+	}
+	return p
+}
+
+func (o *Options) normalize() error {
+	w, ok := WarmupFormula(o.Warmup)
+	if !ok {
 		return fmt.Errorf("balance: warmup: unknown formula %q (linear or envoy)", o.Warmup)
 	}
+	o.Warmup = w
 	if o.Aggression == 0 {
-		o.Aggression = 1
+		o.Aggression = DefaultAggression
 	}
 	if o.Aggression < 0 {
 		return fmt.Errorf("balance: aggression: %v is negative", o.Aggression)
@@ -87,29 +143,18 @@ func (o *Options) normalize() error {
 		return fmt.Errorf("balance: lifo_after: %v is negative", o.LIFOAfter)
 	}
 	if o.MinWeightPercent == 0 {
-		o.MinWeightPercent = 10
+		o.MinWeightPercent = DefaultMinWeightPercent
 	}
 	if o.MinWeightPercent < 0 || o.MinWeightPercent > 100 {
 		return fmt.Errorf("balance: min_weight_percent: %v is outside 0..100", o.MinWeightPercent)
 	}
+	if o.Passive.MaxFailures < 0 {
+		return fmt.Errorf("balance: passive.max_failures: %d is negative", o.Passive.MaxFailures)
+	}
+	o.Passive = o.Passive.WithDefaults()
 	p := &o.Passive
-	if p.MaxFailures < 0 {
-		return fmt.Errorf("balance: passive.max_failures: %d is negative", p.MaxFailures)
-	}
-	if p.Window == 0 {
-		p.Window = 10 * time.Second
-	}
-	if p.EjectFor == 0 {
-		p.EjectFor = 30 * time.Second
-	}
-	if p.MaxEjectFor == 0 {
-		p.MaxEjectFor = 10 * p.EjectFor
-	}
 	if p.Window < 0 || p.EjectFor < 0 || p.MaxEjectFor < p.EjectFor {
 		return fmt.Errorf("balance: passive: window, eject_for must be positive and max_eject_for at least eject_for")
-	}
-	if p.MaxEjectedPercent == 0 {
-		p.MaxEjectedPercent = 50
 	}
 	if p.MaxEjectedPercent < 0 || p.MaxEjectedPercent > 100 {
 		return fmt.Errorf("balance: passive.max_ejected_percent: %d is outside 0..100", p.MaxEjectedPercent)

@@ -2,7 +2,6 @@ package balance
 
 import (
 	"math"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -80,9 +79,9 @@ func (p *p2cPicker) draw(info *PickInfo) int {
 			return e.index
 		}
 	case p.alias.prob != nil:
-		return p.alias.pick()
+		return p.alias.pick(info)
 	}
-	return rand.IntN(len(p.eps))
+	return info.IntN(len(p.eps))
 }
 
 func cost(e *Endpoint, st *p2cEndpoint, info *PickInfo) float64 {
@@ -110,7 +109,7 @@ func (p *p2cPicker) Pick(info PickInfo) *Endpoint {
 		j = p.draw(&info)
 	}
 	if j == i {
-		if j = rand.IntN(n - 1); j >= i {
+		if j = info.IntN(n - 1); j >= i {
 			j++
 		}
 	}

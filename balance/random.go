@@ -1,7 +1,5 @@
 package balance
 
-import "math/rand/v2"
-
 // random: weighted random. Equal weights pick with one random number; unequal
 // ones use Vose's alias table, built once per snapshot, so a pick is O(1)
 // for any number of targets.
@@ -43,9 +41,9 @@ func (p *randomPicker) Pick(info PickInfo) *Endpoint {
 	}
 	var e *Endpoint
 	if p.equal {
-		e = p.eps[rand.IntN(n)]
+		e = p.eps[info.IntN(n)]
 	} else {
-		e = p.eps[p.alias.pick()]
+		e = p.eps[p.alias.pick(&info)]
 	}
 	if info.Usable(e) {
 		return e
@@ -65,7 +63,7 @@ func weightedAmong(info *PickInfo, eps []*Endpoint) *Endpoint {
 	if total <= 0 {
 		return nil
 	}
-	r := rand.Float64() * total
+	r := info.Float64() * total
 	var last *Endpoint
 	for _, e := range eps {
 		if !info.Usable(e) {
@@ -122,8 +120,8 @@ func newAlias(eps []*Endpoint) alias {
 	return a
 }
 
-func (a alias) pick() int {
-	r := rand.Uint64()
+func (a alias) pick(info *PickInfo) int {
+	r := info.Uint64()
 	i := int((r >> 32) * uint64(len(a.prob)) >> 32)
 	// The low 32 bits give the coin, independent of the column.
 	if float64(uint32(r))/(1<<32) < a.prob[i] {

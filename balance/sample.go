@@ -1,7 +1,5 @@
 package balance
 
-import "math/rand/v2"
-
 // Picks over many targets look at a sample, not at every target: the
 // power of k choices, as Envoy's least request samples choice_count
 // hosts. Up to ScanAll usable endpoints a pick scans them all and its
@@ -28,7 +26,7 @@ const (
 // a random start when n <= ScanAll, else SampleSize random ones. It is
 // a value, so a pick allocates nothing:
 //
-//	for s := balance.NewScan(n); s.More(); {
+//	for s := balance.NewScan(&info, n); s.More(); {
 //		j := s.Next()
 //		...
 //	}
@@ -38,26 +36,27 @@ type Scan struct {
 	drawn          [SampleSize]int32 // the sample, drawn by NewScan
 }
 
-// NewScan starts a scan over n endpoints.
-func NewScan(n int) Scan {
+// NewScan starts a scan over n endpoints for the pick in (its draws come
+// from the balancer's random source, Options.Rand).
+func NewScan(in *PickInfo, n int) Scan {
 	if n <= 0 {
 		return Scan{}
 	}
 	if n > ScanAll {
 		s := Scan{n: n, end: SampleSize, sampled: true}
-		s.draw()
+		s.draw(in)
 		return s
 	}
-	return Scan{n: n, end: n, off: rand.IntN(n)}
+	return Scan{n: n, end: n, off: in.IntN(n)}
 }
 
 // FullScan is a scan of every one of n endpoints from a random start:
 // what a sampled pick falls back to when no endpoint it drew was usable.
-func FullScan(n int) Scan {
+func FullScan(in *PickInfo, n int) Scan {
 	if n <= 0 {
 		return Scan{}
 	}
-	return Scan{n: n, end: n, off: rand.IntN(n)}
+	return Scan{n: n, end: n, off: in.IntN(n)}
 }
 
 // Sampled reports whether the scan draws a sample rather than visiting
@@ -83,10 +82,10 @@ func (s *Scan) Next() int {
 
 // draw fills the sample: SampleSize distinct random indexes, a repeat
 // drawn again.
-func (s *Scan) draw() {
+func (s *Scan) draw(in *PickInfo) {
 	for k := range s.drawn {
 	again:
-		j := int32(rand.IntN(s.n))
+		j := int32(in.IntN(s.n))
 		for _, d := range s.drawn[:k] {
 			if d == j {
 				goto again

@@ -13,7 +13,7 @@ import (
 func TestScanDrawsDistinctUniformly(t *testing.T) {
 	for _, n := range []int{1, 3, ScanAll} {
 		seen := make([]int, n)
-		for s := NewScan(n); s.More(); {
+		for s := NewScan(&PickInfo{}, n); s.More(); {
 			seen[s.Next()]++
 		}
 		for i, c := range seen {
@@ -28,7 +28,7 @@ func TestScanDrawsDistinctUniformly(t *testing.T) {
 		drawn := make([]int, 0, SampleSize)
 		for range scans {
 			drawn = drawn[:0]
-			for s := NewScan(n); s.More(); {
+			for s := NewScan(&PickInfo{}, n); s.More(); {
 				j := s.Next()
 				if j < 0 || j >= n || slices.Contains(drawn, j) {
 					t.Fatalf("n=%d: index %d out of range or drawn twice in one scan", n, j)

@@ -230,12 +230,12 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 	}
 	// High availability: stored first (only while this process holds the
 	// lease), so the change outlives it; then applied.
-	term := s.term.Load()
+	term := s.el.Term()
+	if !s.el.Leads(term) {
+		s.standbyAnswer(w)
+		return
+	}
 	if s.ha != nil {
-		if !s.leads(term) {
-			s.standbyAnswer(w)
-			return
-		}
 		if err := s.ha.SaveTasks(r.Context(), term, add, req.Remove); err != nil {
 			if errors.Is(err, lease.ErrNotLeader) {
 				s.standbyAnswer(w)
@@ -294,8 +294,8 @@ func (s *Server) postTasks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
-	term := s.term.Load()
-	if !s.leads(term) {
+	term := s.el.Term()
+	if !s.el.Leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -349,13 +349,13 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 // loop) and taken after its lease ran out is refused, though it was
 // accepted while leading.
 func (s *Server) actsFor(term uint64) bool {
-	return s.ha == nil || (s.leading == term && s.leads(term))
+	return s.leading == term && s.el.Leads(term)
 }
 
 func (s *Server) postRebalance(w http.ResponseWriter, r *http.Request) {
 	th := s.cfg.Rebalance.Threshold
-	term := s.term.Load()
-	if !s.leads(term) {
+	term := s.el.Term()
+	if !s.el.Leads(term) {
 		s.standbyAnswer(w)
 		return
 	}

@@ -7,9 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
@@ -194,9 +192,8 @@ func ParseConfigWith(data []byte, adjust func(*Config)) (Config, error) {
 }
 
 // Validate checks every field and fills the defaults of the source and
-// sink. The error, when not nil, is a *ConfigError listing every problem
-// (every one of a static task list's; the rest of the source and the sink
-// each report their first).
+// sink. The error, when not nil, is a *ConfigError listing every problem,
+// the source's and the sink's included, each on its field's path.
 func (c *Config) Validate() error {
 	var problems []*ConfigFieldError
 	bad := func(field, format string, args ...any) {
@@ -266,6 +263,7 @@ func (c *Config) Validate() error {
 	if t := c.Rebalance.Threshold; !(t >= 0 && t <= 1) {
 		bad("rebalance.threshold", "%v is not between 0 and 1", t)
 	}
+	// The source and the sink list every problem on its own path.
 	for _, v := range []struct {
 		name     string
 		validate func() error
@@ -274,31 +272,16 @@ func (c *Config) Validate() error {
 		var list *ConfigError
 		switch {
 		case err == nil:
-		case errors.As(err, &list): // a static task list: every problem, each on its path
+		case errors.As(err, &list):
 			problems = append(problems, list.Problems...)
-		default:
-			problems = append(problems, edgeProblem(v.name, err))
+		default: // not theirs to return; placed on the section
+			problems = append(problems, &ConfigFieldError{Path: v.name, Msg: err.Error()})
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
 	return &ConfigError{Problems: problems}
-}
-
-// fieldPrefix is the path an edge package's message starts with
-// ("source.tasks[2].task_id: ...").
-var fieldPrefix = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+|\[\d+\])*): `)
-
-// edgeProblem turns the source's or the sink's error, which names its
-// field itself ("sink.url: ..."), into a field error on that path, so that
-// the file's line can be found for it.
-func edgeProblem(section string, err error) *ConfigFieldError {
-	msg := err.Error()
-	if m := fieldPrefix.FindStringSubmatch(msg); m != nil && (m[1] == section || strings.HasPrefix(m[1], section+".") || strings.HasPrefix(m[1], section+"[")) {
-		return &ConfigFieldError{Path: m[1], Msg: msg[len(m[0]):]}
-	}
-	return &ConfigFieldError{Path: section, Msg: msg}
 }
 
 // Timings returns the lifecycle durations.

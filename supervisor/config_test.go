@@ -87,7 +87,7 @@ func TestParseConfigRefusesBadFields(t *testing.T) {
 }
 
 // Validation reports every problem at once, each with its field and line,
-// in the order of the fields; the source and the sink add their first.
+// in the order of the fields, the source's and the sink's included.
 func TestParseConfigReportsEveryProblem(t *testing.T) {
 	_, err := ParseConfig([]byte("token: t\nredundancy: 0\ntick: 0s\nsource:\n  type: ftp\ndedup:\n  window: 0s\nsink:\n  type: nats\n  url: nats://127.0.0.1:4222\n"))
 	var ce *ConfigError
@@ -138,6 +138,18 @@ func TestParseConfigReportsEveryProblem(t *testing.T) {
 		t.Fatalf("task list with 3 problems: %v", err)
 	}
 	for i, w := range []string{"line 6: source.tasks[1].task_id: required", "line 7: source.tasks[2].task_id: required", `line 8: source.tasks[3].task_id: duplicate "a"`} {
+		if got := ce.Problems[i].Error(); !strings.HasPrefix(got, w) {
+			t.Errorf("problem %d = %q, want %q", i, got, w)
+		}
+	}
+
+	// Every problem of the sink, each on its own line; one missing from
+	// the file (sink.subject) on its section's.
+	_, err = ParseConfig([]byte("token: t\nsource: {type: static}\nsink:\n  type: nats\n  url: amqp://h/\n  exchange: x\n  buffer: -1\n"))
+	if !errors.As(err, &ce) || len(ce.Problems) != 4 {
+		t.Fatalf("sink with 4 problems: %v", err)
+	}
+	for i, w := range []string{"line 3: sink.subject: required", "line 5: sink.url: scheme", "line 6: sink.exchange: only used by type rabbitmq", "line 7: sink.buffer: -1 is negative"} {
 		if got := ce.Problems[i].Error(); !strings.HasPrefix(got, w) {
 			t.Errorf("problem %d = %q, want %q", i, got, w)
 		}

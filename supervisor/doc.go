@@ -10,5 +10,7 @@
 //
 // Engine and Core are synchronous and take the time as an argument; Server
 // runs them from one event loop goroutine, so no lock guards the state.
+// With high availability, whether this process leads, and under which term,
+// is supervisor/leadership's to say; the loop reads its gate.
 // docs/supervisor.md is the user's page; docs/supervisor-protocol.md the wire.
 package supervisor

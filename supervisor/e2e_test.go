@@ -103,7 +103,7 @@ func TestEndToEndRoomsWorkersNATS(t *testing.T) {
 		}
 		return true
 	}
-	eventually(t, "every room on 2 workers", fullyHeld)
+	testenv.Eventually(t, "every room on 2 workers", fullyHeld)
 	received := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -113,13 +113,13 @@ func TestEndToEndRoomsWorkersNATS(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, "messages flowing", func() bool { return received() > 100 })
+	testenv.Eventually(t, "messages flowing", func() bool { return received() > 100 })
 
 	stops["sdk-0"]()
 	stops["sdk-0"] = nil
-	eventually(t, "sdk-0's rooms on the other two", fullyHeld)
+	testenv.Eventually(t, "sdk-0's rooms on the other two", fullyHeld)
 	mark := received()
-	eventually(t, "more messages after the move", func() bool { return received() > mark+100 })
+	testenv.Eventually(t, "more messages after the move", func() bool { return received() > mark+100 })
 
 	// Stop the workers; once the supervisor has seen every connection close
 	// it has handled every payload read before, and once the sink has
@@ -130,7 +130,7 @@ func TestEndToEndRoomsWorkersNATS(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	eventually(t, "all workers disconnected", func() bool {
+	testenv.Eventually(t, "all workers disconnected", func() bool {
 		var ws struct{ Workers []WorkerView }
 		admin(t, s, "GET", "/workers", "", &ws)
 		for _, w := range ws.Workers {
@@ -140,7 +140,7 @@ func TestEndToEndRoomsWorkersNATS(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, "the sink to drain", func() bool {
+	testenv.Eventually(t, "the sink to drain", func() bool {
 		return s.sink.Published()+s.sink.Dropped() == s.offered.Load()
 	})
 	if s.sink.Dropped() != 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
+	"github.com/fulcrum-lb/fulcrum/supervisor/leadership"
 	roomsim "github.com/fulcrum-lb/fulcrum/supervisor/sim"
 )
 
@@ -210,14 +211,11 @@ func adminTasksOutlive(t *testing.T, dsn string) {
 		return startServer(t, c)
 	}
 	a := start()
-	testenv.Eventually(t, "a leading and running", func() bool {
-		st, ok := statusOf(a.Addr())
-		return ok && st.Role == "leader" && st.Phase == "running"
-	})
+	awaitLeading(t, a, "a")
+	awaitPhase(t, a, Running)
 	b := start()
-	testenv.Eventually(t, "b standing by, knowing the leader", func() bool {
-		st, ok := statusOf(b.Addr())
-		return ok && st.Role == "standby" && st.Leader == a.cfg.HA.Advertise
+	awaitLeadership(t, b, "b standing by, knowing the leader", func(st leadership.State) bool {
+		return st.Role == leadership.Standby && st.Leader == a.cfg.HA.Advertise
 	})
 	if code := admin(t, b, "POST", "/tasks", `{"add":[{"task_id":"extra"}]}`, nil); code != 503 {
 		t.Fatalf("POST /tasks on the standby: %d, want 503", code)
@@ -226,10 +224,8 @@ func adminTasksOutlive(t *testing.T, dsn string) {
 		t.Fatalf("POST /tasks on the leader: %d", code)
 	}
 	a.Close() // releases the lease
-	testenv.Eventually(t, "b leading and running", func() bool {
-		st, ok := statusOf(b.Addr())
-		return ok && st.Role == "leader" && st.Phase == "running"
-	})
+	awaitLeading(t, b, "b")
+	awaitPhase(t, b, Running)
 	ids := []string{}
 	for _, ti := range getTasks(t, b).Tasks {
 		ids = append(ids, ti.ID)
@@ -252,7 +248,7 @@ func TestHALostLeaseRefusesWorkersBeforeTheLoopKnows(t *testing.T) {
 	ln := freeAddr(t)
 	c.Listen, c.HA.Advertise = ln, "ws://"+ln+WorkerPath
 	s := startServer(t, c)
-	testenv.Eventually(t, "leading", func() bool { st, ok := statusOf(s.Addr()); return ok && st.Role == "leader" })
+	awaitLeading(t, s, "s")
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -266,13 +262,43 @@ func TestHALostLeaseRefusesWorkersBeforeTheLoopKnows(t *testing.T) {
 	if _, err := db.Exec(`UPDATE fulcrum_supervisor_lease SET holder = 'another', term = term + 1 WHERE name = $1`, name); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "a worker refused while the loop is held", func() bool {
-		conn, resp, err := websocket.Dial(context.Background(), "ws://"+s.Addr()+WorkerPath+"?token="+testToken, nil)
-		if err == nil {
-			conn.CloseNow()
-			return false
-		}
-		return resp != nil && resp.StatusCode == http.StatusServiceUnavailable
+	// The elector notices on its own; the loop is still held.
+	awaitLeadership(t, s, "s standing by", func(st leadership.State) bool { return st.Role == leadership.Standby })
+	conn, resp, err := websocket.Dial(context.Background(), "ws://"+s.Addr()+WorkerPath+"?token="+testToken, nil)
+	if err == nil {
+		conn.CloseNow()
+		t.Fatal("a worker was accepted by a supervisor whose lease is gone")
+	}
+	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("dial: %v, want 503", err)
+	}
+}
+
+// awaitLeadership waits on s's elector (its change signal, not a poll)
+// until cond holds for its state.
+func awaitLeadership(t *testing.T, s *Server, what string, cond func(leadership.State) bool) leadership.State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.el.Await(ctx, cond)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (state %+v)", what, err, st)
+	}
+	return st
+}
+
+// awaitLeading waits until s leads a term with its gate open.
+func awaitLeading(t *testing.T, s *Server, who string) leadership.State {
+	t.Helper()
+	return awaitLeadership(t, s, who+" leading", func(st leadership.State) bool { return st.Role == leadership.Leader })
+}
+
+// awaitPhase waits until s's lifecycle is in phase p, asked on its loop.
+func awaitPhase(t *testing.T, s *Server, p Phase) {
+	t.Helper()
+	testenv.Eventually(t, "phase "+p.String(), func() bool {
+		got, err := call(context.Background(), s, func(time.Time) Phase { return s.core.Phase() })
+		return err == nil && got == p
 	})
 }
 

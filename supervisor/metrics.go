@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fulcrum-lb/fulcrum/supervisor/leadership"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -88,12 +89,12 @@ func newMetrics(s *Server) *metrics {
 	cfunc("sink_published_total", "Payloads the sink delivered.", func() float64 { return float64(s.sink.Published()) })
 	cfunc("sink_dropped_total", "Payloads the sink dropped (buffer full, or undeliverable at shutdown).", func() float64 { return float64(s.sink.Dropped()) })
 	gauge("leader", "1 while this supervisor assigns tasks (leading, or running alone), 0 while standing by.", func() float64 {
-		if s.role.Load() == roleStandby {
+		if s.el.State().Role == leadership.Standby {
 			return 0
 		}
 		return 1
 	})
-	gauge("term", "The leadership term this supervisor leads (high availability), 0 when it does not.", func() float64 { return float64(s.term.Load()) })
+	gauge("term", "The leadership term this supervisor leads (high availability), 0 when it does not.", func() float64 { return float64(s.el.Term()) })
 	gauge("dedup_entries", "Payload keys the deduper remembers.", func() float64 { return float64(s.dedup.Len()) })
 	return m
 }

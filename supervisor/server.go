@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/fulcrum-lb/fulcrum/supervisor/dedup"
+	"github.com/fulcrum-lb/fulcrum/supervisor/leadership"
 	"github.com/fulcrum-lb/fulcrum/supervisor/lease"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 	"github.com/fulcrum-lb/fulcrum/supervisor/sink"
@@ -65,18 +66,10 @@ type Server struct {
 		n map[string]int
 	}
 
-	// High availability (nil ha: the supervisor runs alone).
-	ha     *lease.Lease
-	role   atomic.Int32           // roleAlone, roleStandby, roleLeader
-	term   atomic.Uint64          // the term this process leads, 0 when it does not
-	leader atomic.Pointer[string] // the leader's worker URL, as last read
-	// trusted is how long after epoch (monotonic) the current term may act:
-	// the end of the trust elect counts from the start of its last
-	// successful renewal. Checked when an admin call acts, not only when it
-	// arrives, so a call queued behind a frozen loop (SIGSTOP) that comes
-	// due after the lease ran out is refused even before elect notices.
-	epoch   time.Time
-	trusted atomic.Int64
+	// High availability (nil ha: the supervisor runs alone). ha stores the
+	// fleet's admin changes and dedup window; leadership itself is el's.
+	ha *lease.Lease
+	el *leadership.Elector
 
 	// Owned by the event loop goroutine.
 	clock    struct{ base, at time.Time } // the loop's clock read base at wall time at (now)
@@ -84,23 +77,6 @@ type Server struct {
 	leading  uint64           // the term core's lifecycle leads, 0 for none
 	conns    map[string]*conn // by worker id
 	querying bool
-}
-
-// Roles of a supervisor.
-const (
-	roleAlone int32 = iota
-	roleStandby
-	roleLeader
-)
-
-func roleName(r int32) string {
-	switch r {
-	case roleStandby:
-		return "standby"
-	case roleLeader:
-		return "leader"
-	}
-	return "alone"
 }
 
 // Start validates cfg, opens the source and the sink, listens on
@@ -195,10 +171,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		ha:     ha,
 	}
 	s.clock.base, s.clock.at = start, start
-	s.epoch = start
+	var l leadership.Lease
 	if ha != nil {
-		s.role.Store(roleStandby)
+		l = ha // a nil *lease.Lease must not become a non-nil interface
 	}
+	s.el = leadership.New(l, leadership.Config{TTL: cfg.HA.Lease, Tick: cfg.Tick, Advertise: cfg.HA.Advertise, Log: log,
+		Elected: s.elected, Resigned: s.resigned})
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.m = newMetrics(s)
 	s.http = &http.Server{Handler: s.withConsole(s.routes()), ReadHeaderTimeout: 10 * time.Second}
@@ -221,10 +199,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}()
 	if ha != nil {
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.elect() }()
+		go func() { defer s.wg.Done(); s.el.Run(s.ctx) }()
 	}
 	log.Info("supervisor started", "addr", s.Addr(), "warmup", cfg.Warmup, "redundancy", cfg.Redundancy,
-		"source", cfg.Source.Type, "sink", cfg.Sink.Type, "role", roleName(s.role.Load()))
+		"source", cfg.Source.Type, "sink", cfg.Sink.Type, "role", s.el.State().Role)
 	return s, nil
 }
 
@@ -353,13 +331,18 @@ func (s *Server) waiting(workerID string) bool {
 // settle sends what the last events produced: instruction sets, the
 // disconnection of dead workers, a task query when one is due.
 func (s *Server) settle(now time.Time) {
-	if s.core.TakeQuery() && !s.querying && s.role.Load() != roleStandby {
+	// One read of the gate: alone, or leading the term this lifecycle
+	// belongs to with the lease still trusted.
+	leads := s.el.Leads(s.leading)
+	// A query comes due only while leading: a standby's (or a term not
+	// yet open's) stays due for when it leads.
+	if leads && s.core.TakeQuery() && !s.querying {
 		s.querying = true
-		go s.query(s.core, s.term.Load())
+		go s.query(s.core, s.leading)
 	}
 	send, drop := s.core.Flush(now)
-	if s.ha != nil && !s.leads(s.leading) {
-		send = nil // stepped down, or the lease no longer trusted (elect not yet told): nothing more to say
+	if !leads {
+		send = nil // stepped down, or the lease no longer trusted (the elector not yet told): nothing more to say
 	}
 	for _, o := range send {
 		s.m.instructions.Inc()
@@ -369,7 +352,7 @@ func (s *Server) settle(now time.Time) {
 			s.m.undelivered.Inc()
 			continue
 		}
-		o.Instruction.Term = s.term.Load()
+		o.Instruction.Term = s.leading
 		b, err := json.Marshal(o.Instruction)
 		if err != nil { // cannot happen with these types
 			s.log.Error("supervisor: encode instruction", "err", err)
@@ -481,8 +464,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		unauthorized(w)
 		return
 	}
-	term := s.term.Load()
-	if !s.leads(term) {
+	term := s.el.Term()
+	if !s.el.Leads(term) {
 		s.standbyAnswer(w)
 		return
 	}
@@ -578,7 +561,7 @@ func (s *Server) reject(c *conn, kind, reason string) {
 }
 
 func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool) {
-	if c.term != s.term.Load() {
+	if !s.el.Leads(c.term) {
 		c.close(websocket.StatusTryAgainLater, "no longer the leader")
 		return
 	}
@@ -600,7 +583,7 @@ func (s *Server) onReport(now time.Time, c *conn, r *protocol.Report, first bool
 }
 
 func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
-	if s.conns[p.WorkerID] != c || c.term != s.term.Load() {
+	if s.conns[p.WorkerID] != c || !s.el.Leads(c.term) {
 		return
 	}
 	if !s.core.Payload(now, p) {
@@ -621,39 +604,15 @@ func (s *Server) onPayload(now time.Time, c *conn, p *protocol.Payload) {
 
 // roleStatus fills the leadership fields of a status.
 func (s *Server) roleStatus(st *Status) {
-	st.Role, st.Term = roleName(s.role.Load()), s.term.Load()
-	if l := s.leader.Load(); l != nil {
-		st.Leader = *l
-	}
-}
-
-// leads reports whether this process may act as the leader of term now:
-// alone (no high availability), or leading term with the lease trusted at
-// this instant. Admin calls check it when they arrive and again on the
-// event loop when they act, against the term they were accepted under.
-func (s *Server) leads(term uint64) bool {
-	if s.ha == nil {
-		return true
-	}
-	return term != 0 && s.role.Load() == roleLeader && s.term.Load() == term &&
-		int64(time.Since(s.epoch)) < s.trusted.Load()
+	el := s.el.State()
+	st.Role, st.Term, st.Leader = el.Role.String(), el.Term, el.Leader
 }
 
 // standbyAnswer refuses a worker or an admin call on a supervisor that does
 // not lead: 503, with the leader's worker URL in the Fulcrum-Leader header
-// and the body (and its admin URL in the body). A leader that has just lost
-// its lease knows only itself as leader; it asks the database then.
+// and the body (and its admin URL in the body).
 func (s *Server) standbyAnswer(w http.ResponseWriter) {
-	leader := ""
-	if l := s.leader.Load(); l != nil && *l != s.cfg.HA.Advertise {
-		leader = *l
-	} else if s.ha != nil {
-		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-		if u, _, err := s.ha.Leader(ctx); err == nil && u != s.cfg.HA.Advertise {
-			leader = u
-		}
-		cancel()
-	}
+	leader := s.el.LeaderElsewhere(s.ctx)
 	if leader != "" {
 		w.Header().Set(protocol.LeaderHeader, leader)
 	}
@@ -676,82 +635,19 @@ func adminURL(workerURL string) string {
 	return scheme + "://" + u.Host
 }
 
-// elect runs the lease (high availability): a standby tries to take it every
-// tick; the leader renews it every third of the lease and trusts itself
-// until two ticks before the lease would end, counted from the start of its
-// last successful renewal, so it steps down (at most a tick late) before a
-// standby can take over. A clean shutdown releases the lease.
-func (s *Server) elect() {
-	lease := s.cfg.HA.Lease
-	trust := lease - 2*s.cfg.Tick
-	renewEvery := lease / 3
-	tick := time.NewTicker(s.cfg.Tick)
-	defer tick.Stop()
-	var term uint64
-	var renewed, lastErrLog time.Time
-	logErr := func(msg string, err error) {
-		if time.Since(lastErrLog) >= 5*time.Second { // one line per 5 s while the database is away
-			lastErrLog = time.Now()
-			s.log.Warn(msg, "err", err)
-		}
-	}
-	for {
-		select {
-		case <-s.ctx.Done():
-			if term != 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				if err := s.ha.Release(ctx, term); err != nil {
-					s.log.Warn("could not release the lease; a standby takes over when it expires", "err", err)
-				}
-				cancel()
-			}
-			return
-		case <-tick.C:
-		}
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(s.ctx, max(lease/3, s.cfg.Tick))
-		switch {
-		case term == 0:
-			t, ok, url, err := s.ha.Acquire(ctx)
-			switch {
-			case err != nil:
-				logErr("lease: cannot reach the database", err)
-			case ok:
-				term, renewed = t, start
-				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
-				s.leader.Store(&url)
-				s.restoreWindow(lease / 3)
-				s.post(func(now time.Time) { s.lead(now, t) })
-			default:
-				s.leader.Store(&url)
-			}
-		case start.Sub(renewed) >= renewEvery:
-			ok, err := s.ha.Renew(ctx, term)
-			switch {
-			case err != nil:
-				logErr("lease: renewal failed; retrying every tick", err)
-			case ok:
-				renewed = start
-				s.trusted.Store(int64(start.Sub(s.epoch) + trust))
-			default:
-				s.log.Warn("lease lost: it ran out before this renewal, or another supervisor took it", "term", term)
-				renewed = time.Time{} // step down now
-			}
-		}
-		cancel()
-		if term != 0 && time.Since(renewed) >= trust {
-			t := term
-			term = 0
-			s.trusted.Store(0)
-			// Stop leading now, not when the event loop gets to it (a busy
-			// loop can be seconds behind): from here workers are refused,
-			// their messages of term t dropped, admin changes refused, and
-			// no instruction set is sent.
-			s.role.Store(roleStandby)
-			s.term.CompareAndSwap(t, 0)
-			s.post(func(now time.Time) { s.stepDown(now, t) })
-		}
-	}
+// elected prepares term, which the elector has just taken the lease for,
+// before its gate opens: the fleet's dedup window is read, then the event
+// loop starts term's lifecycle. Workers are accepted only after both, so
+// their replay meets the window and lands in the new lifecycle.
+func (s *Server) elected(ctx context.Context, term uint64) {
+	s.restoreWindow(s.cfg.HA.Lease / 3)
+	call(ctx, s, func(now time.Time) struct{} { s.lead(now, term); return struct{}{} })
+}
+
+// resigned ends term on the event loop; the elector has already closed the
+// gate.
+func (s *Server) resigned(term uint64) {
+	s.post(func(now time.Time) { s.stepDown(now, term) })
 }
 
 // restoreWindow reads the fleet's dedup window, which the previous leader
@@ -819,8 +715,6 @@ func (s *Server) lead(now time.Time, term uint64) {
 		return
 	}
 	s.core, s.querying, s.leading = core, false, term
-	s.term.Store(term)
-	s.role.Store(roleLeader)
 	s.log.Info("leading", "term", term, "warmup", s.cfg.Warmup)
 	s.m.refresh(s)
 }
@@ -832,8 +726,6 @@ func (s *Server) stepDown(now time.Time, term uint64) {
 		return
 	}
 	s.leading = 0
-	s.role.Store(roleStandby)
-	s.term.Store(0)
 	for id, c := range s.conns {
 		c.close(websocket.StatusTryAgainLater, "no longer the leader")
 		delete(s.conns, id)

@@ -55,23 +55,6 @@ func startServer(t *testing.T, c Config) *Server {
 	return s
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	eventuallyEvery(t, what, 10*time.Millisecond, 20*time.Second, cond)
-}
-
-func eventuallyEvery(t *testing.T, what string, every, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(every)
-	}
-}
-
 // wsWorker is a worker speaking the protocol directly over a real socket.
 type wsWorker struct {
 	t       *testing.T
@@ -315,14 +298,14 @@ func holders(r tasksResp) map[string][]string {
 func TestServerFleetOverRealSockets(t *testing.T) {
 	s := startServer(t, testConfig(tasks(0, 120)))
 	ws := dialWorkers(t, s, 10, 60)
-	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	before := holders(getTasks(t, s))
 
 	for _, id := range []string{"w3", "w7"} {
 		ws[id].stop()
 		delete(ws, id)
 	}
-	eventually(t, "the dead workers' tasks to move", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the dead workers' tasks to move", func() bool { return settled(t, s, ws, 3) })
 	sticky(t, before, holders(getTasks(t, s)), "w3", "w7")
 
 	var workers struct{ Workers []WorkerView }
@@ -366,7 +349,7 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 	}
 	// Polled every 250 ms: each poll is a 10,000-task GET /tasks, which
 	// runs on the event loop.
-	eventuallyEvery(t, "the first assignment", 250*time.Millisecond, 60*time.Second, func() bool { return settled(t, s, ws, 3) })
+	testenv.EventuallyEvery(t, "the first assignment", 250*time.Millisecond, 60*time.Second, func() bool { return settled(t, s, ws, 3) })
 	if d, _ := expired(t, s); d != 0 {
 		t.Fatalf("%d workers declared dead before any died", d)
 	}
@@ -376,7 +359,7 @@ func TestServerFleetAtIssueScaleOverRealSockets(t *testing.T) {
 		ws[id].stop()
 		delete(ws, id)
 	}
-	eventuallyEvery(t, "the dead workers' tasks to move", 250*time.Millisecond, 60*time.Second, func() bool {
+	testenv.EventuallyEvery(t, "the dead workers' tasks to move", 250*time.Millisecond, 60*time.Second, func() bool {
 		if d, _ := expired(t, s); d > uint64(len(dead)) {
 			t.Fatalf("%d workers declared dead, %d died", d, len(dead))
 		}
@@ -411,7 +394,7 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second
 	s := startServer(t, c)
 	ws := dialWorkers(t, s, 5, 30)
-	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	if d, to := expired(t, s); d != 0 || to != 0 {
 		t.Fatalf("before the stall: %d workers declared dead, %d tasks timed out", d, to)
 	}
@@ -438,7 +421,7 @@ func TestServerStalledLoopKillsNoWorker(t *testing.T) {
 	if d, to := expired(t, s); d != 0 || to != 0 {
 		t.Fatalf("after the stall: %d workers declared dead, %d tasks timed out; want none", d, to)
 	}
-	eventually(t, "the fleet settled after the stall", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the fleet settled after the stall", func() bool { return settled(t, s, ws, 3) })
 	if after := holders(getTasks(t, s)); !maps.EqualFunc(before, after, slices.Equal) {
 		t.Fatal("tasks moved across the stall")
 	}
@@ -458,11 +441,11 @@ func TestServerPausedSupervisorKillsNoWorker(t *testing.T) {
 	c.WorkerTimeout, c.TaskTimeout = 3*time.Second, 3*time.Second // above maxGap (1s) with room
 	s := startServer(t, c)
 	ws := dialWorkers(t, s, 5, 30)
-	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	for _, w := range ws {
 		w.paused.Store(true)
 	}
-	eventually(t, "every report sent handled", func() bool {
+	testenv.Eventually(t, "every report sent handled", func() bool {
 		var sent int64
 		for _, w := range ws {
 			sent += w.sent.Load()
@@ -489,7 +472,7 @@ func TestServerPausedSupervisorKillsNoWorker(t *testing.T) {
 	for _, w := range ws {
 		w.paused.Store(false)
 	}
-	eventually(t, "the fleet settled after the pause", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the fleet settled after the pause", func() bool { return settled(t, s, ws, 3) })
 	if d, _ := expired(t, s); d != 0 {
 		t.Fatalf("%d workers declared dead after the pause", d)
 	}
@@ -511,7 +494,7 @@ func TestServerRestartKeepsSessions(t *testing.T) {
 	c := testConfig(tasks(0, 60))
 	s := startServer(t, c)
 	ws := dialWorkers(t, s, 5, 60)
-	eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "the first assignment", func() bool { return settled(t, s, ws, 3) })
 	before := holders(getTasks(t, s))
 	running := map[string]map[string]bool{}
 	for id, w := range ws {
@@ -554,12 +537,12 @@ func TestServerRestartKeepsSessions(t *testing.T) {
 		t.Cleanup(w.stop)
 		ws2[id] = w
 	}
-	eventually(t, "every worker back", func() bool {
+	testenv.Eventually(t, "every worker back", func() bool {
 		n, err := call(context.Background(), s2, func(time.Time) int { return len(s2.conns) })
 		return err == nil && n == len(ws2)
 	})
 	close(back)
-	eventually(t, "the reset after warm-up", func() bool { return settled(t, s2, ws2, 3) })
+	testenv.Eventually(t, "the reset after warm-up", func() bool { return settled(t, s2, ws2, 3) })
 	if after := holders(getTasks(t, s2)); !maps.EqualFunc(before, after, slices.Equal) {
 		t.Fatal("the restart moved tasks")
 	}
@@ -606,10 +589,10 @@ func TestServerRejectsBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		w.sendRaw(tc.typ, []byte(tc.msg))
-		eventually(t, tc.name+" rejected", func() bool { return strings.Contains(w.lastError(), tc.reason) })
+		testenv.Eventually(t, tc.name+" rejected", func() bool { return strings.Contains(w.lastError(), tc.reason) })
 	}
 	// The connection survived all that, and the state is intact.
-	eventually(t, "w0 assigned", func() bool { return settled(t, s, map[string]*wsWorker{"w0": w}, 3) })
+	testenv.Eventually(t, "w0 assigned", func() bool { return settled(t, s, map[string]*wsWorker{"w0": w}, 3) })
 	var workers struct{ Workers []WorkerView }
 	admin(t, s, "GET", "/workers", "", &workers)
 	if len(workers.Workers) != 1 || workers.Workers[0].ID != "w0" || workers.Workers[0].MaxLoad != 5 {
@@ -618,7 +601,7 @@ func TestServerRejectsBadInput(t *testing.T) {
 	// A payload before any report on a fresh connection.
 	w2 := dialWorkerNoReport(t, s)
 	w2.send(protocol.Payload{Type: protocol.TypePayload, WorkerID: "x", TaskID: "room-00000", Data: json.RawMessage(`1`)})
-	eventually(t, "payload before report rejected", func() bool { return strings.Contains(w2.lastError(), "report first") })
+	testenv.Eventually(t, "payload before report rejected", func() bool { return strings.Contains(w2.lastError(), "report first") })
 	// An oversized message closes the connection with a reason.
 	big := fmt.Sprintf(`{"type":"payload","worker_id":"w0","task_id":"room-00000","data":"%s"}`, strings.Repeat("x", 2<<20))
 	w.sendRaw(websocket.MessageText, []byte(big))
@@ -665,7 +648,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("POST /rebalance while warming: %d", code)
 	}
 	ws := map[string]*wsWorker{"a": dialWorker(t, s, "a", 4), "b": dialWorker(t, s, "b", 4)}
-	eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
+	testenv.Eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
 	// 11 tasks x 3 over 2 workers of 4: a deficit, reported.
 	tr := getTasks(t, s)
 	if tr.Deficit.Tasks != 11 || tr.Deficit.Holders != 11*3-8 {
@@ -678,7 +661,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 	// Capacity appears: the deficit shrinks at once.
 	ws["c"] = dialWorker(t, s, "c", 100)
-	eventually(t, "the deficit to shrink", func() bool { return getTasks(t, s).Deficit.Holders == 11*3-8-11 })
+	testenv.Eventually(t, "the deficit to shrink", func() bool { return getTasks(t, s).Deficit.Holders == 11*3-8-11 })
 
 	for _, bad := range []struct{ body, want string }{
 		{`{"add":[{"task_id":""}]}`, "task_id"},
@@ -751,7 +734,7 @@ func TestServerDedupThroughNATS(t *testing.T) {
 	c.Sink = sink.Config{Type: sink.TypeNATS, URL: url, Subject: subject}
 	s := startServer(t, c)
 	ws := dialWorkers(t, s, 3, 10)
-	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
 	const n = 200
 	sendStream(ws, n)
 	seen := map[string]int{}
@@ -766,7 +749,7 @@ func TestServerDedupThroughNATS(t *testing.T) {
 	}
 	// Nothing more arrives: flush a round trip through the broker after the
 	// supervisor published everything it will.
-	eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
+	testenv.Eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -829,7 +812,7 @@ func TestServerDedupThroughRabbitMQ(t *testing.T) {
 	c.Sink = sink.Config{Type: sink.TypeRabbitMQ, URL: url, RoutingKey: queue}
 	s := startServer(t, c)
 	ws := dialWorkers(t, s, 3, 10)
-	eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
+	testenv.Eventually(t, "assignment", func() bool { return settled(t, s, ws, 3) })
 	const n = 200
 	sendStream(ws, n)
 	seen := map[string]int{}
@@ -842,7 +825,7 @@ func TestServerDedupThroughRabbitMQ(t *testing.T) {
 			t.Fatalf("received %d distinct of %d", len(seen), n)
 		}
 	}
-	eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
+	testenv.Eventually(t, "the sink to drain", func() bool { return s.sink.Published() >= n })
 	// Publisher confirms mean the broker queued them all; a sentinel
 	// published after them comes out last, so everything before it is in.
 	if err := ch.PublishWithContext(context.Background(), "", queue, false, false, amqp.Publishing{Body: []byte("sentinel")}); err != nil {
@@ -884,7 +867,7 @@ func TestGreedyWorkerCapped(t *testing.T) {
 		}
 		ws[id] = dialWorker(t, s, id, ml)
 	}
-	eventually(t, "running with five workers", func() bool {
+	testenv.Eventually(t, "running with five workers", func() bool {
 		var r struct {
 			Phase   string
 			Workers []WorkerView
@@ -899,7 +882,7 @@ func TestGreedyWorkerCapped(t *testing.T) {
 	if code := admin(t, s, "POST", "/tasks", `{"add":[`+strings.Join(add, ",")+`]}`, nil); code != 200 {
 		t.Fatalf("POST /tasks: %d", code)
 	}
-	eventually(t, "every task on 2 workers", func() bool { return settled(t, s, ws, 2) })
+	testenv.Eventually(t, "every task on 2 workers", func() bool { return settled(t, s, ws, 2) })
 	var r struct{ Workers []WorkerView }
 	admin(t, s, "GET", "/workers", "", &r)
 	for _, w := range r.Workers {
@@ -924,7 +907,7 @@ func TestAdminIndexStatusAndTokenRule(t *testing.T) {
 		t.Fatalf("GET /: %d %v", code, idx)
 	}
 	dialWorker(t, s, "w1", 10)
-	eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
+	testenv.Eventually(t, "running", func() bool { return getTasks(t, s).Phase == "running" })
 	var st Status
 	if code := admin(t, s, "GET", "/status", "", &st); code != 200 {
 		t.Fatalf("GET /status: %d", code)
@@ -961,11 +944,11 @@ func TestFragmentedDeficitHealsOverRealSockets(t *testing.T) {
 		}
 		ws[id] = dialWorker(t, s, id, ml)
 	}
-	eventually(t, "19 rooms on 2 workers each, everyone full", func() bool { return settled(t, s, ws, 2) })
+	testenv.Eventually(t, "19 rooms on 2 workers each, everyone full", func() bool { return settled(t, s, ws, 2) })
 	ws["d"].mu.Lock()
 	ws["d"].maxLoad = 10 // two free slots, both on d
 	ws["d"].mu.Unlock()
-	eventually(t, "d's new max load seen", func() bool {
+	testenv.Eventually(t, "d's new max load seen", func() bool {
 		var r struct{ Workers []WorkerView }
 		admin(t, s, "GET", "/workers", "", &r)
 		for _, w := range r.Workers {
@@ -978,7 +961,7 @@ func TestFragmentedDeficitHealsOverRealSockets(t *testing.T) {
 	if code := admin(t, s, "POST", "/tasks", `{"add":[{"task_id":"room-00019"}]}`, nil); code != 200 {
 		t.Fatalf("POST /tasks: %d", code)
 	}
-	eventually(t, "20 rooms on 2 workers each", func() bool { return settled(t, s, ws, 2) })
+	testenv.Eventually(t, "20 rooms on 2 workers each", func() bool { return settled(t, s, ws, 2) })
 	if d := getTasks(t, s).Deficit; d.Tasks != 0 || d.Holders != 0 {
 		t.Fatalf("deficit %+v, want 0", d)
 	}
@@ -1005,7 +988,7 @@ func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
 	}
 	fake := dialWorker(t, s, "fake", 1_000_000)
 	fake.silent.Store(true)
-	eventually(t, "running with four workers", func() bool {
+	testenv.Eventually(t, "running with four workers", func() bool {
 		var r struct {
 			Phase   string
 			Workers []WorkerView
@@ -1020,7 +1003,7 @@ func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
 	if code := admin(t, s, "POST", "/tasks", `{"add":[`+strings.Join(add, ",")+`]}`, nil); code != 200 {
 		t.Fatalf("POST /tasks: %d", code)
 	}
-	eventually(t, "the fake given tasks", func() bool { return fake.adds.Load() > 0 })
+	testenv.Eventually(t, "the fake given tasks", func() bool { return fake.adds.Load() > 0 })
 	suspect := func() (WorkerView, bool) {
 		var r struct{ Workers []WorkerView }
 		admin(t, s, "GET", "/workers", "", &r)
@@ -1031,7 +1014,7 @@ func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
 		}
 		return WorkerView{}, false
 	}
-	eventually(t, "the fake found out at its task timeout, holding nothing", func() bool {
+	testenv.Eventually(t, "the fake found out at its task timeout, holding nothing", func() bool {
 		w, ok := suspect()
 		return ok && w.Load == 0
 	})
@@ -1055,12 +1038,12 @@ func TestSilentGreedyWorkerGetsNoNewTasks(t *testing.T) {
 		t.Fatalf("POST /tasks: %d", code)
 	}
 	ws["a"].silent.Store(true)
-	eventually(t, "a's tasks timed out", func() bool { _, to := expired(t, s); return to > uint64(given) })
+	testenv.Eventually(t, "a's tasks timed out", func() bool { _, to := expired(t, s); return to > uint64(given) })
 	ws["a"].silent.Store(false)
 	if got := fake.adds.Load(); got != given {
 		t.Fatalf("the suspect was given %d more tasks", got-given)
 	}
 	// It proves itself: a payload (for a task it does not even hold).
 	fake.send(protocol.Payload{Type: protocol.TypePayload, WorkerID: "fake", TaskID: "room-0", MessageID: "m1", Data: json.RawMessage(`{}`)})
-	eventually(t, "the fake back in use", func() bool { _, sus := suspect(); return !sus && fake.adds.Load() > given })
+	testenv.Eventually(t, "the fake back in use", func() bool { _, sus := suspect(); return !sus && fake.adds.Load() > given })
 }

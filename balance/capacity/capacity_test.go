@@ -19,9 +19,17 @@ import (
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
+// newCapacityBalancer builds a capacity balancer on clock whose random draws
+// come from a fixed seed: with the simulated clock, a run repeats exactly,
+// so a failure can be replayed.
 func newCapacityBalancer(t testing.TB, params map[string]float64, clock func() time.Time, targets ...balance.Target) *balance.Balancer {
 	t.Helper()
-	b, err := newRecorded(settingsOf(params), clock)
+	return newSeededCapacityBalancer(t, params, clock, 1, targets...)
+}
+
+func newSeededCapacityBalancer(t testing.TB, params map[string]float64, clock func() time.Time, seed uint64, targets ...balance.Target) *balance.Balancer {
+	t.Helper()
+	b, err := newRecorded(settingsOf(params), clock, rand.NewPCG(seed, 11))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +218,7 @@ func TestCapacityLatencyGradientBoundsQueueingTarget(t *testing.T) {
 	clk := &capClock{}
 	clk.ns.Store(1)
 	for seed := range uint64(5) {
-		b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "q", Weight: 1})
+		b := newSeededCapacityBalancer(t, nil, clk.Now, seed, balance.Target{Addr: "q", Weight: 1})
 		sims := map[string]*simTarget{"q": {rtt: 20 * time.Millisecond, knee: 30}}
 		sim := newSimulation(b, clk, sims, 400, seed)
 		sim.run(t, 20000)
@@ -740,7 +748,7 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { return queued(b) == 1 })
+	testenv.Eventually(t, "a caller queued in Wait", func() bool { return queued(b) == 1 })
 	select {
 	case err := <-got:
 		t.Fatalf("Wait returned %v while the only permit was held", err)
@@ -758,7 +766,7 @@ func TestCapacityWaitBlocksAndWakes(t *testing.T) {
 		_, err := b.Wait(ctx, balance.PickInfo{})
 		got <- err
 	}()
-	waitFor(t, func() bool { return queued(b) == 1 })
+	testenv.Eventually(t, "a caller queued in Wait", func() bool { return queued(b) == 1 })
 	cancel()
 	err = <-got
 	if !errors.Is(err, balance.ErrAtCapacity) || !errors.Is(err, context.Canceled) {
@@ -788,7 +796,7 @@ func TestCapacityGrowthWakesWaiters(t *testing.T) {
 			got <- p
 		}()
 	}
-	waitFor(t, func() bool { return queued(b) == 2 })
+	testenv.Eventually(t, "two callers queued in Wait", func() bool { return queued(b) == 2 })
 	clk.ns.Add(100 * ms)
 	y.Report(10*time.Millisecond, nil) // closes a saturated window: slow start doubles
 	if l := limitOf(b, "a"); l != 4 {
@@ -803,17 +811,6 @@ func TestCapacityGrowthWakesWaiters(t *testing.T) {
 		}
 	}
 	x.Done(nil)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestCapacityRevivalWakesWaiters: a parked target that comes back during
@@ -1451,6 +1448,30 @@ func TestCapacityLittleLeavesASteadyStateToTheMean(t *testing.T) {
 	}
 }
 
+// A seeded simulation repeats exactly: the balancer draws from the seed it
+// was given (Options.Rand), the clients from theirs, time is simulated. So
+// a run that fails can be replayed. Two equal targets, so that the
+// strategy's random tie-breaks steer the run; limits and rejections are
+// compared chunk by chunk over two runs.
+func TestCapacitySeededSimulationRepeats(t *testing.T) {
+	trace := func() []int64 {
+		clk := &capClock{}
+		clk.ns.Store(1)
+		b := newSeededCapacityBalancer(t, nil, clk.Now, 9, balance.Target{Addr: "a", Weight: 1}, balance.Target{Addr: "b", Weight: 1})
+		sims := map[string]*simTarget{"a": {permits: 40, rtt: 20 * time.Millisecond}, "b": {permits: 40, rtt: 20 * time.Millisecond}}
+		sim := newSimulation(b, clk, sims, 100, 9)
+		var out []int64
+		for range 40 {
+			out = append(out, int64(sim.run(t, 250)), limitOf(b, "a"), limitOf(b, "b"))
+		}
+		return out
+	}
+	first, second := trace(), trace()
+	if !slices.Equal(first, second) {
+		t.Fatalf("two runs of one seed differ:\n%v\n%v", first, second)
+	}
+}
+
 // swapShape is bench/contest's swap scenario in the simulation, before a
 // swap: fast has 30 permits at 20 ms, slow 90 at 100 ms, both configured
 // as the oracle has them, and 100 clients.
@@ -1458,7 +1479,7 @@ func swapShape(t *testing.T, fast, slow string, seed uint64) (*balance.Balancer,
 	t.Helper()
 	clk := &capClock{}
 	clk.ns.Store(1)
-	b := newCapacityBalancer(t, nil, clk.Now,
+	b := newSeededCapacityBalancer(t, nil, clk.Now, seed,
 		balance.Target{Addr: fast, Weight: 1, MaxConcurrency: 30},
 		balance.Target{Addr: slow, Weight: 1, MaxConcurrency: 90})
 	sims := map[string]*simTarget{fast: {permits: 30, rtt: 20 * time.Millisecond}, slow: {permits: 90, rtt: 100 * time.Millisecond}}
@@ -1505,7 +1526,7 @@ func TestCapacityRampDoesNotSetALowBaseline(t *testing.T) {
 	for seed := range uint64(64) {
 		clk := &capClock{}
 		clk.ns.Store(1)
-		b := newCapacityBalancer(t, nil, clk.Now, balance.Target{Addr: "fast", Weight: 1}, balance.Target{Addr: "slow", Weight: 1})
+		b := newSeededCapacityBalancer(t, nil, clk.Now, seed, balance.Target{Addr: "fast", Weight: 1}, balance.Target{Addr: "slow", Weight: 1})
 		sims := map[string]*simTarget{"fast": {permits: 30, rtt: 20 * time.Millisecond}, "slow": {permits: 90, rtt: 100 * time.Millisecond}}
 		sim := newSimulation(b, clk, sims, 100, seed)
 		var base float64

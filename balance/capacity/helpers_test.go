@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -43,7 +44,7 @@ func (r recorder) Build(eps []*balance.Endpoint) balance.Picker {
 var views sync.Map // *balance.Balancer -> *atomic.Pointer[snapView]
 
 // newRecorded builds a capacity balancer whose builds are recorded.
-func newRecorded(settings balance.Settings, clock func() time.Time) (*balance.Balancer, error) {
+func newRecorded(settings balance.Settings, clock func() time.Time, src rand.Source) (*balance.Balancer, error) {
 	last := new(atomic.Pointer[snapView])
 	reg := balance.NewRegistry()
 	if err := reg.Register(Name, func(s balance.Settings) (balance.Strategy, error) {
@@ -55,7 +56,7 @@ func newRecorded(settings balance.Settings, clock func() time.Time) (*balance.Ba
 	}); err != nil {
 		return nil, err
 	}
-	b, err := balance.New(Name, balance.Options{Registry: reg, Settings: settings, Clock: clock})
+	b, err := balance.New(Name, balance.Options{Registry: reg, Settings: settings, Clock: clock, Rand: src})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	// the first), or above balance.ScanAll a sample of them, and all of
 	// them if no target drawn had a free permit.
 scan:
-	for sc := balance.NewScan(n); ; sc = balance.FullScan(n) {
+	for sc := balance.NewScan(&info, n); ; sc = balance.FullScan(&info, n) {
 		sampled := sc.Sampled()
 		for sc.More() {
 			j := sc.Next()

@@ -184,7 +184,7 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	var cs [balance.ScanAll]cand
 	var rifs [balance.ScanAll]int64
 	m := 0
-	for sc := balance.NewScan(n); m == 0; sc = balance.FullScan(n) {
+	for sc := balance.NewScan(&info, n); m == 0; sc = balance.FullScan(&info, n) {
 		sampled := sc.Sampled()
 		for sc.More() && m < len(cs) {
 			j := sc.Next()

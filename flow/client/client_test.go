@@ -16,6 +16,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/client"
 	"github.com/fulcrum-lb/fulcrum/flow/server"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // startServer runs a real flow server on a fresh SQLite file at listen
@@ -267,13 +268,7 @@ func TestDownServerSkippedAndReadmitted(t *testing.T) {
 		t.Fatalf("Unhealthy = %v, want the down server", got)
 	}
 	startServer(t, downAddr, db)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(c.Unhealthy()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted server was never let back in")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the restarted server let back in", func() bool { return len(c.Unhealthy()) == 0 })
 	page, err := c.ListTasks(ctx, client.ListFilter{TaskType: "ct", Limit: 100})
 	if err != nil || len(page.Tasks) != 10 {
 		t.Fatalf("listed %d tasks (%v), want 10", len(page.Tasks), err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/flow"
 	"github.com/fulcrum-lb/fulcrum/flow/client"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
 // buildBinaries builds the fulcrum binary and the example worker into a
@@ -104,39 +105,31 @@ func serve(t *testing.T, fulcrum, addr, db string) *proc {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, "fulcrum flow serve to answer", func() bool {
 		if _, err := c.Stats(context.Background()); err == nil {
-			return p
+			return true
 		}
 		select {
 		case <-p.done:
 			t.Fatal("fulcrum flow serve exited")
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("fulcrum flow serve never answered")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+	return p
 }
 
+// poll waits for cond like testenv.Eventually, and fails at once on its
+// error.
 func poll(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.EventuallyWithin(t, what, 60*time.Second, func() bool {
 		ok, err := cond()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok
+	})
 }
 
 // A worker process killed with SIGKILL in the middle of a stage: when its

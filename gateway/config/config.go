@@ -835,12 +835,10 @@ func (v *validator) upstream(name string, u *Upstream) {
 		v.fail(at("hash_key"), "%v", err)
 	}
 	u.Key = k
-	switch u.Warmup {
-	case "", "seed": // seed: the old name of linear
-		u.Warmup = "linear"
-	case "linear", "envoy":
-	default:
-		v.fail(at("warmup"), "%q is not linear or envoy", u.Warmup)
+	if w, ok := balance.WarmupFormula(u.Warmup); ok {
+		u.Warmup = w
+	} else {
+		v.fail(at("warmup"), "%q is not %s", u.Warmup, strings.Join(balance.WarmupFormulas, " or "))
 	}
 	if u.Discovery != nil {
 		v.discovery(u, at)
@@ -871,20 +869,18 @@ func (v *validator) upstream(name string, u *Upstream) {
 		}
 	}
 	if ps := u.Health.Passive; ps != nil {
-		if ps.MaxFailures == 0 {
-			ps.MaxFailures = 5
+		if ps.MaxFailures == 0 { // a passive block turns ejection on
+			ps.MaxFailures = balance.DefaultMaxFailures
 		}
 		if ps.MaxFailures < 0 {
 			v.fail(at("health", "passive", "max_failures"), "%d is negative", ps.MaxFailures)
 		}
-		def(&ps.Window, 10*time.Second)
-		def(&ps.EjectFor, 30*time.Second)
-		def(&ps.MaxEjectFor, 10*ps.EjectFor.D())
+		// The defaults are balance's, so the file and the library agree.
+		d := balance.Passive{Window: ps.Window.D(), EjectFor: ps.EjectFor.D(), MaxEjectFor: ps.MaxEjectFor.D(),
+			MaxEjectedPercent: ps.MaxEjectedPercent}.WithDefaults()
+		ps.Window, ps.EjectFor, ps.MaxEjectFor, ps.MaxEjectedPercent = Duration(d.Window), Duration(d.EjectFor), Duration(d.MaxEjectFor), d.MaxEjectedPercent
 		if ps.MaxEjectFor < ps.EjectFor {
 			v.fail(at("health", "passive", "max_eject_for"), "%v is below eject_for %v", ps.MaxEjectFor.D(), ps.EjectFor.D())
-		}
-		if ps.MaxEjectedPercent == 0 {
-			ps.MaxEjectedPercent = 50
 		}
 		if ps.MaxEjectedPercent < 0 || ps.MaxEjectedPercent > 100 {
 			v.fail(at("health", "passive", "max_ejected_percent"), "%d is outside 1..100", ps.MaxEjectedPercent)

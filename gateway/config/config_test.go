@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
@@ -68,6 +69,25 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("timeouts/limits: %+v %d", c.Timeouts, c.MaxBodySize)
 	case len(c.Routes) != 1 || c.Routes[0].Upstream != "web":
 		t.Errorf("the single upstream is not routed by default: %+v", c.Routes)
+	}
+}
+
+// An empty health.passive turns ejection on with the balance library's
+// defaults, and the warm-up formula defaults to the library's: the file
+// and a Go program using balance get the same behaviour.
+func TestPassiveAndWarmupDefaultsAreBalances(t *testing.T) {
+	c, err := config.Parse([]byte("upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := c.Upstreams["api"]
+	p := u.Health.Passive
+	got := balance.Passive{MaxFailures: p.MaxFailures, Window: p.Window.D(), EjectFor: p.EjectFor.D(), MaxEjectFor: p.MaxEjectFor.D(), MaxEjectedPercent: p.MaxEjectedPercent}
+	if want := (balance.Passive{MaxFailures: balance.DefaultMaxFailures}).WithDefaults(); got != want {
+		t.Errorf("health.passive defaults %+v, want balance's %+v", got, want)
+	}
+	if u.Warmup != balance.DefaultWarmup {
+		t.Errorf("warmup %q, want balance's %q", u.Warmup, balance.DefaultWarmup)
 	}
 }
 

@@ -18,6 +18,20 @@ func Eventually(t TB, what string, cond func() bool) {
 	EventuallyWithin(t, what, 30*time.Second, cond)
 }
 
+// EventuallyEvery is Eventually for a condition that is costly to check
+// (a large read served by the code's own event loop): it checks every
+// interval, fails after limit, and never backs off below the interval.
+func EventuallyEvery(t TB, what string, every, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(every)
+	}
+}
+
 // EventuallyWithin is Eventually with its own limit.
 func EventuallyWithin(t TB, what string, limit time.Duration, cond func() bool) {
 	t.Helper()

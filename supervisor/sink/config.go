@@ -3,8 +3,11 @@ package sink
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 // Sink types.
@@ -51,100 +54,100 @@ type Config struct {
 	FlushTimeout time.Duration `yaml:"flush_timeout"`
 }
 
-// Validate checks c, naming the bad field as "sink.<field>", and fills
-// defaults.
+// Validate checks c and fills defaults. The error, when not nil, is a
+// *confyaml.Error listing every problem, each on its field's path
+// ("sink.url"), so the supervisor's config can place it on its line.
 func (c *Config) Validate() error {
+	var problems []*confyaml.FieldError
+	bad := func(field, format string, args ...any) {
+		problems = append(problems, &confyaml.FieldError{Path: "sink." + field, Msg: fmt.Sprintf(format, args...)})
+	}
 	if c.Type == "" {
 		c.Type = TypeStdout
 	}
 	if c.Buffer < 0 {
-		return fmt.Errorf("sink.buffer: %d is negative", c.Buffer)
+		bad("buffer", "%d is negative", c.Buffer)
 	}
 	if c.Buffer == 0 {
 		c.Buffer = DefaultBuffer
 	}
 	if c.FlushTimeout < 0 {
-		return fmt.Errorf("sink.flush_timeout: %v is negative", c.FlushTimeout)
+		bad("flush_timeout", "%v is negative", c.FlushTimeout)
 	}
 	if c.FlushTimeout == 0 {
 		c.FlushTimeout = DefaultFlushTimeout
 	}
 	// Fields of another sink type are refused: they are almost always a typo
 	// or a half-finished edit, and silently ignoring them hides it.
-	only := func(field, val, typ string) error {
+	only := func(field, val, typ string) {
 		if val != "" {
-			return fmt.Errorf("sink.%s: only used by type %s, not %s", field, typ, c.Type)
+			bad(field, "only used by type %s, not %s", typ, c.Type)
 		}
-		return nil
+	}
+	checkURL := func(schemes ...string) {
+		if msg := urlProblem(c.URL, schemes...); msg != "" {
+			bad("url", "%s", msg)
+		}
 	}
 	switch c.Type {
 	case TypeStdout:
-		for _, f := range []struct{ name, val, typ string }{
-			{"url", c.URL, "rabbitmq or nats"}, {"exchange", c.Exchange, TypeRabbitMQ},
-			{"routing_key", c.RoutingKey, TypeRabbitMQ}, {"queue", c.Queue, TypeRabbitMQ}, {"subject", c.Subject, TypeNATS},
-		} {
-			if err := only(f.name, f.val, f.typ); err != nil {
-				return err
-			}
-		}
+		only("url", c.URL, "rabbitmq or nats")
+		only("exchange", c.Exchange, TypeRabbitMQ)
+		only("routing_key", c.RoutingKey, TypeRabbitMQ)
+		only("queue", c.Queue, TypeRabbitMQ)
+		only("subject", c.Subject, TypeNATS)
 	case TypeRabbitMQ:
-		if err := checkURL(c.URL, "amqp", "amqps"); err != nil {
-			return err
-		}
+		checkURL("amqp", "amqps")
 		if c.Exchange == "" && c.RoutingKey == "" {
 			c.RoutingKey = c.Queue
 		}
-		if c.Exchange == "" && c.RoutingKey == "" {
-			return fmt.Errorf("sink.routing_key: required when sink.exchange is empty (the default exchange routes by queue name; or set sink.queue)")
+		switch {
+		case c.Exchange == "" && c.RoutingKey == "":
+			bad("routing_key", "required when sink.exchange is empty (the default exchange routes by queue name; or set sink.queue)")
+		case c.Exchange == "" && c.Queue != "" && c.RoutingKey != c.Queue:
+			bad("routing_key", "%q would not reach sink.queue %q through the default exchange, which routes by queue name", c.RoutingKey, c.Queue)
 		}
-		if c.Exchange == "" && c.Queue != "" && c.RoutingKey != c.Queue {
-			return fmt.Errorf("sink.routing_key: %q would not reach sink.queue %q through the default exchange, which routes by queue name", c.RoutingKey, c.Queue)
-		}
-		if err := only("subject", c.Subject, TypeNATS); err != nil {
-			return err
-		}
+		only("subject", c.Subject, TypeNATS)
 	case TypeNATS:
-		if err := checkURL(c.URL, "nats", "tls", "ws", "wss"); err != nil {
-			return err
+		checkURL("nats", "tls", "ws", "wss")
+		switch {
+		case c.Subject == "":
+			bad("subject", "required for type nats")
+		case strings.ContainsAny(c.Subject, "*> \t") || strings.HasPrefix(c.Subject, ".") ||
+			strings.HasSuffix(c.Subject, ".") || strings.Contains(c.Subject, ".."):
+			bad("subject", "%q is not a publishable subject (no wildcards, spaces or empty tokens)", c.Subject)
 		}
-		if c.Subject == "" {
-			return fmt.Errorf("sink.subject: required for type nats")
-		}
-		if strings.ContainsAny(c.Subject, "*> \t") || strings.HasPrefix(c.Subject, ".") ||
-			strings.HasSuffix(c.Subject, ".") || strings.Contains(c.Subject, "..") {
-			return fmt.Errorf("sink.subject: %q is not a publishable subject (no wildcards, spaces or empty tokens)", c.Subject)
-		}
-		for _, f := range []struct{ name, val string }{{"exchange", c.Exchange}, {"routing_key", c.RoutingKey}, {"queue", c.Queue}} {
-			if err := only(f.name, f.val, TypeRabbitMQ); err != nil {
-				return err
-			}
-		}
+		only("exchange", c.Exchange, TypeRabbitMQ)
+		only("routing_key", c.RoutingKey, TypeRabbitMQ)
+		only("queue", c.Queue, TypeRabbitMQ)
 	default:
-		return fmt.Errorf("sink.type: unknown %q (want stdout, rabbitmq or nats)", c.Type)
+		bad("type", "unknown %q (want stdout, rabbitmq or nats)", c.Type)
 	}
 	if c.JetStream && c.Type != TypeNATS {
-		return fmt.Errorf("sink.jetstream: only used by type nats, not %s", c.Type)
+		bad("jetstream", "only used by type nats, not %s", c.Type)
 	}
-	return nil
+	if len(problems) == 0 {
+		return nil
+	}
+	return &confyaml.Error{Problems: problems}
 }
 
-func checkURL(raw string, schemes ...string) error {
+// urlProblem says what is wrong with a broker URL; "" when nothing is.
+func urlProblem(raw string, schemes ...string) string {
 	if raw == "" {
-		return fmt.Errorf("sink.url: required")
+		return "required"
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("sink.url: %w", err)
+		return err.Error()
 	}
-	for _, s := range schemes {
-		if u.Scheme == s {
-			if u.Host == "" {
-				return fmt.Errorf("sink.url: %q has no host", redact(u))
-			}
-			return nil
-		}
+	if !slices.Contains(schemes, u.Scheme) {
+		return fmt.Sprintf("scheme %q not supported (want %s)", u.Scheme, strings.Join(schemes, ", "))
 	}
-	return fmt.Errorf("sink.url: scheme %q not supported (want %s)", u.Scheme, strings.Join(schemes, ", "))
+	if u.Host == "" {
+		return fmt.Sprintf("%q has no host", redact(u))
+	}
+	return ""
 }
 
 // redact hides a password so errors and logs can show the URL.

@@ -1,9 +1,12 @@
 package sink
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -60,5 +63,26 @@ func TestValidateRedactsPassword(t *testing.T) {
 	err := c.Validate()
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("Validate = %v, want an error without the password", err)
+	}
+}
+
+// Every problem comes back at once, each a field error on its own path,
+// not only the first as text.
+func TestValidateListsEveryProblemOnItsPath(t *testing.T) {
+	c := Config{Type: "nats", URL: "amqp://h/", Exchange: "x", Buffer: -1, JetStream: true}
+	err := c.Validate()
+	var list *confyaml.Error
+	if !errors.As(err, &list) {
+		t.Fatalf("Validate = %v (%T), want a *confyaml.Error", err, err)
+	}
+	var paths []string
+	for _, p := range list.Problems {
+		paths = append(paths, p.Path)
+	}
+	if got, want := strings.Join(paths, " "), "sink.buffer sink.url sink.subject sink.exchange"; got != want {
+		t.Fatalf("paths %q, want %q (%v)", got, want, err)
+	}
+	if p := list.Problems[1]; !strings.HasPrefix(p.Msg, `scheme "amqp" not supported`) {
+		t.Fatalf("sink.url: %q", p.Msg)
 	}
 }

@@ -74,13 +74,17 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Validate checks c, naming the bad field as "source.<field>", and fills
-// defaults. A static list's problems are all reported, as a
-// *confyaml.Error (lines left to the caller, who has the file); any other
-// problem is the first found.
+// Validate checks c and fills defaults. The error, when not nil, is a
+// *confyaml.Error listing every problem (a static list's included), each
+// on its field's path ("source.url", "source.tasks[2].task_id"; "source"
+// for a mix of fields), lines left to the caller, who has the file.
 func (c *Config) Validate() error {
+	var problems []*confyaml.FieldError
+	bad := func(path, format string, args ...any) {
+		problems = append(problems, &confyaml.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
 	if c.Timeout < 0 {
-		return fmt.Errorf("source.timeout: %v is negative", c.Timeout)
+		bad("source.timeout", "%v is negative", c.Timeout)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
@@ -88,38 +92,36 @@ func (c *Config) Validate() error {
 	switch c.Type {
 	case TypeStatic:
 		if c.Path != "" || c.URL != "" {
-			return fmt.Errorf("source: type static takes tasks, not path or url")
+			bad("source", "type static takes tasks, not path or url")
 		}
-		if problems := checkTasks(c.Tasks, "source.tasks", nil); len(problems) > 0 {
-			return &confyaml.Error{Problems: problems}
-		}
+		problems = append(problems, checkTasks(c.Tasks, "source.tasks", nil)...)
 	case TypeFile:
 		if c.Path == "" {
-			return fmt.Errorf("source.path: required for type file")
+			bad("source.path", "required for type file")
 		}
 		if len(c.Tasks) > 0 || c.URL != "" {
-			return fmt.Errorf("source: type file takes path, not tasks or url")
+			bad("source", "type file takes path, not tasks or url")
 		}
 	case TypeHTTP:
 		if c.URL == "" {
-			return fmt.Errorf("source.url: required for type http")
-		}
-		u, err := url.Parse(c.URL)
-		if err != nil {
-			return fmt.Errorf("source.url: %w", err)
-		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("source.url: %q is not an http(s) URL with a host", u.Redacted())
+			bad("source.url", "required for type http")
+		} else if u, err := url.Parse(c.URL); err != nil {
+			bad("source.url", "%v", err)
+		} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("source.url", "%q is not an http(s) URL with a host", u.Redacted())
 		}
 		if len(c.Tasks) > 0 || c.Path != "" {
-			return fmt.Errorf("source: type http takes url, not tasks or path")
+			bad("source", "type http takes url, not tasks or path")
 		}
 	case "":
-		return fmt.Errorf("source.type: required (static, file or http)")
+		bad("source.type", "required (static, file or http)")
 	default:
-		return fmt.Errorf("source.type: unknown %q (want static, file or http)", c.Type)
+		bad("source.type", "unknown %q (want static, file or http)", c.Type)
 	}
-	return nil
+	if len(problems) == 0 {
+		return nil
+	}
+	return &confyaml.Error{Problems: problems}
 }
 
 // Source lists the tasks to run now.

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/fulcrum-lb/fulcrum/internal/confyaml"
 	"github.com/fulcrum-lb/fulcrum/supervisor/protocol"
 )
 
@@ -189,6 +190,23 @@ func TestValidate(t *testing.T) {
 				t.Fatal("Open accepted a config Validate refused")
 			}
 		})
+	}
+}
+
+// Every problem comes back at once, each a field error on its own path.
+func TestValidateListsEveryProblemOnItsPath(t *testing.T) {
+	c := Config{Type: "http", URL: "ftp://h/x", Path: "p", Timeout: -1}
+	err := c.Validate()
+	var list *confyaml.Error
+	if !errors.As(err, &list) {
+		t.Fatalf("Validate = %v (%T), want a *confyaml.Error", err, err)
+	}
+	var paths []string
+	for _, p := range list.Problems {
+		paths = append(paths, p.Path)
+	}
+	if got, want := strings.Join(paths, " "), "source.timeout source.url source"; got != want {
+		t.Fatalf("paths %q, want %q (%v)", got, want, err)
 	}
 }
 
