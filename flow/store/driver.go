@@ -83,6 +83,8 @@ type driver interface {
 	pruneArgs(before time.Time, limit int) []any
 	// listQuery is get_task_list's query and arguments, ? placeholders.
 	listQuery(f ListFilter) (string, []any)
+	// counting is the driver's part of the task counts (counts.go).
+	counting() countSQL
 }
 
 // drivers are the databases Open and NewTxCreator know.

@@ -88,6 +88,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.countsFill(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -179,7 +183,7 @@ func colsOf(alias string, log bool) string {
 type queries struct {
 	cols                                                      string
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType string
-	getType, listTypes, stats                                 string
+	getType, listTypes                                        string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask string
 	cronLast, cronCAS                                         string
 	workerSel                                                 string
@@ -227,7 +231,6 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
-	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
 	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
 	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + b.live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
@@ -239,7 +242,7 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 		" AND NOT (status = " + b.pending + " AND parent_id <> '')"
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
 	d.build(&q, b)
-	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats,
+	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes,
 		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel} {
 		*s = d.rebind(*s)
 	}
@@ -957,51 +960,11 @@ func (s *SQLStore) Stats(ctx context.Context) ([]flow.TypeStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	by := map[string]map[string]int64{}
-	var order []string
-	newCounts := func(name string) map[string]int64 {
-		m := map[string]int64{}
-		for _, st := range flow.AllStatuses() {
-			m[st.String()] = 0
-		}
-		by[name] = m
-		order = append(order, name)
-		return m
-	}
-	for _, t := range types {
-		newCounts(t.TaskType)
-	}
-	rows, err := s.r.QueryContext(ctx, s.q.stats)
+	counts, err := s.Counts(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		var st int
-		var n int64
-		if err := rows.Scan(&name, &st, &n); err != nil {
-			return nil, err
-		}
-		m, ok := by[name]
-		if !ok {
-			m = newCounts(name)
-		}
-		m[flow.Status(st).String()] += n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	paused := map[string]bool{}
-	for _, t := range types {
-		paused[t.TaskType] = t.Paused
-	}
-	sort.Strings(order)
-	out := make([]flow.TypeStats, 0, len(order))
-	for _, name := range order {
-		out = append(out, flow.TypeStats{TaskType: name, Counts: by[name], Paused: paused[name]})
-	}
-	return out, nil
+	return TypeStats(types, counts), nil
 }
 
 // NextDue implements Store.
