@@ -733,7 +733,7 @@ func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry 
 
 // CancelTask implements Store.
 func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+	res, err := s.execRetry(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", taskID, err)
 	}
@@ -918,7 +918,7 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 
 // DeleteTask implements Store.
 func (s *SQLStore) DeleteTask(ctx context.Context, taskID string) error {
-	res, err := s.w.ExecContext(ctx, s.q.deleteTask, taskID)
+	res, err := s.execRetry(ctx, s.q.deleteTask, taskID)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", taskID, err)
 	}
@@ -990,7 +990,7 @@ func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) 
 
 // PruneEnded implements Store.
 func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := s.w.ExecContext(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
+	res, err := s.execRetry(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}
@@ -1041,3 +1041,19 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 type recordT = flow.Record
 
 var marshalLog = flow.MarshalLog
+
+// execRetry runs one statement on the writer, again after a deadlock
+// (nothing of it was committed): on MariaDB a cancel, a delete or a
+// prune can meet a batch write in the status indexes, and each is safe
+// to repeat.
+func (s *SQLStore) execRetry(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		res, err = s.w.ExecContext(ctx, q, args...)
+		if err == nil || !s.drv.retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return res, err
+}
