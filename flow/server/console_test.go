@@ -57,3 +57,19 @@ func TestConsoleFunnelAndActions(t *testing.T) {
 		t.Errorf("GET /ui/: %d %.200s", code, body)
 	}
 }
+
+// POST /v1/rebuild_counts recounts the counts behind stats and the funnel
+// and answers stats; a body that is not {} is refused.
+func TestRebuildCounts(t *testing.T) {
+	s := start(t, Config{})
+	register(t, s, video)
+	create(t, s, flow.NewTask{TaskType: "video", TaskStage: "download"}, flow.NewTask{TaskType: "video", TaskStage: "download"})
+	hold(t, s, "video", 1, 0)
+	var out flow.StatsResponse
+	do(t, s, "/v1/rebuild_counts", struct{}{}, &out, 200)
+	if len(out.Types) != 1 || out.Types[0].Counts["pending"] != 1 || out.Types[0].Counts["processing"] != 1 {
+		t.Fatalf("stats after rebuild %+v, want 1 pending and 1 processing video", out)
+	}
+	do(t, s, "/v1/rebuild_counts", map[string]int{"x": 1}, nil, 400)
+	do(t, s, "/v1/rebuild_counts", nil, nil, 405)
+}
