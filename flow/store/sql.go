@@ -227,7 +227,10 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " +
 		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ") AND parent_id = ''"
 	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
-	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + b.pending
+	// ORDER BY ... LIMIT 1 rather than MIN: the first entry of the claim
+	// index whatever the planner's statistics say (MIN over a freshly
+	// filled table was planned as a scan of the type's pending entries).
+	q.nextDue = "SELECT order_time FROM " + t + " WHERE task_type = ? AND status = " + b.pending + " ORDER BY order_time LIMIT 1"
 	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
@@ -970,7 +973,9 @@ func (s *SQLStore) Stats(ctx context.Context) ([]flow.TypeStats, error) {
 // NextDue implements Store.
 func (s *SQLStore) NextDue(ctx context.Context, taskType string) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, s.q.nextDue, taskType).Scan(&v); err != nil {
+	if err := s.r.QueryRowContext(ctx, s.q.nextDue, taskType).Scan(&v); errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	} else if err != nil {
 		return time.Time{}, false, fmt.Errorf("next due of %s: %w", taskType, err)
 	}
 	if !v.Valid {
