@@ -39,9 +39,10 @@ func main() {
 		reads  = flag.Int("reads", 20, "times each endpoint is read")
 		prefix = flag.String("prefix", "reads_", "table prefix (dropped first and at the end)")
 		keep   = flag.Bool("keep", false, "keep the tables at the end")
+		wait   = flag.Duration("wait", 0, "pause before the reads, for the database's background work after the fill (InnoDB's purge of the folded deltas)")
 	)
 	flag.Parse()
-	if err := run(*dsn, *prefix, *rows, *reads, *keep); err != nil {
+	if err := run(*dsn, *prefix, *rows, *reads, *keep, *wait); err != nil {
 		fmt.Fprintln(os.Stderr, "flowreads:", err)
 		os.Exit(1)
 	}
@@ -49,7 +50,7 @@ func main() {
 
 var types = []string{"video", "audio", "image", "mail"}
 
-func run(dsn, prefix string, rows, reads int, keep bool) error {
+func run(dsn, prefix string, rows, reads int, keep bool, wait time.Duration) error {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(ctx, dsn, store.Options{TablePrefix: prefix, Logger: quiet})
@@ -120,6 +121,7 @@ func run(dsn, prefix string, rows, reads int, keep bool) error {
 		return err
 	}
 	defer srv.Close()
+	time.Sleep(wait)
 	for _, path := range []string{"/v1/stats", "/v1/funnel", "/metrics"} {
 		var took []time.Duration
 		for i := 0; i < reads; i++ {
