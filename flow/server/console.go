@@ -15,10 +15,9 @@ import (
 // server: its pages at /ui/ and GET /v1/funnel, the tasks of each type by
 // stage and status with the age of the oldest due pending task.
 
-// funnelSample is how many tasks of a type GET /v1/funnel reads for
-// their schedule logs, which order the stages (of its most common
-// status); the counts come from the counts the store keeps
-// (Store.Counts), exact at any size.
+// funnelSample is how many tasks of a type and status GET /v1/funnel
+// reads for their schedule logs, which order the stages; the counts come
+// from the counts the store keeps (Store.Counts), exact at any size.
 const funnelSample = 200
 
 // FunnelResponse is GET /v1/funnel.
@@ -139,28 +138,38 @@ func (s *Server) funnel(_ http.ResponseWriter, r *http.Request) (any, error) {
 			}
 			counts[c.TaskStage][c.Status.String()] += c.N
 		}
-		// The sample is of the type's most common status: each database
-		// lists a type's tasks of one status in id order from an index
-		// (SQLite: the type's, skipping other statuses, so a common one
-		// is found within a few hundred entries), where all statuses at
-		// once made MySQL sort the whole type.
+		// The sample is of the type's most common status, and of success
+		// (whose logs show the whole path) when a tenth of the type or
+		// more succeeded: each database lists a type's tasks of one
+		// status in id order from an index (SQLite: the type's, skipping
+		// other statuses, so a status that common is found within a few
+		// thousand entries), where all statuses at once made MySQL sort
+		// the whole type.
 		byStatus := map[flow.Status]int64{}
+		var total int64
 		common := flow.StatusSuccess
 		for _, c := range cs {
 			byStatus[c.Status] += c.N
+			total += c.N
 			if byStatus[c.Status] > byStatus[common] {
 				common = c.Status
 			}
 		}
-		moves := map[[2]string]int{} // stage -> next stage, as logged
-		recs, err := s.st.ListTasks(r.Context(), store.ListFilter{TaskType: name, Status: common, Limit: funnelSample})
-		if err != nil {
-			return nil, err
+		sample := []flow.Status{common}
+		if common != flow.StatusSuccess && byStatus[flow.StatusSuccess] > 0 && byStatus[flow.StatusSuccess]*10 >= total {
+			sample = append(sample, flow.StatusSuccess)
 		}
-		for _, rec := range recs {
-			for i := 1; i < len(rec.ScheduleLog); i++ {
-				if a, b := rec.ScheduleLog[i-1].Stage, rec.ScheduleLog[i].Stage; a != b && a != "" && b != "" {
-					moves[[2]string{a, b}]++
+		moves := map[[2]string]int{} // stage -> next stage, as logged
+		for _, st := range sample {
+			recs, err := s.st.ListTasks(r.Context(), store.ListFilter{TaskType: name, Status: st, Limit: funnelSample})
+			if err != nil {
+				return nil, err
+			}
+			for _, rec := range recs {
+				for i := 1; i < len(rec.ScheduleLog); i++ {
+					if a, b := rec.ScheduleLog[i-1].Stage, rec.ScheduleLog[i].Stage; a != b && a != "" && b != "" {
+						moves[[2]string{a, b}]++
+					}
 				}
 			}
 		}
