@@ -590,7 +590,7 @@ func dropMySQL(dsn string, prefixes []string) {
 	}
 	defer db.Close()
 	for _, p := range prefixes {
-		db.Exec("DROP TABLE IF EXISTS " + p + "tasks, " + p + "task_types, " + p + "meta, " + p + "rate_keys")
+		db.Exec("DROP TABLE IF EXISTS " + p + "tasks, " + p + "task_types, " + p + "meta, " + p + "rate_keys, " + p + "counts, " + p + "count_deltas")
 	}
 }
 

@@ -70,6 +70,7 @@ servers may share one PostgreSQL or MySQL database (see docs/flow.md).
 	f.DurationVar(&cfg.Retention, "retention", 0, "keep finished tasks this long after they end (default 168h; negative keeps forever)")
 	f.DurationVar(&cfg.RescueInterval, "rescue-interval", 0, "how often to return tasks with expired leases to pending (default 1s)")
 	f.DurationVar(&cfg.PruneInterval, "prune-interval", 0, "how often to delete finished tasks past the retention (default 1m)")
+	f.DurationVar(&cfg.CountFoldInterval, "count-fold-interval", 0, "how often to fold the task counts' changes into their totals, PostgreSQL and MySQL (default 1s)")
 	f.DurationVar(&cfg.MaxWait, "max-wait", 0, "longest wait_ms a hold may wait (default 30s)")
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, "how often a waiting hold looks again without a signal (default 1s)")
 	f.StringVar(&cfg.Token, "token", "", "API token required on every endpoint but /healthz (default $FULCRUM_FLOW_TOKEN); required when --listen is not loopback")

@@ -83,6 +83,7 @@ func (s *Server) routes() http.Handler {
 		"/v1/get_task_list":     {http.MethodGet, s.getTaskList},
 		"/v1/get_task_children": {http.MethodGet, s.getTaskChildren},
 		"/v1/stats":             {http.MethodGet, s.stats},
+		"/v1/rebuild_counts":    {http.MethodPost, s.rebuildCounts},
 		"/healthz":              {http.MethodGet, s.health},
 	}
 	index := []string{"GET /metrics"}
@@ -978,6 +979,20 @@ func (s *Server) stats(_ http.ResponseWriter, r *http.Request) (any, error) {
 		st = []flow.TypeStats{}
 	}
 	return flow.StatsResponse{Types: st}, nil
+}
+
+// rebuildCounts recounts the task counts behind stats, the funnel and the
+// metrics from the tasks table (Store.RebuildCounts), without stopping
+// writers, and answers stats as they now are. The body is {}.
+func (s *Server) rebuildCounts(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req struct{}
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.st.RebuildCounts(r.Context()); err != nil {
+		return nil, err
+	}
+	return s.stats(w, r)
 }
 
 func (s *Server) health(_ http.ResponseWriter, r *http.Request) (any, error) {

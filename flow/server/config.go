@@ -44,6 +44,10 @@ type Config struct {
 	// PruneInterval is how often finished tasks past Retention are deleted;
 	// default 1m.
 	PruneInterval time.Duration
+	// CountFoldInterval is how often the task counts' changes are folded
+	// into their totals (PostgreSQL, MySQL; see Store.FoldCounts), which
+	// bounds what a stats, funnel or metrics read sums; default 1s.
+	CountFoldInterval time.Duration
 	// MaxWait caps a hold's wait_ms; default 30s.
 	MaxWait time.Duration
 	// PollInterval is how often a waiting hold looks again without a signal
@@ -108,6 +112,7 @@ func (c Config) withDefaults() Config {
 	def(&c.RescueInterval, time.Second)
 	def(&c.Retention, 7*24*time.Hour)
 	def(&c.PruneInterval, time.Minute)
+	def(&c.CountFoldInterval, time.Second)
 	def(&c.MaxWait, 30*time.Second)
 	def(&c.PollInterval, time.Second)
 	def(&c.TypeCacheTTL, time.Second)
@@ -144,7 +149,7 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"rescue interval", c.RescueInterval}, {"prune interval", c.PruneInterval}, {"max wait", c.MaxWait},
+	}{{"rescue interval", c.RescueInterval}, {"prune interval", c.PruneInterval}, {"count fold interval", c.CountFoldInterval}, {"max wait", c.MaxWait},
 		{"poll interval", c.PollInterval}, {"type cache ttl", c.TypeCacheTTL}, {"cron interval", c.CronInterval}} {
 		if d.v < 0 {
 			return fmt.Errorf("flow server: %s %v is negative", d.name, d.v)

@@ -57,3 +57,47 @@ func TestConsoleFunnelAndActions(t *testing.T) {
 		t.Errorf("GET /ui/: %d %.200s", code, body)
 	}
 }
+
+// POST /v1/rebuild_counts recounts the counts behind stats and the funnel
+// and answers stats; a body that is not {} is refused.
+func TestRebuildCounts(t *testing.T) {
+	s := start(t, Config{})
+	register(t, s, video)
+	create(t, s, flow.NewTask{TaskType: "video", TaskStage: "download"}, flow.NewTask{TaskType: "video", TaskStage: "download"})
+	hold(t, s, "video", 1, 0)
+	var out flow.StatsResponse
+	do(t, s, "/v1/rebuild_counts", struct{}{}, &out, 200)
+	if len(out.Types) != 1 || out.Types[0].Counts["pending"] != 1 || out.Types[0].Counts["processing"] != 1 {
+		t.Fatalf("stats after rebuild %+v, want 1 pending and 1 processing video", out)
+	}
+	do(t, s, "/v1/rebuild_counts", map[string]int{"x": 1}, nil, 400)
+	do(t, s, "/v1/rebuild_counts", nil, nil, 405)
+}
+
+// The funnel orders stages from the logs of succeeded tasks too when the
+// most common status shows no moves: here 9 tasks wait at the first
+// stage (zeta) and 3 went on to alpha and succeeded; by name alone alpha
+// would come first.
+func TestFunnelOrderFromSucceeded(t *testing.T) {
+	s := start(t, Config{})
+	register(t, s, video)
+	create(t, s, flow.NewTask{TaskType: "video", TaskStage: "zeta"}, flow.NewTask{TaskType: "video", TaskStage: "zeta"},
+		flow.NewTask{TaskType: "video", TaskStage: "zeta"})
+	for _, tk := range hold(t, s, "video", 3, 0) {
+		do(t, s, "/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: flow.StatusPending, TaskStage: "alpha"}, nil, 200)
+	}
+	for _, tk := range hold(t, s, "video", 3, 0) {
+		do(t, s, "/v1/set_task", flow.SetTaskRequest{TaskID: tk.TaskID, Lease: tk.Lease, Status: flow.StatusSuccess}, nil, 200)
+	}
+	var nts []flow.NewTask
+	for range 9 {
+		nts = append(nts, flow.NewTask{TaskType: "video", TaskStage: "zeta"})
+	}
+	create(t, s, nts...)
+	var out FunnelResponse
+	do(t, s, "/v1/funnel", nil, &out, 200)
+	st := out.Types[0].Stages
+	if len(st) != 2 || st[0].Stage != "zeta" || st[0].Counts["pending"] != 9 || st[1].Stage != "alpha" || st[1].Counts["success"] != 3 {
+		t.Fatalf("stages %+v, want zeta (9 pending) then alpha (3 succeeded)", st)
+	}
+}

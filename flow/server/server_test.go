@@ -54,9 +54,7 @@ func dropTables(t testing.TB, dsn, prefix string) {
 			t.Errorf("drop tables: %v", err)
 			return
 		}
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-			s.DB().Exec("DROP TABLE IF EXISTS " + prefix + tbl)
-		}
+		s.DropTables(context.Background())
 		s.Close()
 	})
 }

@@ -86,6 +86,8 @@ type driver interface {
 	// keys is how the database writes the sequence and rate key
 	// conditions (keys.go).
 	keys() keySQL
+	// counting is the driver's part of the task counts (counts.go).
+	counting() countSQL
 }
 
 // drivers are the databases Open and NewTxCreator know.

@@ -10,10 +10,9 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
-// stats and prune on SQLite read narrow partial indexes only: stats a
-// covering index per status, never the table (which costs a row read
-// per task, 50 ms for 20,000 tasks, on every console poll); prune a range
-// of old ended tasks per type, never the whole index.
+// stats on SQLite reads the counts table only, never the tasks (a row
+// read per task, 50 ms for 20,000 tasks, on every console poll); prune a
+// range of old ended tasks per type, never the whole index.
 func TestLiteStatsAndPruneReadIndexesOnly(t *testing.T) {
 	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "p.db"), Options{TablePrefix: "p_"})
 	if err != nil {
@@ -38,19 +37,13 @@ func TestLiteStatsAndPruneReadIndexesOnly(t *testing.T) {
 		}
 		return out
 	}
-	stats := plan(s.q.stats)
+	// Stats reads the counts the triggers keep, never the tasks.
+	stats := plan(s.countsRead(false))
 	t.Logf("stats: %q", stats)
-	indexes := 0
 	for _, l := range stats {
-		if strings.Contains(l, "p_tasks") && !strings.Contains(l, "COVERING INDEX") {
-			t.Errorf("stats reads the table: %q", l)
+		if strings.Contains(l, "p_tasks") {
+			t.Errorf("stats reads the tasks table: %q", l)
 		}
-		if strings.Contains(l, "COVERING INDEX") {
-			indexes++
-		}
-	}
-	if indexes != 4 {
-		t.Errorf("stats reads %d covering indexes, want 4 (pending, processing, ended, waiting): %q", indexes, stats)
 	}
 	// The DELETE's own lookup by task_id is the primary key; the batch it
 	// deletes must come from a range of the ended index.

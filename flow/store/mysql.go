@@ -69,7 +69,38 @@ var myMigrations = [][]string{{
 		ADD COLUMN rate_pending VARCHAR(128) AS (CASE WHEN rate_key <> '' AND status = 1 THEN rate_key END) STORED,
 		ADD KEY seq_idx (task_type, seq_live, create_time, task_id), ADD KEY rate_idx (task_type, rate_pending)`,
 	`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second DOUBLE NOT NULL DEFAULT 0`,
-}}
+}, myCountsMigration}
+
+// myCountsMigration keeps the task counts (counts.go). MySQL has row
+// triggers only: each task that changes type, stage or status appends
+// its -1 and +1 to count_deltas.
+var myCountsMigration = []string{
+	`CREATE TABLE IF NOT EXISTS {p}counts (task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL, status TINYINT NOT NULL,
+		n BIGINT NOT NULL, PRIMARY KEY (task_type, task_stage, status)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	`CREATE TABLE IF NOT EXISTS {p}count_deltas (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, task_type VARCHAR(64) NOT NULL,
+		task_stage VARCHAR(64) NOT NULL, status TINYINT NOT NULL, n BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	`DROP TRIGGER IF EXISTS {p}count_ins`,
+	`DROP TRIGGER IF EXISTS {p}count_del`,
+	`DROP TRIGGER IF EXISTS {p}count_upd`,
+	`CREATE TRIGGER {p}count_ins AFTER INSERT ON {p}tasks FOR EACH ROW
+		INSERT INTO {p}count_deltas (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)`,
+	`CREATE TRIGGER {p}count_del AFTER DELETE ON {p}tasks FOR EACH ROW
+		INSERT INTO {p}count_deltas (task_type, task_stage, status, n) VALUES (OLD.task_type, OLD.task_stage, OLD.status, -1)`,
+	`CREATE TRIGGER {p}count_upd AFTER UPDATE ON {p}tasks FOR EACH ROW BEGIN
+		IF NEW.status <> OLD.status OR NEW.task_stage <> OLD.task_stage OR NEW.task_type <> OLD.task_type THEN
+			INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
+				VALUES (OLD.task_type, OLD.task_stage, OLD.status, -1), (NEW.task_type, NEW.task_stage, NEW.status, 1);
+		END IF; END`,
+}
+
+// counting: deltas folded under GET_LOCK.
+func (d *myDriver) counting() countSQL {
+	return countSQL{deltas: true, sum: "CAST(SUM(n) AS SIGNED)",
+		upsert:  "INSERT INTO " + d.s.p + "counts (task_type, task_stage, status, n) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
+		tryLock: "SELECT GET_LOCK(?, 0) = 1",
+		lock:    "SELECT GET_LOCK(?, 60) = 1",
+		unlock:  "DO RELEASE_LOCK(?)"}
+}
 
 func myLog(event string) string {
 	return "JSON_ARRAY_APPEND(CASE WHEN JSON_LENGTH(schedule_log) >= 10 THEN JSON_REMOVE(schedule_log, '$[0]') ELSE schedule_log END, '$', " +

@@ -23,9 +23,7 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-			s.w.Exec("DROP TABLE IF EXISTS plan_" + tbl)
-		}
+		s.DropTables(context.Background())
 		s.Close()
 	}()
 	// 60,000 tasks of three types: mostly succeeded, some pending, a few

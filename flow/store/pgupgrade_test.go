@@ -26,9 +26,10 @@ func TestPostgresUpgradeKeepsJSONBLogs(t *testing.T) {
 	}
 	defer db.Close()
 	drop := func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
+		for _, tbl := range []string{"tasks", "task_types", "meta", "counts", "count_deltas", "rate_keys"} {
 			db.Exec("DROP TABLE IF EXISTS " + p + tbl)
 		}
+		db.Exec("DROP FUNCTION IF EXISTS " + p + "count_ins(), " + p + "count_del(), " + p + "count_upd()")
 	}
 	drop()
 	defer drop()

@@ -97,7 +97,51 @@ var pgMigrations = [][]string{{
 		paused_until BIGINT NOT NULL DEFAULT 0, tat BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key))`,
 		`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS sequence_key VARCHAR(128) NOT NULL DEFAULT '',
 		ADD COLUMN IF NOT EXISTS rate_key VARCHAR(128) NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`)}
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`), pgCountsMigration}
+
+// pgCountsMigration keeps the task counts (counts.go): a trigger per
+// statement appends the net change of each (type, stage, status) its
+// transition tables show to count_deltas, two rows for a hold of any size.
+var pgCountsMigration = []string{
+	`CREATE TABLE IF NOT EXISTS {p}counts (task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL, status SMALLINT NOT NULL,
+		n BIGINT NOT NULL, PRIMARY KEY (task_type, task_stage, status))`,
+	`CREATE TABLE IF NOT EXISTS {p}count_deltas (id BIGSERIAL PRIMARY KEY, task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL,
+		status SMALLINT NOT NULL, n BIGINT NOT NULL)`,
+	`CREATE OR REPLACE FUNCTION {p}count_ins() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
+			SELECT task_type, task_stage, status, COUNT(*) FROM count_new GROUP BY task_type, task_stage, status;
+		RETURN NULL; END $$`,
+	`CREATE OR REPLACE FUNCTION {p}count_del() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
+			SELECT task_type, task_stage, status, -COUNT(*) FROM count_old GROUP BY task_type, task_stage, status;
+		RETURN NULL; END $$`,
+	// A renewal or a heartbeat moves no count: nothing is appended.
+	`CREATE OR REPLACE FUNCTION {p}count_upd() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
+			SELECT task_type, task_stage, status, SUM(n) FROM (
+				SELECT task_type, task_stage, status, -1 AS n FROM count_old
+				UNION ALL SELECT task_type, task_stage, status, 1 FROM count_new) c
+			GROUP BY task_type, task_stage, status HAVING SUM(n) <> 0;
+		RETURN NULL; END $$`,
+	`DROP TRIGGER IF EXISTS {p}count_ins ON {p}tasks`,
+	`DROP TRIGGER IF EXISTS {p}count_del ON {p}tasks`,
+	`DROP TRIGGER IF EXISTS {p}count_upd ON {p}tasks`,
+	`CREATE TRIGGER {p}count_ins AFTER INSERT ON {p}tasks REFERENCING NEW TABLE AS count_new FOR EACH STATEMENT EXECUTE FUNCTION {p}count_ins()`,
+	`CREATE TRIGGER {p}count_del AFTER DELETE ON {p}tasks REFERENCING OLD TABLE AS count_old FOR EACH STATEMENT EXECUTE FUNCTION {p}count_del()`,
+	`CREATE TRIGGER {p}count_upd AFTER UPDATE ON {p}tasks REFERENCING OLD TABLE AS count_old NEW TABLE AS count_new
+		FOR EACH STATEMENT EXECUTE FUNCTION {p}count_upd()`,
+}
+
+// counting: deltas folded under an advisory lock.
+func (d *pgDriver) counting() countSQL {
+	return countSQL{deltas: true, sum: "SUM(n)::bigint",
+		upsert: "INSERT INTO " + d.s.p + "counts (task_type, task_stage, status, n) VALUES (?, ?, ?, ?)" +
+			" ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = " + d.s.p + "counts.n + EXCLUDED.n",
+		tryLock: "SELECT pg_try_advisory_lock(hashtext(?))",
+		lock:    "SELECT COUNT(*) = 1 FROM (SELECT pg_advisory_lock(hashtext(?))) l",
+		unlock:  "SELECT pg_advisory_unlock(hashtext(?))",
+		drop:    []string{"DROP FUNCTION IF EXISTS {p}count_ins(), {p}count_del(), {p}count_upd()"}}
+}
 
 // pgAppendLog is appendLog with PostgreSQL's cut of the oldest entry: at
 // the second {"at":, whatever separates the entries (jsonb's text has a

@@ -88,6 +88,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLStore, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.countsFill(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -179,7 +183,7 @@ func colsOf(alias string, log bool) string {
 type queries struct {
 	cols                                                      string
 	renew, cancel, get, nextDue, rescueSel, prune, upsertType string
-	getType, listTypes, stats                                 string
+	getType, listTypes                                        string
 	insertOne, insertUnique, liveByKey, setPaused, deleteTask string
 	cronLast, cronCAS                                         string
 	workerSel                                                 string
@@ -225,11 +229,13 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q.cancel = "UPDATE " + t + " SET status = " + sqlStatus(flow.StatusCancelled) + ", owner = '', lease = '', lease_expiry = 0, modify_time = ?, schedule_log = " +
 		d.logExpr(flow.EventCancelled) + " WHERE task_id = ? AND status IN (" + b.live + ") AND parent_id = ''"
 	q.get = "SELECT " + q.cols + " FROM " + t + " WHERE task_id = ?"
-	q.nextDue = "SELECT MIN(order_time) FROM " + t + " WHERE task_type = ? AND status = " + b.pending
+	// ORDER BY ... LIMIT 1 rather than MIN: the first entry of the claim
+	// index whatever the planner's statistics say (MIN over a freshly
+	// filled table was planned as a scan of the type's pending entries).
+	q.nextDue = "SELECT order_time FROM " + t + " WHERE task_type = ? AND status = " + b.pending + " ORDER BY order_time LIMIT 1"
 	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context, rate_limit_per_second"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
-	q.stats = "SELECT task_type, status, COUNT(*) FROM " + t + " GROUP BY task_type, status"
 	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
 	q.liveByKey = "SELECT task_id FROM " + t + " WHERE task_type = ? AND unique_key = ? AND status IN (" + b.live + ")"
 	q.setPaused = "UPDATE " + p + "task_types SET paused = ?, modify_time = ? WHERE task_type = ?"
@@ -242,7 +248,7 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
 	q.rateKeyIns = "INSERT INTO " + p + "rate_keys (task_type, rate_key, paused_until, tat) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
 	d.build(&q, b)
-	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes, &q.stats,
+	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes,
 		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel, &q.rateKeyIns} {
 		*s = d.rebind(*s)
 	}
@@ -741,7 +747,7 @@ func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry 
 
 // CancelTask implements Store.
 func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+	res, err := s.execRetry(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", taskID, err)
 	}
@@ -926,7 +932,7 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 
 // DeleteTask implements Store.
 func (s *SQLStore) DeleteTask(ctx context.Context, taskID string) error {
-	res, err := s.w.ExecContext(ctx, s.q.deleteTask, taskID)
+	res, err := s.execRetry(ctx, s.q.deleteTask, taskID)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", taskID, err)
 	}
@@ -968,57 +974,19 @@ func (s *SQLStore) Stats(ctx context.Context) ([]flow.TypeStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	by := map[string]map[string]int64{}
-	var order []string
-	newCounts := func(name string) map[string]int64 {
-		m := map[string]int64{}
-		for _, st := range flow.AllStatuses() {
-			m[st.String()] = 0
-		}
-		by[name] = m
-		order = append(order, name)
-		return m
-	}
-	for _, t := range types {
-		newCounts(t.TaskType)
-	}
-	rows, err := s.r.QueryContext(ctx, s.q.stats)
+	counts, err := s.Counts(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		var st int
-		var n int64
-		if err := rows.Scan(&name, &st, &n); err != nil {
-			return nil, err
-		}
-		m, ok := by[name]
-		if !ok {
-			m = newCounts(name)
-		}
-		m[flow.Status(st).String()] += n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	paused := map[string]bool{}
-	for _, t := range types {
-		paused[t.TaskType] = t.Paused
-	}
-	sort.Strings(order)
-	out := make([]flow.TypeStats, 0, len(order))
-	for _, name := range order {
-		out = append(out, flow.TypeStats{TaskType: name, Counts: by[name], Paused: paused[name]})
-	}
-	return out, nil
+	return TypeStats(types, counts), nil
 }
 
 // NextDue implements Store.
 func (s *SQLStore) NextDue(ctx context.Context, taskType string) (time.Time, bool, error) {
 	var v sql.NullInt64
-	if err := s.r.QueryRowContext(ctx, s.q.nextDue, taskType).Scan(&v); err != nil {
+	if err := s.r.QueryRowContext(ctx, s.q.nextDue, taskType).Scan(&v); errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	} else if err != nil {
 		return time.Time{}, false, fmt.Errorf("next due of %s: %w", taskType, err)
 	}
 	if !v.Valid {
@@ -1038,7 +1006,7 @@ func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) 
 
 // PruneEnded implements Store.
 func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := s.w.ExecContext(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
+	res, err := s.execRetry(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}
@@ -1092,3 +1060,19 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 type recordT = flow.Record
 
 var marshalLog = flow.MarshalLog
+
+// execRetry runs one statement on the writer, again after a deadlock
+// (nothing of it was committed): on MariaDB a cancel, a delete or a
+// prune can meet a batch write in the status indexes, and each is safe
+// to repeat.
+func (s *SQLStore) execRetry(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		res, err = s.w.ExecContext(ctx, q, args...)
+		if err == nil || !s.drv.retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	return res, err
+}

@@ -79,7 +79,29 @@ var liteMigrations = [][]string{{
 		paused_until INTEGER NOT NULL DEFAULT 0, tat INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key)) WITHOUT ROWID`,
 		`ALTER TABLE {p}tasks ADD COLUMN sequence_key TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE {p}tasks ADD COLUMN rate_key TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`)}
+		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`), liteCountsMigration}
+
+// liteCountsMigration keeps the task counts (counts.go) in place: the
+// one writer has no concurrent transaction to make wait on a count's row.
+// The update trigger fires only for a change of type, stage or status.
+var liteCountsMigration = []string{
+	`CREATE TABLE IF NOT EXISTS {p}counts (task_type TEXT NOT NULL, task_stage TEXT NOT NULL, status INTEGER NOT NULL,
+		n INTEGER NOT NULL, PRIMARY KEY (task_type, task_stage, status)) WITHOUT ROWID`,
+	`CREATE TRIGGER IF NOT EXISTS {p}count_ins AFTER INSERT ON {p}tasks BEGIN
+		INSERT INTO {p}counts (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)
+			ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = n + 1; END`,
+	`CREATE TRIGGER IF NOT EXISTS {p}count_del AFTER DELETE ON {p}tasks BEGIN
+		UPDATE {p}counts SET n = n - 1 WHERE task_type = OLD.task_type AND task_stage = OLD.task_stage AND status = OLD.status; END`,
+	`CREATE TRIGGER IF NOT EXISTS {p}count_upd AFTER UPDATE OF task_type, task_stage, status ON {p}tasks
+		WHEN NEW.status <> OLD.status OR NEW.task_stage <> OLD.task_stage OR NEW.task_type <> OLD.task_type BEGIN
+		UPDATE {p}counts SET n = n - 1 WHERE task_type = OLD.task_type AND task_stage = OLD.task_stage AND status = OLD.status;
+		INSERT INTO {p}counts (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)
+			ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = n + 1; END`,
+}
+
+// counting: counts in place, no fold, no lock (the rebuild is one write
+// transaction).
+func (d *liteDriver) counting() countSQL { return countSQL{sum: "SUM(n)"} }
 
 func liteLog(event string) string {
 	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
@@ -149,13 +171,6 @@ func (d *liteDriver) build(q *queries, b qparts) {
 	// of them go.
 	q.prune = "DELETE FROM " + t + " WHERE task_id IN (SELECT e.task_id FROM " + b.p + "task_types ty CROSS JOIN " + t + " AS e INDEXED BY " + t + "_ended" +
 		" WHERE e.task_type = ty.task_type AND e.status IN (" + b.ended + ") AND e.modify_time < ? LIMIT ?)"
-	// Each status from its partial index (see the migration): INDEXED BY,
-	// as the planner prefers the type index for a status with few rows
-	// and then reads every task of the type.
-	q.stats = "SELECT task_type, " + b.pending + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_claim WHERE status = " + b.pending + " GROUP BY task_type" +
-		" UNION ALL SELECT task_type, " + b.proc + ", COUNT(*) FROM " + t + " INDEXED BY " + t + "_lease WHERE status = " + b.proc + " GROUP BY task_type" +
-		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_ended WHERE status IN (" + b.ended + ") GROUP BY status, task_type" +
-		" UNION ALL SELECT task_type, status, COUNT(*) FROM " + t + " INDEXED BY " + t + "_waiting WHERE status = " + sqlStatus(flow.StatusWaiting) + " GROUP BY task_type"
 	q.upsertType = upsertExcluded(b)
 	q.insertUnique = q.insertOne + " ON CONFLICT DO NOTHING"
 }

@@ -82,8 +82,22 @@ type Store interface {
 	// ListTasks returns tasks matching f in task_id order.
 	ListTasks(ctx context.Context, f ListFilter) ([]flow.Record, error)
 	// Stats counts tasks by type and status (registered types with none
-	// included).
+	// included), from Counts.
 	Stats(ctx context.Context) ([]flow.TypeStats, error)
+	// Counts counts tasks by type, stage and status (of one type, unless
+	// taskType is ""), omitting zeros, from counts kept as tasks change:
+	// its cost does not grow with the tasks table. Exact: it adds what
+	// FoldCounts has not folded yet.
+	Counts(ctx context.Context, taskType string) ([]Count, error)
+	// FoldCounts moves the counts' committed changes into their totals
+	// (PostgreSQL, MySQL; a no-op on SQLite) and says how many it moved.
+	// Servers call it every second so that reads sum few rows; one fold
+	// runs at a time across servers (a call that finds another running
+	// returns 0).
+	FoldCounts(ctx context.Context) (int, error)
+	// RebuildCounts recounts the counts from the tasks table, exactly,
+	// without stopping writers (the repair for a count that drifted).
+	RebuildCounts(ctx context.Context) error
 	// NextDue is the earliest order_time of a pending task of the type.
 	NextDue(ctx context.Context, taskType string) (t time.Time, ok bool, err error)
 

@@ -29,9 +29,7 @@ func factory(dsn func(t testing.TB) string) storetest.Factory {
 		mu.Unlock()
 		t.Cleanup(func() {
 			if first {
-				for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-					s.DB().Exec("DROP TABLE IF EXISTS " + prefix + tbl)
-				}
+				s.DropTables(context.Background())
 			}
 			s.Close()
 		})
@@ -68,9 +66,7 @@ func TestMySQLSessionIsReadCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-			s.DB().Exec("DROP TABLE IF EXISTS " + s.TablePrefix() + tbl)
-		}
+		s.DropTables(context.Background())
 		s.Close()
 	}()
 	var iso string
@@ -93,9 +89,7 @@ func TestOpenURLForms(t *testing.T) {
 	if err != nil {
 		t.Fatalf("URL form: %v", err)
 	}
-	for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-		s.DB().Exec("DROP TABLE IF EXISTS " + p + tbl)
-	}
+	s.DropTables(context.Background())
 	s.Close()
 	_, err = store.Open(context.Background(), "data/flow.db", store.Options{})
 	if err == nil || !strings.Contains(err.Error(), "write sqlite://data/flow.db") {

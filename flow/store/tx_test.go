@@ -44,9 +44,7 @@ func txCreate(t *testing.T, dialect, serverDSN, driver, appDSN string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-			st.DB().Exec("DROP TABLE IF EXISTS " + p + tbl)
-		}
+		st.DropTables(context.Background())
 		st.Close()
 	})
 	now := time.Now().UTC()
