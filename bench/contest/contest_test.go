@@ -32,7 +32,7 @@ func TestShortContest(t *testing.T) {
 		scenario: "scenarios/contest.yaml",
 		short:    true,
 		out:      out,
-		only:     `^(library capacity|fulcrum capacity \(learned\)|nginx round robin|haproxy leastconn|caddy least_conn)`,
+		only:     `^(library capacity|library probe|fulcrum capacity \(learned\)|fulcrum probe|nginx round robin|haproxy leastconn|caddy least_conn)`,
 		fulcrum:  testFulcrum(t),
 	}, &log)
 	t.Log("\n" + log.String())
@@ -56,7 +56,7 @@ func TestShortContest(t *testing.T) {
 	// message, where not installed). No bar on speed or share: a
 	// seconds-long run under -race on a shared CI machine says nothing
 	// about either; the full figures are taken by hand.
-	for _, name := range []string{"library capacity (learned)", "library capacity (configured)", "fulcrum capacity (learned)"} {
+	for _, name := range []string{"library capacity (learned)", "library capacity (configured)", "fulcrum capacity (learned)", "library probe", "fulcrum probe"} {
 		if r, ok := got[name]; !ok || r.Skipped != "" {
 			t.Errorf("%s did not run: %+v", name, r)
 		}
