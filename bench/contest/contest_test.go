@@ -13,8 +13,9 @@ import (
 )
 
 // TestShortContest is the CI smoke test: the contest scenario in the short
-// mode through the library contender, the gateway's learned capacity and
-// one row of each peer (skipped, with a message, when not installed). It
+// mode through the library contender, the gateway's learned capacity,
+// both probe rows (fed by the providers' load reports) and one row of
+// each peer (skipped, with a message, when not installed). It
 // checks that the harness runs: every contender produces a record with
 // successes, the theoretical maximum is computed, and the JSON, SVG and
 // table are written. It asserts nothing about speed or share of the
