@@ -13,8 +13,9 @@ import (
 )
 
 // TestShortContest is the CI smoke test: the contest scenario in the short
-// mode through the library contender, the gateway's learned capacity and
-// one row of each peer (skipped, with a message, when not installed). It
+// mode through the library contender, the gateway's learned capacity,
+// both probe rows (fed by the providers' load reports) and one row of
+// each peer (skipped, with a message, when not installed). It
 // checks that the harness runs: every contender produces a record with
 // successes, the theoretical maximum is computed, and the JSON, SVG and
 // table are written. It asserts nothing about speed or share of the
@@ -32,7 +33,7 @@ func TestShortContest(t *testing.T) {
 		scenario: "scenarios/contest.yaml",
 		short:    true,
 		out:      out,
-		only:     `^(library capacity|fulcrum capacity \(learned\)|nginx round robin|haproxy leastconn|caddy least_conn)`,
+		only:     `^(library capacity|library probe|fulcrum capacity \(learned\)|fulcrum probe|nginx round robin|haproxy leastconn|caddy least_conn)`,
 		fulcrum:  testFulcrum(t),
 	}, &log)
 	t.Log("\n" + log.String())
@@ -56,7 +57,7 @@ func TestShortContest(t *testing.T) {
 	// message, where not installed). No bar on speed or share: a
 	// seconds-long run under -race on a shared CI machine says nothing
 	// about either; the full figures are taken by hand.
-	for _, name := range []string{"library capacity (learned)", "library capacity (configured)", "fulcrum capacity (learned)"} {
+	for _, name := range []string{"library capacity (learned)", "library capacity (configured)", "fulcrum capacity (learned)", "library probe", "fulcrum probe"} {
 		if r, ok := got[name]; !ok || r.Skipped != "" {
 			t.Errorf("%s did not run: %+v", name, r)
 		}

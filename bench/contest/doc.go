@@ -56,6 +56,14 @@
 // evenly their gateways split each target and how soon the summed limits
 // settled after a change (FleetSplit).
 //
+// Every provider response reports the provider's load in the Fulcrum-Load
+// header (balance/probe's Handler: its requests in flight, the answered
+// one not counted, and its mean time per request lately, refusals and
+// faults included). The probe rows read it: "library probe" hands it to
+// the pick as each response's head arrives, and "fulcrum probe" is the
+// gateway with strategy probe, which reads it itself. The other rows pass
+// it through or ignore it.
+//
 //	cd bench && go run ./contest -scenario contest/scenarios/contest.yaml [-short | -compress 8s] [-gateways 3] [-out out/]
 //
 // The scenario file format (see scenario.go) is a contract: any file in it

@@ -111,6 +111,7 @@ func contenders() []contender {
 	}{
 		{"fulcrum capacity (learned)", "capacity", false},
 		{"fulcrum capacity (configured)", "capacity", true},
+		{"fulcrum probe", "probe", false},
 		{"fulcrum p2c", "p2c", false},
 		{"fulcrum least_active", "least_active", false},
 		{"fulcrum shortest_response", "shortest_response", false},
@@ -122,6 +123,8 @@ func contenders() []contender {
 	cs = append(cs,
 		contender{Name: "library capacity (learned)", Kind: "library", Learns: true, start: libraryContender("capacity", learned)},
 		contender{Name: "library capacity (configured)", Kind: "library", start: libraryContender("capacity", configured)},
+		// Probe learns no limits: it ranks targets by their own reports.
+		contender{Name: "library probe", Kind: "library", start: libraryContender("probe", learned)},
 		contender{Name: "oracle: library capacity (stage permits)", Kind: "oracle", start: libraryContender("capacity", oracle)},
 	)
 	cs = append(cs, peerLibraries()...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	_ "github.com/fulcrum-lb/fulcrum/balance/capacity" // the library contenders run "capacity"
+	"github.com/fulcrum-lb/fulcrum/balance/probe"      // and "probe", fed the providers' reports
 )
 
 // forwarder is the "library" contender: the smallest HTTP forwarder around
@@ -33,11 +34,14 @@ type picker interface {
 
 // picked is one pick: the target's URL, a key to exclude it with, and
 // done, told how the request went (nil, balance.ErrRejected for a 503 or
-// 429, errUpstream5xx for another 5xx, or the transport's error).
+// 429, errUpstream5xx for another 5xx, or the transport's error). load,
+// where not nil, is handed the target's own load report (the response's
+// Fulcrum-Load header) when the response's head arrives, before done.
 type picked struct {
 	addr string
 	key  any
 	done func(err error)
+	load func(balance.LoadReport)
 }
 
 var errUpstream5xx = errors.New("upstream 5xx")
@@ -66,6 +70,13 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
+		}
+		if p.load != nil {
+			// Refusals and faults report too: a target's load is what
+			// it says, whatever it answered.
+			if l, ok := probe.FromHeader(resp.Header); ok {
+				p.load(l)
+			}
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -110,7 +121,7 @@ func (bp balancePicker) pick(ctx context.Context, tried []any) (picked, error) {
 	if err != nil {
 		return picked{}, err
 	}
-	return picked{addr: p.Addr(), key: p.Endpoint(), done: p.Done}, nil
+	return picked{addr: p.Addr(), key: p.Endpoint(), done: p.Done, load: p.ReportLoad}, nil
 }
 
 // serveForwarder serves f on a loopback port and returns its URL and a

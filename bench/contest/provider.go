@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/balance/probe"
 )
 
 // provider is one simulated upstream: a real HTTP server on loopback with
@@ -87,7 +89,11 @@ func startProviders(sc *Scenario) (*providers, error) {
 		}
 		p.restartDraws()
 		p.start.Store(time.Now().UnixNano())
-		p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+		// Every response reports the provider's load (Fulcrum-Load), as a
+		// Go target would with the wrapper: its requests in flight, this
+		// one not counted, and its mean time per request lately, fast
+		// refusals and faults included. Rows other than probe ignore it.
+		p.srv = &http.Server{Handler: probe.Handler(p), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = p.srv.Serve(ln) }()
 		ps.list = append(ps.list, p)
 	}
