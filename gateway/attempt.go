@@ -221,7 +221,16 @@ func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, writte
 	case up.statuses[status]:
 		a.fail = errStatus(status)
 	default:
-		return result{t: a.t, pick: a.pick, tstart: a.tstart, status: status}, true, 0
+		// Relayed as it is. A 5xx not in retry.on still tells the
+		// balancer the target failed: a target answering fast 500s must
+		// not look like the fastest healthy one to a latency-aware
+		// strategy (the fast-failure trap), and passive health counts it,
+		// as Envoy's outlier detection counts consecutive 5xx.
+		res := result{t: a.t, pick: a.pick, tstart: a.tstart, status: status}
+		if status >= 500 {
+			res.outcome = errStatus(status)
+		}
+		return res, true, 0
 	}
 	// A failure: relay it (a status) or answer for it (an error), unless
 	// the rule, the attempts and the budget allow another try and there
