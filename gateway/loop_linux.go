@@ -20,6 +20,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/balance"
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
+	"github.com/fulcrum-lb/fulcrum/internal/wheel"
 )
 
 // The event loop: the cleartext HTTP/1.1 listener on Linux, one loop per
@@ -43,7 +44,7 @@ import (
 // targets. A wait in the capacity queue runs on a goroutine (the
 // balancer's queue is shared by every loop and the goroutine path, so a
 // freed permit wakes a waiter wherever it is) and posts its pick back.
-// Timeouts come from a timer wheel per loop.
+// Timeouts come from a timer wheel per loop (internal/wheel, the supervisor's).
 
 // Client connection states.
 const (
@@ -76,8 +77,9 @@ type evloop struct {
 	conns  []*lconn
 	nextID int32
 	events [128]unix.EpollEvent
-	now    time.Time // read once per wake-up
-	wheel  wheel
+	now    time.Time            // read once per wake-up
+	timers *wheel.Wheel[*lconn] // one timer per connection (internal/wheel, as the supervisor's)
+	fireFn func(*lconn)
 	idle   map[*pool][]*lconn // keep-alive target connections, this loop's own
 	free   []*lconn
 	sweep  time.Time
@@ -108,11 +110,10 @@ type lconn struct {
 	readable bool
 	writable bool
 
-	// The timer (wheel.go's intrusive list).
-	tdue         int64
-	tkind        uint8
-	tnext, tprev *lconn
-	tlinked      bool
+	// The connection's one timer in its loop's wheel: what it bounds now
+	// (tmNone: none), and its handle for a reset without a key lookup.
+	tkind uint8
+	th    wheel.Handle
 
 	// A client connection.
 	cc          *clientConn
@@ -259,7 +260,16 @@ func newEvloop(g *Gateway, family int, sa unix.Sockaddr) (*evloop, error) {
 		return fail(err)
 	}
 	l.now = time.Now()
-	l.wheel.init(l.now)
+	if l.timers, err = wheel.New[*lconn](loopTick, 1024, l.now); err != nil {
+		return fail(err)
+	}
+	l.fireFn = func(c *lconn) {
+		kind := c.tkind
+		c.tkind, c.th = tmNone, wheel.Handle{}
+		if kind != tmNone && !c.closed {
+			l.fire(c, kind)
+		}
+	}
 	l.sweep = l.now
 	return l, nil
 }
@@ -324,7 +334,7 @@ func (l *evloop) loop() {
 			}
 			l.event(c, ev.Events)
 		}
-		l.wheel.expire(l.now, l.fire)
+		l.timers.Advance(l.now, l.fireFn)
 		if l.now.Sub(l.sweep) > time.Second {
 			l.sweepIdle()
 		}
@@ -342,7 +352,7 @@ func (l *evloop) loop() {
 var loopWait = os.Getenv("FULCRUM_GATEWAY_LOOP_WAIT")
 
 func (l *evloop) blockingWait() (int, error) {
-	return unix.EpollWait(l.ep, l.events[:], l.wheel.timeout(l.now))
+	return unix.EpollWait(l.ep, l.events[:], l.timeout())
 }
 
 // parkingWait returns a wait that polls the epoll fd without blocking
@@ -376,7 +386,7 @@ func (l *evloop) parkingWait() (func() (int, error), error) {
 			return n, perr
 		}
 		due := time.Time{}
-		if ms := l.wheel.timeout(l.now); ms >= 0 {
+		if ms := l.timeout(); ms >= 0 {
 			due = l.now.Add(time.Duration(ms) * time.Millisecond)
 		}
 		if !due.Equal(set) {
@@ -484,7 +494,7 @@ func (l *evloop) accept() {
 		}
 		l.g.loopConns.Add(1)
 		c.state, c.fresh = csHead, true
-		l.wheel.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
+		l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 	}
 }
 
@@ -530,7 +540,7 @@ func (l *evloop) register(c *lconn) error {
 }
 
 func (l *evloop) unregister(c *lconn) {
-	l.wheel.disarm(c)
+	l.disarm(c)
 	if c.fd >= 0 && c.fd < len(l.conns) && l.conns[c.fd] == c {
 		l.conns[c.fd] = nil
 	}
@@ -596,7 +606,7 @@ func (l *evloop) process(c *lconn) {
 				return
 			}
 			if c.tkind != tmHead {
-				l.wheel.arm(c, tmHead, l.now.Add(cfg.Timeouts.ReadHeader.D()))
+				l.arm(c, tmHead, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 			}
 			return
 		}
@@ -697,7 +707,7 @@ func (l *evloop) startRequest(c *lconn, head []byte) bool {
 	cc.n = n
 	if n > 0 {
 		c.state = csBody
-		l.wheel.arm(c, tmBody, l.now.Add(cfg.Timeouts.Idle.D()))
+		l.arm(c, tmBody, l.now.Add(cfg.Timeouts.Idle.D()))
 		l.takeBody(c)
 		return false
 	}
@@ -728,7 +738,7 @@ func (c *lconn) c() *clientConn { return c.cc }
 func (l *evloop) pick(c *lconn) {
 	up := c.up
 	c.state = csWait
-	l.wheel.disarm(c)
+	l.disarm(c)
 	up.budget.request(c.rq.start.Unix())
 	p, err := up.pickNow(&c.rq)
 	if errors.Is(err, balance.ErrAtCapacity) && up.cfg.Queue.MaxWait.D() > 0 {
@@ -901,7 +911,7 @@ func (l *evloop) exchangeOn(c *lconn, u *lconn) {
 	c.state, c.peer, u.peer = csExchange, u, c
 	u.wrote, u.r, u.w = false, 0, 0
 	u.reused = !u.idleSince.IsZero()
-	l.wheel.arm(c, tmRespHead, l.now.Add(l.g.cfg().Timeouts.ResponseHeader.D()))
+	l.arm(c, tmRespHead, l.now.Add(l.g.cfg().Timeouts.ResponseHeader.D()))
 	u.out = append(u.out[:0], c.reqBytes...)
 	l.sendUp(u)
 	if !u.closed && u.readable {
@@ -1102,7 +1112,7 @@ func (l *evloop) decided(c *lconn, res result) {
 	}
 	c.q.stream = stream
 	c.state = csRelay
-	l.wheel.disarm(c) // a body read has no deadline; the send timeout bounds the client
+	l.disarm(c) // a body read has no deadline; the send timeout bounds the client
 	l.drive(c)
 }
 
@@ -1241,7 +1251,7 @@ func (l *evloop) answer(c *lconn, line *accessLine, code int, body string, extra
 		return false
 	}
 	if c.q.pending() {
-		l.wheel.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
+		l.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
 		return false // the rest goes as the client takes it (drive)
 	}
 	return l.ready(c)
@@ -1279,15 +1289,15 @@ func (l *evloop) drive(c *lconn) {
 		// goes on and the client's pace does not matter yet.
 		if c.state == csRelay && c.q.room() > 0 {
 			if c.tkind == tmSend {
-				l.wheel.disarm(c)
+				l.disarm(c)
 			}
 		} else if progressed || c.tkind != tmSend {
-			l.wheel.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
+			l.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
 		}
 		return
 	}
 	if c.tkind == tmSend {
-		l.wheel.disarm(c)
+		l.disarm(c)
 	}
 	if c.state == csFlush {
 		l.requestDone(c)
@@ -1343,8 +1353,41 @@ func (l *evloop) ready(c *lconn) bool {
 	cc.lc, cc.rte = nil, nil
 	c.up = nil
 	c.state = csHead
-	l.wheel.arm(c, tmIdle, l.now.Add(l.g.cfg().Timeouts.Idle.D()))
+	l.arm(c, tmIdle, l.now.Add(l.g.cfg().Timeouts.Idle.D()))
 	return true
+}
+
+// loopTick is the timer wheel's tick: a timeout fires up to a tick late.
+const loopTick = 10 * time.Millisecond
+
+// arm sets c's one timer to kind at due, replacing the one it had.
+func (l *evloop) arm(c *lconn, kind uint8, due time.Time) {
+	c.tkind = kind
+	if !l.timers.Reset(c.th, due) {
+		c.th = l.timers.Set(c, due)
+	}
+}
+
+// disarm cancels c's timer, if it has one.
+func (l *evloop) disarm(c *lconn) {
+	if c.tkind != tmNone {
+		l.timers.Cancel(c)
+		c.tkind, c.th = tmNone, wheel.Handle{}
+	}
+}
+
+// timeout is epoll_wait's timeout in milliseconds: until the earliest
+// timer may be due, or -1 with none armed.
+func (l *evloop) timeout() int {
+	next, ok := l.timers.Next()
+	if !ok {
+		return -1
+	}
+	d := next.Sub(l.now)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // fire handles a connection's timer.

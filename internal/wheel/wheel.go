@@ -3,6 +3,7 @@ package wheel
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -25,6 +26,9 @@ type Wheel[K comparable] struct {
 	ents   []entry[K]
 	free   []int32 // indexes of unused entries
 	index  map[K]int32
+	// next: no armed deadline is before this tick (a lower bound, exact
+	// after Advance passes it), for Next.
+	next int64
 }
 
 const none = -1
@@ -69,6 +73,7 @@ func New[K comparable](tick time.Duration, slots int, start time.Time) (*Wheel[K
 		mask:   int64(n - 1),
 		heads:  heads,
 		index:  make(map[K]int32),
+		next:   math.MaxInt64,
 	}, nil
 }
 
@@ -179,6 +184,7 @@ func (w *Wheel[K]) setLocked(key K, due int64) Handle {
 	e.key, e.due = key, due
 	w.push(i, due&w.mask)
 	w.index[key] = i
+	w.next = min(w.next, due)
 	return Handle{i, e.gen}
 }
 
@@ -195,6 +201,7 @@ func (w *Wheel[K]) move(i int32, due int64) {
 		w.push(i, due&w.mask)
 	}
 	e.due = due
+	w.next = min(w.next, due)
 }
 
 // Cancel disarms key; it reports whether key was armed.
@@ -218,6 +225,19 @@ func (w *Wheel[K]) Deadline(key K) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return w.origin.Add(time.Duration(w.ents[i].due) * w.tick), true
+}
+
+// Next reports the earliest time any armed key may fire (a tick time),
+// for a caller's own loop to sleep until: never later than the first
+// deadline, sometimes earlier (after a cancel or a reset to later). ok is
+// false with nothing armed.
+func (w *Wheel[K]) Next() (t time.Time, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.index) == 0 {
+		return time.Time{}, false
+	}
+	return w.origin.Add(time.Duration(w.next) * w.tick), true
 }
 
 // Len reports how many keys are armed.
@@ -290,6 +310,14 @@ func (w *Wheel[K]) Advance(now time.Time, fire func(K)) int {
 		}
 	}
 	w.cur = target
+	if w.next <= target {
+		// Passed: find the earliest deadline left (a walk of the armed
+		// entries, once per earliest deadline reached, not per tick).
+		w.next = math.MaxInt64
+		for _, i := range w.index {
+			w.next = min(w.next, w.ents[i].due)
+		}
+	}
 	w.mu.Unlock()
 	if fire != nil {
 		for _, k := range expired {

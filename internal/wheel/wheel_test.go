@@ -213,3 +213,35 @@ func TestRunFiresOnRealClock(t *testing.T) {
 		}
 	}
 }
+
+// Next is never after the earliest deadline, is exact once Advance has
+// passed an earlier bound, and reports nothing armed.
+func TestNext(t *testing.T) {
+	start := time.Unix(0, 0)
+	w, err := New[int](10*time.Millisecond, 64, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Next(); ok {
+		t.Fatal("Next with nothing armed")
+	}
+	w.Set(1, start.Add(50*time.Millisecond))
+	w.Set(2, start.Add(2*time.Second)) // past one rotation of 64 ticks
+	if n, _ := w.Next(); n.After(start.Add(50 * time.Millisecond)) {
+		t.Fatalf("Next %v after the first deadline", n.Sub(start))
+	}
+	w.Cancel(1)
+	if n, _ := w.Next(); n.After(start.Add(50 * time.Millisecond)) {
+		t.Fatalf("Next %v moved later on a cancel (it is a lower bound)", n.Sub(start))
+	}
+	w.Advance(start.Add(60*time.Millisecond), nil)
+	if n, _ := w.Next(); !n.Equal(start.Add(2 * time.Second)) {
+		t.Fatalf("after passing the bound, Next %v, want 2s", n.Sub(start))
+	}
+	if fired := w.Advance(start.Add(2*time.Second), nil); fired != 1 {
+		t.Fatalf("fired %d at 2s, want 1", fired)
+	}
+	if _, ok := w.Next(); ok {
+		t.Fatal("Next after the last fired")
+	}
+}
