@@ -12,7 +12,7 @@ import (
 
 // rawUpstream answers every request with the same 2-byte response from
 // fixed buffers, so it allocates nothing per request itself.
-func rawUpstream(t *testing.T) string {
+func rawUpstream(t testing.TB) string {
 	res := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	return serveRaw(t, func(c net.Conn) {
 		defer c.Close()

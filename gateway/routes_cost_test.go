@@ -58,33 +58,6 @@ func routeCostConfig(addr, routes string) string {
 	return base + ups + routes
 }
 
-// costUpstream answers every request "ok" from fixed buffers.
-func costUpstream(tb testing.TB) string {
-	res := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-	return serveRaw(tb, func(c net.Conn) {
-		defer c.Close()
-		buf := make([]byte, 8<<10)
-		n := 0
-		for {
-			k, err := c.Read(buf[n:])
-			if err != nil {
-				return
-			}
-			n += k
-			for {
-				i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-				if i < 0 {
-					break
-				}
-				if _, err := c.Write(res); err != nil {
-					return
-				}
-				n = copy(buf, buf[i+4:n])
-			}
-		}
-	})
-}
-
 // exchange writes req on c and reads until the response's "ok" body.
 func exchange(c net.Conn, req, buf []byte) error {
 	if _, err := c.Write(req); err != nil {
@@ -126,7 +99,7 @@ func BenchmarkRouteFeatures(b *testing.B) {
 		{"used", routeFeatures, api},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			addr := costUpstream(b)
+			addr := rawUpstream(b)
 			if bc.name != "direct" { // direct: the clients and the upstream alone, the constant to subtract
 				addr = start(b, routeCostConfig(addr, bc.routes)).Addr()
 			}
@@ -165,7 +138,7 @@ func TestRouteFeaturesAllocateNothingPerRequest(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's bookkeeping allocates")
 	}
-	g := start(t, routeCostConfig(costUpstream(t), routeFeatures))
+	g := start(t, routeCostConfig(rawUpstream(t), routeFeatures))
 	for _, path := range []string{"/x", "/api/x"} {
 		c, err := net.Dial("tcp", g.Addr())
 		if err != nil {
