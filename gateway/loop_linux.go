@@ -662,34 +662,9 @@ func (l *evloop) startRequest(c *lconn, head []byte) bool {
 		line.method, line.path = string(r.Method), string(r.URI)
 	}
 	c.clientClose = r.Close
-	if rte != nil && rte.redirect != nil {
-		cc.buildRID()
-		line.reason = "redirect"
-		cc.scr2 = append(cc.scr2[:0], "Location: "...)
-		cc.scr2 = rte.redirect.appendLocation(cc.scr2, r.Host, r.URI)
-		cc.scr2 = append(cc.scr2, "\r\n"...)
+	if code, body, extra := cc.localAnswer(rte, up, &line); code != 0 {
 		c.r += len(head)
-		return l.answer(c, &line, rte.redirect.status, "", cc.scr2)
-	}
-	if up == nil {
-		cc.buildRID()
-		c.r += len(head)
-		return l.answer(c, &line, 404, "no route\n", nil)
-	}
-	line.up = up
-	if rte.limit != nil {
-		key := cc.clientIP()
-		if h := rte.limit.header; h != "" {
-			v, _ := (*h1View)(r).header(h)
-			key = string(v)
-		}
-		if ok, wait := rte.limit.allow(key); !ok {
-			rte.limited.Inc()
-			cc.buildRID()
-			line.reason = reasonRateLimited
-			c.r += len(head)
-			return l.answer(c, &line, 429, failureBody(429, reasonRateLimited), retryAfter(wait))
-		}
+		return l.answer(c, &line, code, body, extra)
 	}
 	c.rq = request{up: up, start: start, tried: cc.tried[:0]}
 	if up.usesKey {

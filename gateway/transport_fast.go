@@ -40,37 +40,10 @@ func (cc *clientConn) serveOne() bool {
 	}
 	clientClose := r.Close
 	n := max(r.ContentLength, 0)
-	if rte != nil && rte.redirect != nil {
-		cc.buildRID()
-		line.reason = "redirect"
-		cc.logLine(&line, rte.redirect.status)
-		cc.scr2 = append(cc.scr2[:0], "Location: "...)
-		cc.scr2 = rte.redirect.appendLocation(cc.scr2, r.Host, r.URI)
-		cc.scr2 = append(cc.scr2, "\r\n"...)
-		_, _ = cc.br.Discard(r.Size)
-		return cc.skipBody(n) && cc.local(rte.redirect.status, "", clientClose, cc.scr2)
-	}
-	if up == nil {
-		cc.buildRID()
-		cc.logLine(&line, 404)
+	if code, body, extra := cc.localAnswer(rte, up, &line); code != 0 {
+		cc.logLine(&line, code)
 		_, _ = cc.br.Discard(r.Size) // the head is answered: the next one follows it
-		return cc.skipBody(n) && cc.local(404, "no route\n", clientClose, nil)
-	}
-	line.up = up
-	if rte.limit != nil {
-		key := cc.clientIP()
-		if h := rte.limit.header; h != "" {
-			v, _ := (*h1View)(r).header(h)
-			key = string(v)
-		}
-		if ok, wait := rte.limit.allow(key); !ok {
-			rte.limited.Inc()
-			cc.buildRID()
-			line.reason = reasonRateLimited
-			cc.logLine(&line, 429)
-			_, _ = cc.br.Discard(r.Size)
-			return cc.skipBody(n) && cc.local(429, failureBody(429, reasonRateLimited), clientClose, retryAfter(wait))
-		}
+		return cc.skipBody(n) && cc.local(code, body, clientClose, extra)
 	}
 	if n > int64(cfg.MaxBodySize) {
 		cc.buildRID()
@@ -158,6 +131,42 @@ func (cc *clientConn) serveOne() bool {
 	ok := cc.flush(keep && rerr == nil)
 	cc.logLine(&line, res.status)
 	return ok
+}
+
+// localAnswer is what the gateway answers for cc.req itself, before any
+// target, on the goroutine path and the event loop alike: the route's
+// redirect, 404 when no route matched, 429 past the route's rate limit.
+// code 0: none, the request goes to up. extra is a header field to add
+// (Location, Retry-After); line gets the upstream and the reason.
+func (cc *clientConn) localAnswer(rte *route, up *upstream, line *accessLine) (code int, body string, extra []byte) {
+	r := &cc.req
+	if rte != nil && rte.redirect != nil {
+		cc.buildRID()
+		line.reason = "redirect"
+		cc.scr2 = append(cc.scr2[:0], "Location: "...)
+		cc.scr2 = rte.redirect.appendLocation(cc.scr2, r.Host, r.URI)
+		cc.scr2 = append(cc.scr2, "\r\n"...)
+		return rte.redirect.status, "", cc.scr2
+	}
+	if up == nil {
+		cc.buildRID()
+		return 404, "no route\n", nil
+	}
+	line.up = up
+	if rte.limit != nil {
+		key := cc.clientIP()
+		if h := rte.limit.header; h != "" {
+			v, _ := (*h1View)(r).header(h)
+			key = string(v)
+		}
+		if ok, wait := rte.limit.allow(key); !ok {
+			rte.limited.Inc()
+			cc.buildRID()
+			line.reason = reasonRateLimited
+			return 429, failureBody(429, reasonRateLimited), retryAfter(wait)
+		}
+	}
+	return 0, "", nil
 }
 
 // streamPath reports whether uri is under one of buffering.stream_paths.
