@@ -275,25 +275,36 @@ func newEvloop(g *Gateway, family int, sa unix.Sockaddr) (*evloop, error) {
 }
 
 func (l *evloop) closeFDs() {
-	for _, fd := range []int{l.lfd, l.ep, l.efd} {
+	// The eventfd under mu: post writes to it from other goroutines, and
+	// must never write to a closed (or reused) descriptor.
+	l.mu.Lock()
+	efd := l.efd
+	l.efd = -1
+	l.mu.Unlock()
+	for _, fd := range []int{l.lfd, l.ep, efd} {
 		if fd >= 0 {
 			_ = unix.Close(fd)
 		}
 	}
-	l.lfd, l.ep, l.efd = -1, -1, -1
+	l.lfd, l.ep = -1, -1
 	if l.pollFile != nil {
 		l.pollFile.Close()
 		l.pollFile = nil
 	}
 }
 
-// post runs fn on the loop, from any goroutine.
-func (l *evloop) post(fn func(*evloop)) {
+// post runs fn on the loop, from any goroutine; false when the loop has
+// ended and fn will never run (the caller frees what fn would have).
+func (l *evloop) post(fn func(*evloop)) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.efd < 0 {
+		return false
+	}
 	l.inbox = append(l.inbox, fn)
-	l.mu.Unlock()
 	var one = [8]byte{1}
 	_, _ = unix.Write(l.efd, one[:])
+	return true
 }
 
 // loop is the loop's thread: wait for events or the next timer, handle
@@ -737,7 +748,9 @@ func (l *evloop) queue(c *lconn, wait time.Duration, retry bool) {
 	up, info, gen := c.up, c.rq.info(), c.gen
 	go func() {
 		p, err := up.wait(ctx, l.g, info, wait)
-		l.post(func(l *evloop) { l.waited(c, gen, p, err) })
+		if !l.post(func(l *evloop) { l.waited(c, gen, p, err) }) && err == nil {
+			p.Cancel() // the loop is gone: nobody takes the permit
+		}
 	}()
 }
 
@@ -830,7 +843,9 @@ func (l *evloop) dial(c *lconn, p *pool) {
 		if err != nil {
 			err = &connectError{addr: addr, err: err}
 		}
-		l.post(func(l *evloop) { l.dialed(c, gen, p, fd, err) })
+		if !l.post(func(l *evloop) { l.dialed(c, gen, p, fd, err) }) && fd >= 0 {
+			_ = unix.Close(fd) // the loop is gone
+		}
 	}()
 }
 
