@@ -19,3 +19,5 @@ func (g *Gateway) listenLoops(string) (net.Addr, error) {
 
 func (g *Gateway) drainLoops(bool) {}
 func (g *Gateway) stopLoops(bool)  {}
+func (g *Gateway) runLoops()       {}
+func (g *Gateway) closeLoops()     {}
