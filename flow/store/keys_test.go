@@ -12,6 +12,17 @@ import (
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
+// keyDBs are the databases the keys tests run on, each DSN made in the
+// subtest (SQLite's file in its own temporary directory).
+var keyDBs = []struct {
+	name string
+	dsn  func(t *testing.T) string
+}{
+	{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "keys.db") }},
+	{"postgres", func(t *testing.T) string { return testenv.Postgres(t) }},
+	{"mysql", func(t *testing.T) string { return "mysql://" + testenv.MySQL(t) }},
+}
+
 // A claim whose snapshot missed an older task of its sequence key (its
 // create committed after the claim read) is given back by the check that
 // follows the claim, before any worker has the task: pending again, no
@@ -20,19 +31,9 @@ import (
 // made by hand here.
 func TestAdmitGivesBackATaskBehindAnOlderOne(t *testing.T) {
 	t.Parallel()
-	for _, db := range []struct{ name, dsn string }{
-		{"sqlite", "sqlite://" + filepath.Join(t.TempDir(), "k.db")},
-		{"postgres", "postgres"},
-		{"mysql", "mysql"},
-	} {
+	for _, db := range keyDBs {
 		t.Run(db.name, func(t *testing.T) {
-			dsn := db.dsn
-			switch dsn {
-			case "postgres":
-				dsn = testenv.Postgres(t)
-			case "mysql":
-				dsn = "mysql://" + testenv.MySQL(t)
-			}
+			dsn := db.dsn(t)
 			ctx := context.Background()
 			s, err := Open(ctx, dsn, Options{TablePrefix: "adm_" + db.name + "_"})
 			if err != nil {
@@ -89,19 +90,9 @@ func TestAdmitGivesBackATaskBehindAnOlderOne(t *testing.T) {
 // before, and keyed tasks work at once.
 func TestKeysUpgradeInPlace(t *testing.T) {
 	t.Parallel()
-	for _, db := range []struct{ name, dsn string }{
-		{"sqlite", "sqlite://" + filepath.Join(t.TempDir(), "u.db")},
-		{"postgres", "postgres"},
-		{"mysql", "mysql"},
-	} {
+	for _, db := range keyDBs {
 		t.Run(db.name, func(t *testing.T) {
-			dsn := db.dsn
-			switch dsn {
-			case "postgres":
-				dsn = testenv.Postgres(t)
-			case "mysql":
-				dsn = "mysql://" + testenv.MySQL(t)
-			}
+			dsn := db.dsn(t)
 			ctx := context.Background()
 			p := "kupg_" + db.name + "_"
 			var open func(context.Context, string) (*SQLStore, error)
