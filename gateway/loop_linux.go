@@ -63,10 +63,8 @@ const (
 	tmIdle     // keep-alive idle, or read_header before a new connection's first byte
 	tmHead     // read_header for a head being received
 	tmBody     // timeouts.idle between bytes of a request body
-	tmDial     // timeouts.dial
 	tmRespHead // timeouts.response_header
 	tmSend     // timeouts.send: the client takes no byte
-	tmKeepOpen // drain: nothing
 )
 
 type evloop struct {
@@ -121,7 +119,6 @@ type lconn struct {
 	q           outq
 	state       uint8
 	peer        *lconn // the target connection of the exchange in flight
-	fresh       bool   // no byte read yet: read_header, not idle, bounds the wait
 	closeAfter  bool   // close once q is out
 	rq          request
 	a           attempt
@@ -142,7 +139,6 @@ type lconn struct {
 	upKeep bool
 
 	// A target connection.
-	up_       bool
 	pool      *pool
 	wrote     bool // a byte of the request reached the kernel
 	reused    bool
@@ -433,7 +429,7 @@ func (l *evloop) event(c *lconn, ev uint32) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		c.writable = true
 	}
-	if c.up_ {
+	if c.isTarget() {
 		if c.writable && len(c.out) > 0 {
 			l.sendUp(c)
 		}
@@ -504,14 +500,14 @@ func (l *evloop) accept() {
 			continue
 		}
 		l.g.loopConns.Add(1)
-		c.state, c.fresh = csHead, true
+		c.state = csHead
 		l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 	}
 }
 
 func (l *evloop) newConn(fd, inSize int) *lconn {
 	var c *lconn
-	if n := len(l.free); n > 0 && !l.free[n-1].up_ {
+	if n := len(l.free); n > 0 {
 		c = l.free[n-1]
 		l.free = l.free[:n-1]
 	} else {
@@ -529,6 +525,11 @@ func (l *evloop) newConn(fd, inSize int) *lconn {
 	return c
 }
 
+// isTarget reports whether c is a target connection (it belongs to a
+// target's pool) rather than a client's.
+func (c *lconn) isTarget() bool { return c.pool != nil }
+
+// freeConn keeps a closed client connection's buffers for the next one.
 func (l *evloop) freeConn(c *lconn) {
 	c.cc.lc, c.cc.rte, c.cc.up = nil, nil, nil
 	c.up, c.line, c.res, c.a, c.rq = nil, accessLine{}, result{}, attempt{}, request{}
@@ -582,7 +583,6 @@ func (l *evloop) readClient(c *lconn) {
 			if n < room {
 				c.readable = false // drained: the next bytes bring a new event
 			}
-			c.fresh = false
 			l.process(c)
 		case n == 0 || (err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)):
 			l.closeClient(c) // the client left (between requests, or mid-request)
@@ -704,7 +704,7 @@ func (l *evloop) startRequest(c *lconn, head []byte) bool {
 // takeBody moves body bytes from c.in to the request, and picks once it
 // is whole.
 func (l *evloop) takeBody(c *lconn) {
-	want := c.c().n - int64(len(c.reqBytes)-len(c.cc.out))
+	want := c.cc.n - int64(len(c.reqBytes)-len(c.cc.out))
 	k := int(min(want, int64(c.w-c.r)))
 	c.reqBytes = append(c.reqBytes, c.in[c.r:c.r+k]...)
 	c.r += k
@@ -716,8 +716,6 @@ func (l *evloop) takeBody(c *lconn) {
 	}
 	l.pick(c)
 }
-
-func (c *lconn) c() *clientConn { return c.cc }
 
 // pick takes the request's first permit, waiting in the queue on a
 // goroutine when every target is at its limit.
@@ -886,7 +884,7 @@ func (l *evloop) dialed(c *lconn, gen uint32, p *pool, fd int, err error) {
 		l.exchanged(c, 0, false, err)
 		return
 	}
-	u := &lconn{l: l, fd: fd, up_: true, pool: p, in: make([]byte, upReadBuf), writable: true}
+	u := &lconn{l: l, fd: fd, pool: p, in: make([]byte, upReadBuf), writable: true}
 	if err := l.register(u); err != nil {
 		_ = unix.Close(fd)
 		l.exchanged(c, 0, false, &connectError{addr: p.addr, err: err})
@@ -1383,8 +1381,6 @@ func (l *evloop) timeout() int {
 // fire handles a connection's timer.
 func (l *evloop) fire(c *lconn, kind uint8) {
 	switch kind {
-	case tmDial:
-		// Unused: dials carry their own timeout (net.Dialer).
 	case tmRespHead:
 		if u := c.peer; u != nil && c.state == csExchange {
 			wrote := u.wrote
@@ -1540,7 +1536,7 @@ func (l *evloop) drain() {
 		l.lfd = -1
 	}
 	for _, c := range l.conns {
-		if c != nil && !c.up_ && c.state == csHead && c.r == c.w {
+		if c != nil && !c.isTarget() && c.state == csHead && c.r == c.w {
 			l.closeClient(c)
 		}
 	}
@@ -1550,7 +1546,7 @@ func (l *evloop) drain() {
 func (l *evloop) kill() {
 	l.drain()
 	for _, c := range l.conns {
-		if c != nil && !c.up_ {
+		if c != nil && !c.isTarget() {
 			l.closeClient(c)
 		}
 	}
@@ -1559,7 +1555,7 @@ func (l *evloop) kill() {
 func (l *evloop) shutdown() {
 	for _, c := range l.conns {
 		if c != nil {
-			if c.up_ {
+			if c.isTarget() {
 				l.closeUp(c)
 			} else {
 				l.closeClient(c)
