@@ -430,12 +430,16 @@ func (l *evloop) parkingWait() (func() (int, error), error) {
 	l.pollFile = f
 	var set time.Time
 	return func() (int, error) {
-		n, perr = unix.EpollWait(l.ep, l.events[:], 0)
-		if n != 0 || perr != nil {
-			return n, perr
+		// rc.Read polls once before it parks: a busy loop takes its
+		// events there, with one epoll_wait and no park (a poll of its
+		// own first measured 0.72 epoll_waits per request, against
+		// 0.42 without).
+		ms := l.timeout()
+		if ms == 0 {
+			return unix.EpollWait(l.ep, l.events[:], 0) // a timer is due: no park, no deadline
 		}
 		due := time.Time{}
-		if ms := l.timeout(); ms >= 0 {
+		if ms > 0 {
 			due = l.now.Add(time.Duration(ms) * time.Millisecond)
 		}
 		if !due.Equal(set) {
