@@ -236,6 +236,18 @@ func (l *evloop) readTLS(c *lconn) {
 		room := len(c.in) - c.w
 		n, err := c.tc.Read(c.in[c.w:])
 		c.tlsMore = c.tio.read(n, room, err)
+		if t := c.tio; t.wr < len(t.wire) && !c.q.pending() {
+			// crypto/tls answered something while reading (a KeyUpdate):
+			// send it now. A client that asks for more of that than it
+			// reads is not a client: its answers are bounded.
+			if len(t.wire)-t.wr > tlsWireMax {
+				l.closeClient(c)
+				return
+			}
+			if l.flushTLS(c); c.closed {
+				return
+			}
+		}
 		if n > 0 {
 			c.w += n
 			l.process(c)
@@ -255,6 +267,10 @@ func (l *evloop) readTLS(c *lconn) {
 // tlsChunk is how much of the queue is encrypted at once: records of
 // up to 16 KiB each, written with one write(2).
 const tlsChunk = 32 << 10
+
+// tlsWireMax bounds what crypto/tls may leave unwritten on its own
+// account (answers to the client's post-handshake messages).
+const tlsWireMax = 256 << 10
 
 // flushTLS is flushQ through crypto/tls: it encrypts the queue a chunk
 // at a time and writes the records while the client takes them.
