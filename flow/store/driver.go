@@ -88,6 +88,9 @@ type driver interface {
 	keys() keySQL
 	// counting is the driver's part of the task counts (counts.go).
 	counting() countSQL
+	// fair is how the database writes the fairness key conditions
+	// (fair.go).
+	fair() fairSQL
 }
 
 // drivers are the databases Open and NewTxCreator know.
@@ -237,6 +240,9 @@ func holdArgs(p HoldParams, dueFirst bool) []any {
 // dueArgs are the due condition's arguments: type, now, type for the
 // paused check, now for the paused keys, limit.
 func dueArgs(p HoldParams) []any {
+	if p.fairKey != "" { // dueFair: the key after the type
+		return []any{p.TaskType, p.fairKey, us(p.Now), p.TaskType, us(p.Now), p.Limit}
+	}
 	return []any{p.TaskType, us(p.Now), p.TaskType, us(p.Now), p.Limit}
 }
 
