@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -72,19 +73,22 @@ func fairMigration(add ...string) []string {
 		`CREATE INDEX IF NOT EXISTS {p}tasks_fair ON {p}tasks (task_type, fairness_key, order_time) WHERE status = 1 AND fairness_key <> ''`)
 }
 
-// fairWalkSQL walks up to ? keys with pending tasks after ? and says of
-// each whether it has a due one: a recursive CTE whose every step is one
+// fairWalkSQL walks up to ? keys with pending tasks after ? and gives
+// each one's earliest order_time: a recursive CTE whose every step is one
 // probe of the fair index (a loose index scan, which none of the three
-// planners does for DISTINCT). Arguments: type, after, type, limit, type,
-// now.
+// planners does for DISTINCT), and the earliest is one more (ORDER BY
+// ... LIMIT 1 rather than EXISTS (... order_time <= now): PostgreSQL
+// planned that as a scan that stops at the first match, which for a key
+// whose tasks come last read the whole table). Arguments: type, after,
+// type, limit, type.
 func fairWalkSQL(t string, f fairSQL) string {
 	next := func(after string) string {
 		return "(SELECT " + f.pending("f.") + " FROM " + t + " f WHERE f.task_type = ? AND " + f.pending("f.") + " > " + after +
 			" AND f.status = 1" + f.keyed("f.") + " ORDER BY " + f.pending("f.") + " LIMIT 1)"
 	}
 	return "WITH RECURSIVE k (fk, n) AS (SELECT " + next("?") + ", 1 UNION ALL SELECT " + next("k.fk") + ", k.n + 1 FROM k WHERE k.fk IS NOT NULL AND k.n < ?)" +
-		" SELECT k.fk, CASE WHEN EXISTS (SELECT 1 FROM " + t + " d WHERE d.task_type = ? AND " + f.pending("d.") + " = k.fk AND d.status = 1" + f.keyed("d.") +
-		" AND d.order_time <= ?) THEN 1 ELSE 0 END FROM k WHERE k.fk IS NOT NULL ORDER BY k.n"
+		" SELECT k.fk, (SELECT d.order_time FROM " + t + " d WHERE d.task_type = ? AND " + f.pending("d.") + " = k.fk AND d.status = 1" + f.keyed("d.") +
+		" ORDER BY d.order_time LIMIT 1) FROM k WHERE k.fk IS NOT NULL ORDER BY k.n"
 }
 
 // fairState is one type's shares on this store.
@@ -174,7 +178,7 @@ func (s *SQLStore) fairKeys(ctx context.Context, p HoldParams, cursor string) (d
 // upTo inclusive when given) that have due tasks, and says how many keys
 // it walked.
 func (s *SQLStore) fairWalk(ctx context.Context, p HoldParams, after string, limit int, upTo string, due *[]string) (int, error) {
-	rows, err := s.r.QueryContext(ctx, s.q.fairWalk, p.TaskType, after, p.TaskType, limit, p.TaskType, us(p.Now))
+	rows, err := s.r.QueryContext(ctx, s.q.fairWalk, p.TaskType, after, p.TaskType, limit, p.TaskType)
 	if err != nil {
 		return 0, fmt.Errorf("fairness keys: %w", err)
 	}
@@ -182,15 +186,15 @@ func (s *SQLStore) fairWalk(ctx context.Context, p HoldParams, after string, lim
 	n := 0
 	for rows.Next() {
 		var k string
-		var d int
-		if err := rows.Scan(&k, &d); err != nil {
+		var first sql.NullInt64 // NULL: the key's tasks were held meanwhile
+		if err := rows.Scan(&k, &first); err != nil {
 			return n, err
 		}
 		n++
 		if upTo != "" && k > upTo {
 			break // walked already, before the wrap
 		}
-		if d == 1 {
+		if first.Valid && first.Int64 <= us(p.Now) {
 			*due = append(*due, k)
 		}
 	}

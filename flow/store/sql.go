@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
@@ -1065,7 +1067,7 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 		}
 		for i := v; i < len(migrations); i++ {
 			for _, stmt := range migrations[i] {
-				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil {
+				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil && !alreadyAdded(err) {
 					return fmt.Errorf("migration %d: %w", i+1, err)
 				}
 			}
@@ -1079,6 +1081,18 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 		return fmt.Errorf("store: migrate %s schema (prefix %s): %w", s.drv.name(), s.p, err)
 	}
 	return nil
+}
+
+// alreadyAdded reports an ADD COLUMN or ADD KEY of a column or key that
+// is there (SQLite, MySQL: PostgreSQL's say IF NOT EXISTS): a step that
+// ran before its version was recorded (MySQL commits each DDL statement
+// on its own, so a crash can come between them) runs again unharmed.
+func alreadyAdded(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1060 || me.Number == 1061 // duplicate column name, duplicate key name
+	}
+	return strings.Contains(err.Error(), "duplicate column name")
 }
 
 type recordT = flow.Record

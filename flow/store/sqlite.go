@@ -128,7 +128,7 @@ type liteDriver struct {
 	// q are the statements only this driver runs.
 	q struct {
 		hold, holdOne, holdNoLog, holdOneNoLog, lockSel, writeRow, setFast, heartbeat string
-		holdFair, holdFairOne, holdFairNoLog, holdFairOneNoLog                         string
+		holdFair, holdFairOne, holdFairNoLog, holdFairOneNoLog                        string
 	}
 	// prepared hot statements: parsing the hold query cost about a tenth
 	// of the CPU of an end-to-end run when prepared per call.

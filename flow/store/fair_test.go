@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
+)
+
+// stepsAfterCounts is how many migrations follow the counts' (the fair
+// shares'), which TestCountsFilledOnUpgrade runs again after its rewind.
+const stepsAfterCounts = 1
+
+// share splits by weight with the remainders carried: holds of one go to
+// each key in turn (by weight), and every hold hands out all it may.
+func TestFairShare(t *testing.T) {
+	st := &fairState{credit: map[string]float64{}}
+	keys := []string{"a", "b", "c"}
+	got := map[string]int{}
+	for i := 0; i < 60; i++ {
+		alloc := st.share(keys, map[string]int{"a": 4}, 1)
+		n := 0
+		for k, a := range alloc {
+			got[keys[k]] += a
+			n += a
+		}
+		if n != 1 {
+			t.Fatalf("hold %d handed out %d, want 1", i, n)
+		}
+	}
+	if got["a"] != 40 || got["b"] != 10 || got["c"] != 10 {
+		t.Fatalf("60 holds of one: %v, want a 40, b 10, c 10", got)
+	}
+	if alloc := st.share(keys, nil, 7); slices.Max(alloc)-slices.Min(alloc) > 1 || alloc[0]+alloc[1]+alloc[2] != 7 {
+		t.Fatalf("equal weights, hold of 7: %v", alloc)
+	}
+}
+
+// A fair hold's walk of the keys and its claim of one key probe the fair
+// index, never scan: on a table where one key has 50,000 pending tasks,
+// another 100, and 20,000 more have no key.
+func TestPostgresFairHoldUsesIndexes(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, testenv.Postgres(t), Options{TablePrefix: "fplan_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s.DropTables(context.Background())
+		s.Close()
+	}()
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO fplan_tasks (task_id, task_type, task_stage, status, task_context, priority, order_time,
+		crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, fairness_key)
+		SELECT lpad(to_hex(i), 26, '0'), 'type1', 'a', 1, '{}', 0, i, 0, 1, 1000, 1000, '', '', 0, '[]', i, i,
+		CASE WHEN i <= 50000 THEN 'A' WHEN i <= 50100 THEN 'B' ELSE '' END FROM generate_series(1, 70100) i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, "ANALYZE fplan_tasks"); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := s.r.QueryContext(ctx, "EXPLAIN "+q, args...)
+		if err != nil {
+			t.Fatalf("explain %s: %v", q, err)
+		}
+		defer rows.Close()
+		var lines []string
+		for rows.Next() {
+			var l string
+			rows.Scan(&l)
+			lines = append(lines, l)
+		}
+		return strings.Join(lines, "\n")
+	}
+	now := int64(1 << 40)
+	for name, p := range map[string]string{
+		"walk":  explain(s.q.fairWalk, "type1", "", "type1", fairWalk, "type1"),
+		"claim": explain(s.drv.(*pgDriver).q.holdFair, "type1", "B", now, "type1", now, 10, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w"),
+	} {
+		if strings.Contains(p, "Seq Scan on fplan_tasks") || !strings.Contains(p, "fplan_tasks_fair") {
+			t.Errorf("fair %s does not probe fplan_tasks_fair:\n%s", name, p)
+		}
+	}
+}
