@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"strings"
 	"testing"
@@ -82,6 +83,69 @@ func TestPostgresFairHoldUsesIndexes(t *testing.T) {
 	} {
 		if strings.Contains(p, "Seq Scan on fplan_tasks") || !strings.Contains(p, "fplan_tasks_fair") {
 			t.Errorf("fair %s does not probe fplan_tasks_fair:\n%s", name, p)
+		}
+	}
+}
+
+// TestMySQLFairHoldUsesIndexes is TestPostgresFairHoldUsesIndexes on
+// MySQL/MariaDB: the walk and the claim of one key read fair_idx.
+func TestMySQLFairHoldUsesIndexes(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "mysql://"+testenv.MySQL(t), Options{TablePrefix: "fmplan_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		s.DropTables(context.Background())
+		s.Close()
+	}()
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO fmplan_tasks (task_id, task_type, task_stage, status, task_context, priority, order_time,
+		crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, fairness_key)
+		WITH RECURSIVE g (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < 300),
+		n (i) AS (SELECT a.i * 300 + b.i - 300 FROM g a, g b WHERE a.i * 300 + b.i - 300 <= 70100)
+		SELECT LPAD(HEX(i), 26, '0'), 'type1', 'a', 1, '{}', 0, i, 0, 1, 1000, 1000, '', '', 0, '[]', i, i,
+		CASE WHEN i <= 50000 THEN 'A' WHEN i <= 50100 THEN 'B' ELSE '' END FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, "ANALYZE TABLE fmplan_tasks"); err != nil {
+		t.Fatal(err)
+	}
+	explain := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := s.r.QueryContext(ctx, "EXPLAIN "+q, args...)
+		if err != nil {
+			t.Fatalf("explain %s: %v", q, err)
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var lines []string
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			rows.Scan(ptrs...)
+			var parts []string
+			for i, v := range vals {
+				parts = append(parts, cols[i]+"="+v.String)
+			}
+			lines = append(lines, strings.Join(parts, " "))
+		}
+		return strings.Join(lines, "\n")
+	}
+	now := int64(1 << 40)
+	for name, p := range map[string]string{
+		"walk":  explain(s.q.fairWalk, "type1", "", fairWalk),
+		"claim": explain(s.drv.(*myDriver).q.holdSelFair, "type1", "B", now, "type1", now, 10),
+	} {
+		t.Logf("fair %s:\n%s", name, p)
+		for _, l := range strings.Split(p, "\n") {
+			if strings.Contains(l, "table=fmplan_tasks ") {
+				if !strings.Contains(l, "key=fair_idx") || name == "walk" && !strings.Contains(l, "Using index for group-by") {
+					t.Errorf("fair %s reads the tasks without fair_idx: %s", name, l)
+				}
+			}
 		}
 	}
 }

@@ -140,7 +140,10 @@ func (d *myDriver) keys() keySQL {
 func (d *myDriver) logExpr(event string) string { return myLog(event) }
 
 // fair: the generated column fair_pending (see the migration).
-func (d *myDriver) fair() fairSQL { return fairSQL{col: "fair_pending"} }
+func (d *myDriver) fair() fairSQL { return fairSQL{col: "fair_pending", hint: fairHint, groupBy: true} }
+
+// fairHint keeps MySQL's fair reads on fair_idx.
+const fairHint = " FORCE INDEX (fair_idx)"
 
 func (d *myDriver) retryable(err error) bool {
 	var me *mysql.MySQLError
@@ -157,8 +160,11 @@ func (d *myDriver) build(q *queries, b qparts) {
 	}
 	d.q.holdSel = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.due + skip
 	d.q.holdSelNoLog = "SELECT " + colsOf("", false) + " FROM " + t + " WHERE " + b.due + skip
-	d.q.holdSelFair = "SELECT " + b.cols + " FROM " + t + " WHERE " + b.dueFair + skip
-	d.q.holdSelFairNoLog = "SELECT " + colsOf("", false) + " FROM " + t + " WHERE " + b.dueFair + skip
+	// FORCE INDEX: on a fresh table MariaDB read a key's due tasks from
+	// claim_idx, stepping over (and trying a lock on) every due task of
+	// the other keys ahead of them: 140 ms a hold with 50,000 ahead.
+	d.q.holdSelFair = "SELECT " + b.cols + " FROM " + t + fairHint + " WHERE " + b.dueFair + skip
+	d.q.holdSelFairNoLog = "SELECT " + colsOf("", false) + " FROM " + t + fairHint + " WHERE " + b.dueFair + skip
 	d.q.holdUpd = "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (%s)" + guard
 	d.q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id FOR UPDATE"
 	d.q.heartbeat = "UPDATE " + t + " t JOIN " + b.p + "task_types ty ON ty.task_type = t.task_type SET t.lease_expiry = ? + ty.max_processing_ms * 1000, t.modify_time = ?" +
