@@ -59,6 +59,9 @@ type driver interface {
 
 	// hold claims due tasks (Store.Hold without the lock and the sort).
 	hold(ctx context.Context, p HoldParams) ([]flow.Record, error)
+	// holdKeys claims up to limits[i] due tasks of fairness key keys[i],
+	// for each i, in one transaction (fair.go).
+	holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error)
 	// createBatch inserts records without unique keys, all or none, and
 	// wakes other servers where the database can.
 	createBatch(ctx context.Context, recs []flow.Record) error

@@ -24,7 +24,10 @@ import (
 //     key's remainder (its credit) to the next hold: over several holds the
 //     shares are exact, and a hold of one goes to each key in turn (a split
 //     of each hold alone would give it to the first key every time);
-//  3. claims each key's share with the type's claim plus the key (dueFair);
+//  3. claims each key's share with the type's claim plus the key, all keys
+//     in one transaction (PostgreSQL: one statement, a lateral join over
+//     the keys; a statement per key was a commit per key, a tenth of the
+//     rate with 1,000 keys);
 //     a key that had fewer due tasks than its share gives the rest to the
 //     others, and what no key fills goes to the plain claim: tasks without a
 //     fairness_key, and keys past the walk's end.
@@ -140,26 +143,32 @@ func (s *SQLStore) holdFair(ctx context.Context, p HoldParams) ([]flow.Record, e
 			}
 		}
 		st.mu.Unlock()
-		var more []string // keys that filled their share and may have more
+		var ks []string
+		var ns []int
 		for i, k := range keys {
-			if alloc[i] == 0 {
-				continue
+			if alloc[i] > 0 {
+				ks, ns = append(ks, k), append(ns, alloc[i])
 			}
-			q := p
-			q.fairKey, q.Limit = k, alloc[i]
-			got, err := s.drv.hold(ctx, q)
-			if err != nil {
-				return out, err // what was claimed is handed out; admit checks it
-			}
-			out, left = append(out, got...), left-len(got)
-			if len(got) < alloc[i] {
-				st.mu.Lock()
+		}
+		got, err := s.drv.holdKeys(ctx, p, ks, ns)
+		if err != nil {
+			return s.fairPartial(p, out, err)
+		}
+		out, left = append(out, got...), left-len(got)
+		n := make(map[string]int, len(ks))
+		for i := range got {
+			n[got[i].FairnessKey]++
+		}
+		var more []string // keys that filled their share and may have more
+		st.mu.Lock()
+		for i, k := range ks {
+			if n[k] < ns[i] {
 				st.credit[k] = 0 // drained (or its rest is being held): no debt either way
-				st.mu.Unlock()
 				continue
 			}
 			more = append(more, k)
 		}
+		st.mu.Unlock()
 		keys = more
 	}
 	if left > 0 {
@@ -167,10 +176,21 @@ func (s *SQLStore) holdFair(ctx context.Context, p HoldParams) ([]flow.Record, e
 		q.Limit = left
 		got, err := s.drv.hold(ctx, q)
 		if err != nil {
-			return out, err
+			return s.fairPartial(p, out, err)
 		}
 		out = append(out, got...)
 	}
+	return out, nil
+}
+
+// fairPartial answers a fair hold whose later claim failed: the tasks an
+// earlier one claimed (committed, processing under the hold's lease) are
+// handed out rather than left to their lease's expiry.
+func (s *SQLStore) fairPartial(p HoldParams, out []flow.Record, err error) ([]flow.Record, error) {
+	if len(out) == 0 {
+		return nil, err
+	}
+	s.log.Warn("flow store: a fair hold's later claim failed; handing out what it had claimed", "task_type", p.TaskType, "held", len(out), "err", err)
 	return out, nil
 }
 

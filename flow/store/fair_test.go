@@ -79,10 +79,13 @@ func TestPostgresFairHoldUsesIndexes(t *testing.T) {
 	now := int64(1 << 40)
 	for name, p := range map[string]string{
 		"walk":  explain(s.q.fairWalk, "type1", "", "type1", fairWalk, "type1"),
-		"claim": explain(s.drv.(*pgDriver).q.holdFair, "type1", "B", now, "type1", now, 10, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w"),
+		"claim": explain(s.drv.(*pgDriver).q.holdKeys, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w", []string{"A", "B"}, []int32{5, 5}, "type1", now, "type1", now),
 	} {
 		if strings.Contains(p, "Seq Scan on fplan_tasks") || !strings.Contains(p, "fplan_tasks_fair") {
 			t.Errorf("fair %s does not probe fplan_tasks_fair:\n%s", name, p)
+		}
+		if name == "claim" && !strings.Contains(p, "Tid Scan") {
+			t.Errorf("fair claim does not find its rows again by address:\n%s", p)
 		}
 	}
 }

@@ -221,25 +221,60 @@ func (d *myDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 }
 
 func (d *myDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	return d.claimKeys(ctx, p, nil, nil)
+}
+
+// holdKeys claims the keys' shares in one transaction: a locking read per
+// key, then one UPDATE of them all.
+func (d *myDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	p.Limit = 0
+	for _, n := range limits {
+		p.Limit += n
+	}
+	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		return d.claimKeys(ctx, p, keys, limits)
+	})
+}
+
+// claimKeys is the plain claim without keys, else a read per key.
+func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
 	var out []flow.Record
 	err := d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		sel := d.q.holdSel
-		switch {
-		case p.fairKey != "" && p.OmitLog:
-			sel = d.q.holdSelFairNoLog
-		case p.fairKey != "":
-			sel = d.q.holdSelFair
-		case p.OmitLog:
-			sel = d.q.holdSelNoLog
+		read := func(p HoldParams) ([]flow.Record, error) {
+			sel := d.q.holdSel
+			switch {
+			case p.fairKey != "" && p.OmitLog:
+				sel = d.q.holdSelFairNoLog
+			case p.fairKey != "":
+				sel = d.q.holdSelFair
+			case p.OmitLog:
+				sel = d.q.holdSelNoLog
+			}
+			rows, err := tx.QueryContext(ctx, sel, dueArgs(p)...)
+			if err != nil {
+				return nil, err
+			}
+			return scanRecords(rows)
 		}
-		rows, err := tx.QueryContext(ctx, sel, dueArgs(p)...)
-		if err != nil {
-			return err
+		var recs []flow.Record
+		if keys == nil {
+			var err error
+			if recs, err = read(p); err != nil {
+				return err
+			}
 		}
-		recs, err := scanRecords(rows)
-		if err != nil || len(recs) == 0 {
+		for i, k := range keys {
+			q := p
+			q.fairKey, q.Limit = k, limits[i]
+			got, err := read(q)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, got...)
+		}
+		if len(recs) == 0 {
 			out = nil
-			return err
+			return nil
 		}
 		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), logAt(p.Now), p.WorkerID}
 		for _, r := range recs {

@@ -171,7 +171,7 @@ type pgDriver struct {
 	stop     func() // ends the LISTEN connection (start)
 	// q are the statements only this driver runs, $n placeholders.
 	q struct {
-		hold, holdNoLog, holdFair, holdFairNoLog, lockSel, writeBatch, insert, setFast, heartbeat string
+		hold, holdNoLog, holdKeys, holdKeysNoLog, lockSel, writeBatch, insert, setFast, heartbeat string
 	}
 }
 
@@ -209,7 +209,18 @@ func (d *pgDriver) build(q *queries, b qparts) {
 			" FROM due WHERE t.ctid = due.rid RETURNING "
 	}
 	d.q.hold, d.q.holdNoLog = rebindDollar(hold(b.due)+colsOf("t", true)), rebindDollar(hold(b.due)+colsOf("t", false))
-	d.q.holdFair, d.q.holdFairNoLog = rebindDollar(hold(b.dueFair)+colsOf("t", true)), rebindDollar(hold(b.dueFair)+colsOf("t", false))
+	// The keys of a fair hold, each with its share: a lateral join runs
+	// the claim's read once per key, in one statement. The rows are found
+	// again by an array of their addresses (a TID scan): joined to the
+	// read, whose size the planner cannot know, they were hashed against
+	// a scan of the table.
+	keys := "UPDATE " + t + " t SET " + b.set + " WHERE t.ctid = ANY(ARRAY(SELECT x.rid FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+		" CROSS JOIN LATERAL (SELECT ctid AS rid FROM " + t + " WHERE " + b.dueKeys + " FOR UPDATE SKIP LOCKED) x)) RETURNING "
+	if b.redisLock {
+		keys = "UPDATE " + t + " t SET " + b.set + " WHERE t.task_id = ANY(ARRAY(SELECT x.task_id FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+			" CROSS JOIN LATERAL (SELECT task_id FROM " + t + " WHERE " + b.dueKeys + ") x)) AND t.status = " + b.pending + " RETURNING "
+	}
+	d.q.holdKeys, d.q.holdKeysNoLog = rebindDollar(keys+colsOf("t", true)), rebindDollar(keys+colsOf("t", false))
 	d.q.lockSel = rebindDollar("SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE")
 	d.q.writeBatch = rebindDollar("WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
 		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log, modify_time = v.mt" +
@@ -265,15 +276,36 @@ func (d *pgDriver) lockMigrations(ctx context.Context, key string, fn func(execQ
 func (d *pgDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 		q := d.q.hold
-		switch {
-		case p.fairKey != "" && p.OmitLog:
-			q = d.q.holdFairNoLog
-		case p.fairKey != "":
-			q = d.q.holdFair
-		case p.OmitLog:
+		if p.OmitLog {
 			q = d.q.holdNoLog
 		}
 		rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
+		if err != nil {
+			return nil, err
+		}
+		out, logs, err := scanHeld(rows, p.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return d.s.parseHeldLogs(out, logs), nil
+	})
+}
+
+// holdKeys claims the keys' shares in one statement (the lateral join).
+func (d *pgDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	p.Limit = 0
+	ns := make([]int32, len(limits))
+	for i, n := range limits {
+		ns[i] = int32(n)
+		p.Limit += n
+	}
+	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		q := d.q.holdKeys
+		if p.OmitLog {
+			q = d.q.holdKeysNoLog
+		}
+		args := append(holdArgs(p, false)[:6], keys, ns, p.TaskType, us(p.Now), p.TaskType, us(p.Now)) // SET's, then the read's
+		rows, err := d.s.w.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, err
 		}

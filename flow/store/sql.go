@@ -199,11 +199,14 @@ type queries struct {
 
 // qparts are the pieces every driver's queries are built from.
 type qparts struct {
-	t, p      string // tasks table, table prefix
-	cols      string // the task columns as selected
-	set, due  string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
-	dueFair   string // due for one fairness key, which it binds after the type (fair.go)
-	redisLock bool   // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
+	t, p     string // tasks table, table prefix
+	cols     string // the task columns as selected
+	set, due string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
+	dueFair  string // due for one fairness key, which it binds after the type (fair.go)
+	// dueKeys is due for the key k.key, LIMIT k.n, of a lateral join over
+	// the hold's keys (PostgreSQL's claim of several keys, fair.go)
+	dueKeys   string
+	redisLock bool // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
 	// statuses rendered from the flow constants
 	pending, proc, live, ended string
 	// register_task's insert and the columns an update of the type sets
@@ -224,11 +227,13 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
-	due := func(fair string) string {
+	due := func(fair, limit string) string {
 		return "task_type = ?" + fair + " AND status = " + b.pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
-			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT ?"
+			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT " + limit
 	}
-	b.due, b.dueFair = due(""), due(" AND "+d.fair().pending("")+" = ?"+d.fair().keyed(""))
+	f := d.fair()
+	b.due, b.dueFair = due("", "?"), due(" AND "+f.pending("")+" = ?"+f.keyed(""), "?")
+	b.dueKeys = due(" AND "+f.pending("")+" = k.key"+f.keyed(""), "k.n")
 	b.typeIns = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
 		" cron, cron_stage, cron_context, cron_last, create_time, modify_time, rate_limit_per_second, fair, fairness_weights) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	b.typeUpd = []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",

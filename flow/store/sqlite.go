@@ -279,28 +279,55 @@ func (d *liteDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, err
 }
 
 func (d *liteDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	args := holdArgs(p, false)
+	return d.claimKeys(ctx, p, nil, nil)
+}
+
+// holdKeys claims the keys' shares in one transaction of the one writer,
+// a prepared claim per key.
+func (d *liteDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	return d.s.retryClaim(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		return d.claimKeys(ctx, p, keys, limits)
+	})
+}
+
+// claimKeys is the plain claim without keys, else one claim per key.
+func (d *liteDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
 	var out []flow.Record
 	var logs []string
-	stmt, one := d.holdStmt, d.holdOneStmt
-	switch {
-	case p.fairKey != "" && p.OmitLog:
-		stmt, one = d.holdFairNoLogStmt, d.holdFairOneNoLogStmt
-	case p.fairKey != "":
-		stmt, one = d.holdFairStmt, d.holdFairOneStmt
-	case p.OmitLog:
-		stmt, one = d.holdNoLogStmt, d.holdOneNoLogStmt
-	}
-	if p.Limit == 1 {
-		stmt = one
-	}
 	err := d.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
-		if err != nil {
+		out, logs = nil, nil
+		run := func(p HoldParams) error {
+			stmt, one := d.holdStmt, d.holdOneStmt
+			switch {
+			case p.fairKey != "" && p.OmitLog:
+				stmt, one = d.holdFairNoLogStmt, d.holdFairOneNoLogStmt
+			case p.fairKey != "":
+				stmt, one = d.holdFairStmt, d.holdFairOneStmt
+			case p.OmitLog:
+				stmt, one = d.holdNoLogStmt, d.holdOneNoLogStmt
+			}
+			if p.Limit == 1 {
+				stmt = one
+			}
+			rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, holdArgs(p, false)...)
+			if err != nil {
+				return err
+			}
+			got, gotLogs, err := scanHeld(rows, p.Limit)
+			out, logs = append(out, got...), append(logs, gotLogs...)
 			return err
 		}
-		out, logs, err = scanHeld(rows, p.Limit)
-		return err
+		if keys == nil {
+			return run(p)
+		}
+		for i, k := range keys {
+			q := p
+			q.fairKey, q.Limit = k, limits[i]
+			if err := run(q); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

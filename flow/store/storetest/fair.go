@@ -40,48 +40,23 @@ func tasksOf(key string, n int) []flow.NewTask {
 	return out
 }
 
+// fairType is a fair type with weights.
+func fairType(weights map[string]int) flow.TaskType {
+	tt := defType
+	tt.TaskType, tt.Fair, tt.FairnessWeights, tt.ScheduleLimit = "fair", true, weights, 100
+	return tt
+}
+
 // runFair checks fair shares per key (fairness_key on a type registered
 // with fair): holds split by weight, a key with few tasks is not starved
 // by one with many created before it, tasks without a key fill what the
 // keys leave, and a type that is not fair holds by due time alone.
 func runFair(t *testing.T, f Factory) {
 	ctx := context.Background()
-	fairType := func(weights map[string]int) flow.TaskType {
-		tt := defType
-		tt.TaskType, tt.Fair, tt.FairnessWeights, tt.ScheduleLimit = "fair", true, weights, 100
-		return tt
-	}
 
-	// Weights 3:1 give 3:1 of every hold of 4, and of every 4 holds of
-	// one, on each of two stores sharing the tables; the heavy key's
-	// tasks were created first and the light one's are held all the same.
 	t.Run("FairSharesByWeight", func(t *testing.T) {
 		t.Parallel()
-		prefix := Prefix()
-		s1, s2 := f.Open(t, prefix, store.Options{}), f.Open(t, prefix, store.Options{})
-		e := &env{t: t, s: s1, tt: fairType(map[string]int{"heavy": 3})}
-		if err := s1.RegisterType(ctx, e.tt, t0); err != nil {
-			t.Fatal(err)
-		}
-		got, err := s2.GetType(ctx, e.tt.TaskType)
-		if err != nil || !got.Fair || !maps.Equal(got.FairnessWeights, e.tt.FairnessWeights) {
-			t.Fatalf("GetType = %+v, %v; want fair with weights %v", got, err, e.tt.FairnessWeights)
-		}
-		e.createAt(s1, t0, tasksOf("heavy", 100)...)
-		e.createAt(s1, t0.Add(time.Second), tasksOf("light", 100)...)
-		now := t0.Add(time.Minute)
-		for i := 0; i < 5; i++ {
-			if c := fairCount(e.fairHold(s1, now, 4)); c["heavy"] != 3 || c["light"] != 1 {
-				t.Fatalf("hold %d of 4: %v, want heavy 3, light 1", i, c)
-			}
-		}
-		var ones []flow.Record
-		for i := 0; i < 8; i++ {
-			ones = append(ones, e.fairHold(s2, now, 1)...)
-		}
-		if c := fairCount(ones); c["heavy"] != 6 || c["light"] != 2 {
-			t.Fatalf("8 holds of 1: %v, want heavy 6, light 2", c)
-		}
+		FairByWeight(t, f, store.Options{})
 	})
 
 	// A key with few tasks, created after many of another, gets half of
@@ -127,4 +102,37 @@ func runFair(t *testing.T, f Factory) {
 			t.Fatalf("fairness_key = %q, want A", got.FairnessKey)
 		}
 	})
+}
+
+// FairByWeight checks that weights 3:1 give 3:1 of every hold of 4, and
+// of every 4 holds of one, on each of two stores (opened with opts)
+// sharing the tables; the heavy key's tasks were created first and the
+// light one's are held all the same.
+func FairByWeight(t *testing.T, f Factory, opts store.Options) {
+	ctx := context.Background()
+	prefix := Prefix()
+	s1, s2 := f.Open(t, prefix, opts), f.Open(t, prefix, opts)
+	e := &env{t: t, s: s1, tt: fairType(map[string]int{"heavy": 3})}
+	if err := s1.RegisterType(ctx, e.tt, t0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s2.GetType(ctx, e.tt.TaskType)
+	if err != nil || !got.Fair || !maps.Equal(got.FairnessWeights, e.tt.FairnessWeights) {
+		t.Fatalf("GetType = %+v, %v; want fair with weights %v", got, err, e.tt.FairnessWeights)
+	}
+	e.createAt(s1, t0, tasksOf("heavy", 100)...)
+	e.createAt(s1, t0.Add(time.Second), tasksOf("light", 100)...)
+	now := t0.Add(time.Minute)
+	for i := 0; i < 5; i++ {
+		if c := fairCount(e.fairHold(s1, now, 4)); c["heavy"] != 3 || c["light"] != 1 {
+			t.Fatalf("hold %d of 4: %v, want heavy 3, light 1", i, c)
+		}
+	}
+	var ones []flow.Record
+	for i := 0; i < 8; i++ {
+		ones = append(ones, e.fairHold(s2, now, 1)...)
+	}
+	if c := fairCount(ones); c["heavy"] != 6 || c["light"] != 2 {
+		t.Fatalf("8 holds of 1: %v, want heavy 6, light 2", c)
+	}
 }
