@@ -78,7 +78,7 @@ func TestPostgresFairHoldUsesIndexes(t *testing.T) {
 	}
 	now := int64(1 << 40)
 	for name, p := range map[string]string{
-		"walk":  explain(s.q.fairWalk, "type1", "", "type1", fairWalk, "type1"),
+		"walk":  explain(s.q.fairWalk, "type1", "", "type1", fairWalkMax, "type1"),
 		"claim": explain(s.drv.(*pgDriver).q.holdKeys, "w", "lease", int64(1), int64(1), "2026-11-25T00:00:00Z", "w", []string{"A", "B"}, []int32{5, 5}, "type1", now, "type1", now),
 	} {
 		if strings.Contains(p, "Seq Scan on fplan_tasks") || !strings.Contains(p, "fplan_tasks_fair") {
@@ -139,7 +139,7 @@ func TestMySQLFairHoldUsesIndexes(t *testing.T) {
 	}
 	now := int64(1 << 40)
 	for name, p := range map[string]string{
-		"walk":  explain(s.q.fairWalk, "type1", "", fairWalk),
+		"walk":  explain(s.q.fairWalk, "type1", "", fairWalkMax),
 		"claim": explain(s.drv.(*myDriver).q.holdSelFair, "type1", "B", now, "type1", now, 10),
 	} {
 		t.Logf("fair %s:\n%s", name, p)

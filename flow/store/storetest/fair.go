@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -85,6 +86,27 @@ func runFair(t *testing.T, f Factory) {
 		}
 		if h := e.fairHold(e.s, now, 4); len(h) != 0 {
 			t.Fatalf("fourth hold: %d tasks, want none (the delayed one is not due)", len(h))
+		}
+	})
+
+	// With more keys than a hold reads (twice its size), the keys take
+	// turns: 30 keys, holds of 3, every key once in the first 30 tasks,
+	// though their tasks were created key after key.
+	t.Run("ManyKeysTakeTurns", func(t *testing.T) {
+		t.Parallel()
+		e := &env{t: t, s: f.Open(t, Prefix(), store.Options{}), tt: fairType(nil)}
+		if err := e.s.RegisterType(ctx, e.tt, t0); err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < 30; k++ {
+			e.createAt(e.s, t0.Add(time.Duration(k)*time.Second), tasksOf(fmt.Sprintf("k%02d", k), 3)...)
+		}
+		var got []flow.Record
+		for i := 0; i < 10; i++ {
+			got = append(got, e.fairHold(e.s, t0.Add(time.Minute), 3)...)
+		}
+		if c := fairCount(got); len(c) != 30 {
+			t.Fatalf("30 tasks in holds of 3 went to %d keys, want all 30 once: %v", len(c), c)
 		}
 	})
 
