@@ -58,7 +58,7 @@ type fairSQL struct {
 	// excluded by partial) otherwise, as the fair index reads it.
 	col string
 	// partial: col is the plain column and the index is partial (status
-	// = 1 AND fairness_key <> ''), which a query repeats for the planner.
+	// < 2 AND fairness_key <> ''), which a query repeats for the planner.
 	partial bool
 	// hint follows the table's name where a claim reads the fair index.
 	hint string
@@ -76,20 +76,27 @@ var fairPartial = fairSQL{col: "fairness_key", partial: true}
 // pending is the column as alias (with its dot, or "") reads it.
 func (f fairSQL) pending(alias string) string { return alias + f.col }
 
-// keyed is the partial index's predicate beyond status (which the claim
-// states already), for the planner to match.
+// keyed is the fair index's predicate, for the planner to match: a
+// pending keyed task. The partial index says "status < 2" (pending, the
+// one status below 2) where the claim index says "status = 1": a query
+// that states status = 1 may be answered from either, and on a table
+// without statistics yet (a fresh database, autovacuum not yet by)
+// PostgreSQL read a key's tasks from the claim index, filtering every
+// due task of the type, per key: 670 µs of the database's CPU per task
+// end to end with 1,000 keys. "status < 2" implies only the fair index's
+// predicate.
 func (f fairSQL) keyed(alias string) string {
 	if f.partial {
-		return " AND " + alias + "fairness_key <> ''"
+		return alias + "status < 2 AND " + alias + "fairness_key <> ''"
 	}
-	return ""
+	return alias + "status = 1"
 }
 
 // fairMigration is the fair schema for PostgreSQL and SQLite: the
 // databases' ALTERs, then the index of keyed pending tasks by key.
 func fairMigration(add ...string) []string {
 	return append(add,
-		`CREATE INDEX IF NOT EXISTS {p}tasks_fair ON {p}tasks (task_type, fairness_key, order_time) WHERE status = 1 AND fairness_key <> ''`)
+		`CREATE INDEX IF NOT EXISTS {p}tasks_fair ON {p}tasks (task_type, fairness_key, order_time) WHERE status < 2 AND fairness_key <> ''`)
 }
 
 // fairWalkSQL walks up to ? keys with pending tasks after ? and gives
@@ -107,10 +114,10 @@ func fairWalkSQL(t string, f fairSQL) string {
 	}
 	next := func(after string) string {
 		return "(SELECT " + f.pending("f.") + " FROM " + t + " f WHERE f.task_type = ? AND " + f.pending("f.") + " > " + after +
-			" AND f.status = 1" + f.keyed("f.") + " ORDER BY " + f.pending("f.") + " LIMIT 1)"
+			" AND " + f.keyed("f.") + " ORDER BY " + f.pending("f.") + " LIMIT 1)"
 	}
 	return "WITH RECURSIVE k (fk, n) AS (SELECT " + next("?") + ", 1 UNION ALL SELECT " + next("k.fk") + ", k.n + 1 FROM k WHERE k.fk IS NOT NULL AND k.n < ?)" +
-		" SELECT k.fk, (SELECT d.order_time FROM " + t + " d WHERE d.task_type = ? AND " + f.pending("d.") + " = k.fk AND d.status = 1" + f.keyed("d.") +
+		" SELECT k.fk, (SELECT d.order_time FROM " + t + " d WHERE d.task_type = ? AND " + f.pending("d.") + " = k.fk AND " + f.keyed("d.") +
 		" ORDER BY d.order_time LIMIT 1) FROM k WHERE k.fk IS NOT NULL ORDER BY k.n"
 }
 

@@ -227,13 +227,13 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
-	due := func(fair, limit string) string {
-		return "task_type = ?" + fair + " AND status = " + b.pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
+	due := func(pending, limit string) string {
+		return "task_type = ? AND " + pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
 			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT " + limit
 	}
 	f := d.fair()
-	b.due, b.dueFair = due("", "?"), due(" AND "+f.pending("")+" = ?"+f.keyed(""), "?")
-	b.dueKeys = due(" AND "+f.pending("")+" = k.key"+f.keyed(""), "k.n")
+	b.due, b.dueFair = due("status = "+b.pending, "?"), due(f.pending("")+" = ? AND "+f.keyed(""), "?")
+	b.dueKeys = due(f.pending("")+" = k.key AND "+f.keyed(""), "k.n")
 	b.typeIns = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
 		" cron, cron_stage, cron_context, cron_last, create_time, modify_time, rate_limit_per_second, fair, fairness_weights) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	b.typeUpd = []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
