@@ -51,7 +51,7 @@ func TestCountsFilledOnUpgrade(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := s.w.ExecContext(ctx, s.drv.rebind("UPDATE "+s.p+"meta SET value = ? WHERE name = 'schema_version'"), len(s.drv.migrations())-1); err != nil {
+			if _, err := s.w.ExecContext(ctx, s.drv.rebind("UPDATE "+s.p+"meta SET value = ? WHERE name = 'schema_version'"), len(s.drv.migrations())-1-stepsAfterCounts); err != nil {
 				t.Fatal(err)
 			}
 			tt := flow.TaskType{TaskType: "video", ScheduleLimit: 10, MaxProcessingMS: 30000, MaxRetryNum: 1, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
