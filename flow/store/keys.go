@@ -235,9 +235,14 @@ func (s *SQLStore) giveBack(ctx context.Context, r flow.Record, p HoldParams, at
 		" WHERE task_id = ? AND lease = ? AND status = " + sqlStatus(flow.StatusProcessing))
 	ot := us(at)
 	return s.drv.write(ctx, func(ctx context.Context, ex execQuerier) error {
-		_, err := ex.ExecContext(ctx, q, us(p.Now), ot, ot, logAt(p.Now), p.WorkerID, r.TaskID, p.Lease)
+		res, err := ex.ExecContext(ctx, q, us(p.Now), ot, ot, logAt(p.Now), p.WorkerID, r.TaskID, p.Lease)
 		if err != nil {
 			return fmt.Errorf("give back %s: %w", r.TaskID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			t := tally{}
+			t.move(countKey{r.TaskType, r.TaskStage, int(flow.StatusProcessing)}, countKey{r.TaskType, r.TaskStage, int(flow.StatusPending)})
+			return s.count(ctx, ex, t)
 		}
 		return nil
 	})
