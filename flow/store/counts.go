@@ -213,10 +213,19 @@ func insertTally(recs []flow.Record) tally {
 func (s *SQLStore) countsInline() bool { return s.drv.counting().inline }
 
 // count adds t to the counts in the write's transaction ex (a no-op
-// where triggers keep them). Keys go in order, as addCounts's.
+// where triggers keep them): in place (SQLite, keys in order, as
+// addCounts's), or as one INSERT of delta rows that a fold moves.
 func (s *SQLStore) count(ctx context.Context, ex execQuerier, t tally) error {
 	if len(t) == 0 || !s.countsInline() {
 		return nil
+	}
+	if s.drv.counting().deltas {
+		q, args := s.deltaInsert(t)
+		if q == "" {
+			return nil
+		}
+		_, err := ex.ExecContext(ctx, q, args...)
+		return err
 	}
 	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
 		var err error
@@ -234,11 +243,40 @@ func (s *SQLStore) countTx(ctx context.Context, tx txRunner, t tally) error {
 	if len(t) == 0 || !s.countsInline() {
 		return nil
 	}
+	if s.drv.counting().deltas {
+		q, args := s.deltaInsert(t)
+		if q == "" {
+			return nil
+		}
+		_, err := tx.exec(ctx, q, args...)
+		return err
+	}
 	up := s.drv.rebind(s.drv.counting().upsert)
 	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
 		_, err := tx.exec(ctx, up, args...)
 		return err
 	}, t)
+}
+
+// deltaInsert is the INSERT of t's changes into {p}count_deltas, one row
+// per key that changed ("" when none did).
+func (s *SQLStore) deltaInsert(t tally) (string, []any) {
+	var b strings.Builder
+	var args []any
+	for k, n := range t {
+		if n == 0 {
+			continue
+		}
+		if len(args) > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?)")
+		args = append(args, k.typ, k.stage, k.status, n)
+	}
+	if len(args) == 0 {
+		return "", nil
+	}
+	return s.drv.rebind("INSERT INTO " + s.p + "count_deltas (task_type, task_stage, status, n) VALUES " + b.String()), args
 }
 
 // upsertCounts runs exec (the upsert, bound to type, stage, status, n)

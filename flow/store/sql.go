@@ -795,14 +795,17 @@ func (s *SQLStore) cancelOne(ctx context.Context, taskID string, now time.Time) 
 	var n int64
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		n = 0
-		var k countKey
-		err := tx.QueryRowContext(ctx, s.drv.rebind("SELECT task_type, task_stage, status FROM "+s.tasks()+" WHERE task_id = ?"), taskID).Scan(&k.typ, &k.stage, &k.status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+		// The driver's locking read: no other change of the row between
+		// the key read here and the UPDATE.
+		recs, err := s.lockRows(ctx, tx, []string{taskID})
 		if err != nil {
 			return err
 		}
+		r, ok := recs[taskID]
+		if !ok {
+			return nil
+		}
+		k := keyOf(r)
 		res, err := tx.ExecContext(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
 		if err != nil {
 			return err
