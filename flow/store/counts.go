@@ -29,24 +29,32 @@ import (
 //     counter row). Row triggers did this per task, five trigger programs
 //     over a task's life: about 7 µs of the store's 45 µs per task
 //     (BenchmarkCycle/sqlite/batch=100).
-//   - PostgreSQL and MySQL: triggers on the tasks table append to
-//     {p}count_deltas in the transaction of every change, and a fold
-//     (FoldCounts, every server runs it each second) moves what is
-//     committed there into {p}counts. Adding in place would make every
-//     hold of a type wait on that type's pending row until the holder
-//     commits: concurrent holds would queue behind each other's commit
-//     (fsync included), the throughput River and Oban avoid by estimating
-//     big counts instead. Appends never wait on each other. PostgreSQL's
-//     triggers run once per statement over its transition tables (a hold
-//     of 500 rows appends two rows); MySQL has only row triggers (two
-//     rows per task moved).
+//   - PostgreSQL and MySQL: the changes are appended to {p}count_deltas
+//     in the transaction of every change, and a fold (FoldCounts, every
+//     server runs it each second) moves what is committed there into
+//     {p}counts. Adding in place would make every hold of a type wait on
+//     that type's pending row until the holder commits: concurrent holds
+//     would queue behind each other's commit (fsync included), the
+//     throughput River and Oban avoid by estimating big counts instead.
+//     Appends never wait on each other. On PostgreSQL the writes append
+//     their tally as SQLite's add theirs (the claim, the batch create and
+//     the fast set in the same statement, a data-modifying CTE over what
+//     they return: two rows for a hold of 500); statement triggers over
+//     transition tables did it before, copying every changed row. MySQL
+//     keeps row triggers (two delta rows per task moved): it has no
+//     RETURNING to tell a statement's writes what they changed.
+//
+// So on SQLite and PostgreSQL a statement that inserts or deletes tasks,
+// or changes a task's type, stage or status, must add its tally (count,
+// countTx, writeRecords's was, or its own CTE) in its transaction; the
+// conformance suite's counts tests check every path against a listing.
 //
 // A read sums {p}counts and the unfolded deltas in one statement, so it is
 // exact whether or not a fold ran, and a fold that commits meanwhile is
 // seen whole or not at all. RebuildCounts recounts from the tasks table
 // (at the first start on a database that had none, and on an operator's
-// call) so that a counter that drifted, say by a row changed with the
-// triggers disabled, does not stay wrong.
+// call) so that a counter that drifted, say by a row changed outside the
+// store, does not stay wrong.
 
 // countsLockKey names the lock that folds and rebuilds take.
 func (s *SQLStore) countsLockKey() string { return "fulcrum_flow_counts_" + s.p }
