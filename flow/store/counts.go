@@ -67,6 +67,10 @@ type countSQL struct {
 	// inline: no triggers; the write paths add their tally to {p}counts
 	// with upsert in their own transaction (SQLStore.count).
 	inline bool
+	// delTrigger: a row trigger still counts deletes (MySQL: no DELETE
+	// ... RETURNING to tell a delete what it took; deletes are prunes and
+	// an operator's, not the work's hot path).
+	delTrigger bool
 	// sum is the read's total of n (PostgreSQL's and MySQL's SUM of a
 	// BIGINT is a NUMERIC/DECIMAL).
 	sum string

@@ -824,7 +824,7 @@ func (s *SQLStore) cancelOne(ctx context.Context, taskID string, now time.Time) 
 // it deleted; where the writes keep the counts, it returns the deleted
 // rows' keys (RETURNING) and takes them off in the same transaction.
 func (s *SQLStore) deleteCounted(ctx context.Context, q string, args ...any) (int64, error) {
-	if !s.countsInline() {
+	if c := s.drv.counting(); !c.inline || c.delTrigger {
 		res, err := s.execRetry(ctx, q, args...)
 		if err != nil {
 			return 0, err
