@@ -40,12 +40,15 @@ import (
 //     their tally as SQLite's add theirs (the claim, the batch create and
 //     the fast set in the same statement, a data-modifying CTE over what
 //     they return: two rows for a hold of 500); statement triggers over
-//     transition tables did it before, copying every changed row. MySQL
-//     keeps row triggers (two delta rows per task moved): it has no
-//     RETURNING to tell a statement's writes what they changed.
+//     transition tables did it before, copying every changed row. MySQL's
+//     writes append theirs too (its claim and create run in a transaction
+//     with the rows in Go); only deletes keep a row trigger there, as
+//     MySQL has no DELETE ... RETURNING to tell a delete what it took
+//     (row triggers on every change appended two delta rows per task
+//     moved).
 //
-// So on SQLite and PostgreSQL a statement that inserts or deletes tasks,
-// or changes a task's type, stage or status, must add its tally (count,
+// So a statement that inserts or deletes tasks (MySQL: inserts), or
+// changes a task's type, stage or status, must add its tally (count,
 // countTx, writeRecords's was, or its own CTE) in its transaction; the
 // conformance suite's counts tests check every path against a listing.
 //
