@@ -395,7 +395,8 @@ func TestConsoleFlow(t *testing.T) {
 	// A second type worked steadily in the background, so throughput and
 	// queue wait move; the page's checks are on the first type only.
 	const busy = "thumbnails"
-	must(api("/v1/register_task", flow.TaskType{TaskType: busy, ScheduleLimit: 10, MaxProcessingMS: 60000}, nil))
+	// It is fair (premium weighs 3): its card shows the weights.
+	must(api("/v1/register_task", flow.TaskType{TaskType: busy, ScheduleLimit: 10, MaxProcessingMS: 60000, Fair: true, FairnessWeights: map[string]int{"premium": 3}}, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -57,6 +57,14 @@ type TaskType struct {
 	// that are paused now (set_task with pause_rate_key_ms, or out of
 	// their rate limit) and until when.
 	PausedKeys []PausedKey `json:"paused_keys,omitempty"`
+	// Fair, when true, hands out each hold across the fairness keys that
+	// have due tasks in proportion to FairnessWeights, instead of by due
+	// time alone: a tenant with many queued tasks does not starve one with
+	// few. Tasks without a fairness_key fill what the keyed ones leave.
+	Fair bool `json:"fair,omitempty"`
+	// FairnessWeights weighs a fair type's keys (fairness_key -> weight,
+	// 1 to MaxFairnessWeight); a key not listed weighs 1.
+	FairnessWeights map[string]int `json:"fairness_weights,omitempty"`
 }
 
 // PausedKey is a rate key whose pending tasks are not held until Until.
@@ -94,6 +102,7 @@ type Task struct {
 	UniqueKey   string          `json:"unique_key,omitempty"`
 	SequenceKey string          `json:"sequence_key,omitempty"`
 	RateKey     string          `json:"rate_key,omitempty"`
+	FairnessKey string          `json:"fairness_key,omitempty"`
 	// Children counts a fan-out parent's children by status name; get_task
 	// fills it, and only for a task that has children.
 	Children map[string]int64 `json:"children,omitempty"`
@@ -119,6 +128,10 @@ type NewTask struct {
 	// of the type with this key, and the type's rate_limit_per_second
 	// caps each key's holds.
 	RateKey string `json:"rate_key,omitempty"`
+	// FairnessKey names who the task is for (a tenant, a customer): a
+	// type registered with fair shares its holds across the keys that
+	// have due tasks, by the type's fairness_weights.
+	FairnessKey string `json:"fairness_key,omitempty"`
 }
 
 // CreateTaskRequest is the body of POST /v1/create_task: either the fields

@@ -205,6 +205,7 @@ func NewRecord(id string, nt NewTask, tt TaskType, now time.Time) Record {
 			UniqueKey:   nt.UniqueKey,
 			SequenceKey: nt.SequenceKey,
 			RateKey:     nt.RateKey,
+			FairnessKey: nt.FairnessKey,
 		},
 		RetryIntervalMS:    tt.RetryIntervalMS,
 		MaxRetryIntervalMS: tt.MaxRetryIntervalMS,

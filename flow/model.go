@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -170,6 +171,9 @@ func NormalizeTaskType(t TaskType) (TaskType, error) {
 	if !(t.RateLimitPerSecond >= 0 && t.RateLimitPerSecond <= MaxRateLimit) { // NaN fails too
 		return t, fieldErr("rate_limit_per_second", "%v: want 0 (no limit) up to %g", t.RateLimitPerSecond, MaxRateLimit)
 	}
+	if err := validFairness(t); err != nil {
+		return t, err
+	}
 	if t.Cron == "" && (t.CronStage != "" || t.CronContext != nil) {
 		return t, fieldErr("cron", "required with cron_stage or cron_context")
 	}
@@ -329,7 +333,7 @@ func ValidateNewTask(prefix string, t *NewTask) error {
 	case !utf8.ValidString(t.UniqueKey):
 		return fieldErr(prefix+"unique_key", "not valid UTF-8")
 	}
-	for _, k := range []struct{ field, v string }{{"sequence_key", t.SequenceKey}, {"rate_key", t.RateKey}} {
+	for _, k := range []struct{ field, v string }{{"sequence_key", t.SequenceKey}, {"rate_key", t.RateKey}, {"fairness_key", t.FairnessKey}} {
 		if err := validKey(prefix+k.field, k.v); err != nil {
 			return err
 		}
@@ -354,6 +358,46 @@ func validKey(field, v string) error {
 		return fieldErr(field, "%d bytes, at most %d", len(v), MaxUniqueKeyLen)
 	case !utf8.ValidString(v):
 		return fieldErr(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// Bounds of fairness_weights: a weight is 1 to MaxFairnessWeight (a
+// hold's share is computed in float64 from their sum, which these keep
+// exact), and a type lists at most MaxFairnessKeys (the list travels with
+// the type's config, which every hold of the type reads from a cache).
+const (
+	MaxFairnessWeight = 1000
+	MaxFairnessKeys   = 1000
+)
+
+// validFairness checks fair and fairness_weights.
+func validFairness(t TaskType) error {
+	if len(t.FairnessWeights) == 0 {
+		return nil
+	}
+	if !t.Fair {
+		return fieldErr("fairness_weights", "only with fair: true")
+	}
+	if len(t.FairnessWeights) > MaxFairnessKeys {
+		return fieldErr("fairness_weights", "%d keys, at most %d", len(t.FairnessWeights), MaxFairnessKeys)
+	}
+	keys := make([]string, 0, len(t.FairnessWeights))
+	for k := range t.FairnessWeights {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // one answer for one body
+	for _, k := range keys {
+		w := t.FairnessWeights[k]
+		switch {
+		case k == "":
+			return fieldErr("fairness_weights", "a key is empty; weigh keys that tasks are created with")
+		case w < 1 || w > MaxFairnessWeight:
+			return fieldErr("fairness_weights", "%q: weight %d, want 1 to %d", k, w, MaxFairnessWeight)
+		}
+		if err := validKey("fairness_weights", k); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func (g *Gateway) acceptLoop(ln net.Listener) {
 		if g.tlsConf != nil {
 			// The handshake runs on the connection's own goroutine
 			// (serveConn), not here: a slow client must not stall Accept.
-			c = tls.Server(c, g.tlsConf)
+			c = g.tlsServer(c)
 		}
 		cc := g.newClientConn(c)
 		if cc == nil {
@@ -100,7 +100,7 @@ func (g *Gateway) newClientConn(c net.Conn) *clientConn {
 		cc = &clientConn{g: g, br: bufio.NewReaderSize(nil, size), bw: bufio.NewWriterSize(nil, 4<<10)}
 	}
 	cc.c, cc.raw, cc.tls = c, c, false
-	if tc, ok := c.(*tls.Conn); ok {
+	if tc, ok := c.(*tls.Conn); ok { // a handed-back one sets these itself (loop_linux.go's handOff)
 		cc.raw, cc.tls = tc.NetConn(), true
 	}
 	cc.deadline = time.Time{}
@@ -212,14 +212,18 @@ func (g *Gateway) serveConn(cc *clientConn) {
 	handedOff := false
 	defer func() { g.release(cc, handedOff) }()
 	cfg := g.cfg()
-	if cc.tls {
-		switch cc.handshake(cfg.Timeouts.ReadHeader.D()) {
+	if tc, ok := cc.c.(*tls.Conn); ok { // not yet handshaken
+		switch cc.handshake(tc, cfg.Timeouts.ReadHeader.D()) {
 		case handshakeFailed:
 			return
 		case handshakeH2:
 			// The *tls.Conn itself, unwrapped: net/http recognises it
 			// and runs its HTTP/2 server (TLSNextProto) on it.
 			handedOff = g.handoff.give(cc.c)
+			return
+		}
+		if g.adoptTLS(cc) { // HTTP/1.1 on an event loop (loop_tls_linux.go)
+			handedOff = true
 			return
 		}
 	}
@@ -275,7 +279,7 @@ func (g *Gateway) handOff(cc *clientConn) bool {
 	br := cc.br
 	cc.br = bufio.NewReaderSize(nil, br.Size()) // the pooled struct needs a fresh one
 	bc := &bufferedConn{Conn: cc.c, r: br}
-	if tc, ok := cc.c.(*tls.Conn); ok {
+	if tc, ok := cc.c.(interface{ ConnectionState() tls.ConnectionState }); ok {
 		st := tc.ConnectionState()
 		bc.tls = &st
 	}

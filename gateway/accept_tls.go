@@ -28,8 +28,7 @@ const (
 // ClientHello (or never finishes) is closed then, as one that never sends
 // a head is. The write deadline covers a client that never reads the
 // server's flight.
-func (cc *clientConn) handshake(to time.Duration) handshakeOutcome {
-	tc := cc.c.(*tls.Conn)
+func (cc *clientConn) handshake(tc *tls.Conn, to time.Duration) handshakeOutcome {
 	cc.deadline = time.Now().Add(to)
 	_ = tc.SetDeadline(cc.deadline)
 	// No request yet: Shutdown may end the handshake at once. Marked

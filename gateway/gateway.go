@@ -216,6 +216,10 @@ func (g *Gateway) Start() error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		g.ln, g.addr = ln, ln.Addr()
+		if err := g.startTLSLoops(); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
 	if cfg.Admin.Listen != "off" {
 		al, err := net.Listen("tcp", cfg.Admin.Listen)

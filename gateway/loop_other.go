@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 )
@@ -12,6 +13,12 @@ import (
 type evloop struct{}
 
 func (g *Gateway) loopServes() bool { return false }
+
+func (g *Gateway) startTLSLoops() error { return nil }
+
+func (g *Gateway) tlsServer(c net.Conn) net.Conn { return tls.Server(c, g.tlsConf) }
+
+func (g *Gateway) adoptTLS(*clientConn) bool { return false }
 
 func (g *Gateway) listenLoops(string) (net.Addr, error) {
 	return nil, errors.New("event loop: Linux only")

@@ -110,6 +110,18 @@ func (q *outq) toFile(p []byte) (int, error) {
 // writeTo writes queued bytes to fd once: memory, else the next piece of
 // the file.
 func (q *outq) writeTo(fd int) (int, error) {
+	p, err := q.next()
+	if err != nil {
+		return 0, err
+	}
+	n, err := writeFD(fd, p)
+	q.advance(n)
+	return n, err
+}
+
+// next is what goes out next: memory, else the next piece of the file
+// read into memory. Empty when nothing is pending.
+func (q *outq) next() ([]byte, error) {
 	if q.r == len(q.mem) && q.fileActive() {
 		if q.big == nil {
 			q.big = borrowBuf(q.memMax)
@@ -117,7 +129,7 @@ func (q *outq) writeTo(fd int) (int, error) {
 		buf := (*q.big)[:min(int64(cap(*q.big)), q.fw-q.fr)]
 		k, err := q.file.ReadAt(buf, q.fr)
 		if k == 0 && err != nil {
-			return 0, err
+			return nil, err
 		}
 		q.mem, q.r = buf[:k], 0
 		q.fr += int64(k)
@@ -125,14 +137,15 @@ func (q *outq) writeTo(fd int) (int, error) {
 			q.fr, q.fw = 0, 0 // the file is empty again: reuse it from its start
 		}
 	}
-	n, err := writeFD(fd, q.mem[q.r:])
-	if n > 0 {
-		q.r += n
-	}
+	return q.mem[q.r:], nil
+}
+
+// advance drops n bytes of what next gave, once they went out.
+func (q *outq) advance(n int) {
+	q.r += n
 	if q.r == len(q.mem) {
 		q.mem, q.r = q.mem[:0], 0
 	}
-	return n, err
 }
 
 // release frees what the queue holds.

@@ -233,3 +233,126 @@ func TestTLSRefusedHeadAnsweredThenClosed(t *testing.T) {
 		t.Errorf("the refused request reached the target")
 	}
 }
+
+// HTTP/1.1 over TLS on the event loop (where it runs: Linux): on one
+// connection, pipelined in one write, a response far larger than the
+// socket buffers (so the loop meets a full socket with records still
+// to write), a chunked upload it hands over to the goroutine path with
+// the decrypted bytes already read, and a request after it; all are
+// answered in order, whole, and the upload still reaches the target as
+// HTTPS.
+func TestTLSPipelineBigResponseAndHandOver(t *testing.T) {
+	const size = 24 << 20
+	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	b := newBackend(t, "b1")
+	bigSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(big)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go bigSrv.Serve(ln)
+	t.Cleanup(func() { bigSrv.Close() })
+	cert, key := selfSigned(t, t.TempDir())
+	g := start(t, base+"tls: {cert_file: "+cert+", key_file: "+key+"}\n"+
+		"routes:\n  - {match: {path: /big}, upstream: big}\n  - {match: {path_prefix: /}, upstream: api}\n"+
+		"upstreams:\n  big:\n    targets:\n      - {url: \"http://"+ln.Addr().String()+"\"}\n"+
+		"  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	t.Logf("event loops: %d", g.EventLoops())
+	c, err := tls.Dial("tcp", g.Addr(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second)) // a guard against a hang
+	io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"+
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"+
+		"GET /third HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReaderSize(c, 4096)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || !bytes.Equal(got, big) {
+		t.Fatalf("big response: %d, %d bytes (want %d), equal %v, %v", res.StatusCode, len(got), size, bytes.Equal(got, big), err)
+	}
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the upload after it: %v", err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	e := echo(t, resp{code: res.StatusCode, body: string(raw)})
+	if e.Body != "hello world" || e.Header.Get("X-Forwarded-Proto") != "https" {
+		t.Fatalf("the handed-over upload: body %q, X-Forwarded-Proto %q", e.Body, e.Header.Get("X-Forwarded-Proto"))
+	}
+	res, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the request after the handover: %v", err)
+	}
+	raw, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(raw) != "b1" {
+		t.Fatalf("the request after the handover: %d %q", res.StatusCode, raw)
+	}
+}
+
+// batchConn holds a TLS client's records and sends them in one write.
+type batchConn struct {
+	net.Conn
+	held bytes.Buffer
+	hold bool
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	if b.hold {
+		return b.held.Write(p)
+	}
+	return b.Conn.Write(p)
+}
+
+// Requests in separate TLS records that arrive in one segment are all
+// served: the loop reads on while crypto/tls holds a whole record it has
+// not decrypted, though the socket is drained.
+func TestTLSRecordsInOneSegment(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := tlsGateway(t, b.url(), "")
+	raw, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hang
+	bc := &batchConn{Conn: raw}
+	c := tls.Client(bc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for round := range 3 {
+		bc.hold = true
+		for i := range 3 {
+			io.WriteString(c, "GET /r"+strconv.Itoa(round)+strconv.Itoa(i)+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		bc.hold = false
+		if _, err := raw.Write(bc.held.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		bc.held.Reset()
+		for i := range 3 {
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("round %d, response %d: %v", round, i+1, err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || string(body) != "b1" {
+				t.Fatalf("round %d, response %d: %d %q", round, i+1, res.StatusCode, body)
+			}
+		}
+	}
+}

@@ -46,10 +46,10 @@ func mainModuleDir() (string, error) {
 }
 
 // gatewayContender runs `fulcrum gateway` with the strategy. configured
-// sets max_concurrency to each provider's first-stage permits; settings
-// and queue, when not empty, are more fields of the upstream's
-// strategy_settings and queue.
-func gatewayContender(strategy string, configured bool, settings, queue string) starter {
+// sets max_concurrency to each provider's first-stage permits; settings,
+// queue and health, when not empty, are more fields of the upstream's
+// strategy_settings, queue and health.
+func gatewayContender(strategy string, configured bool, settings, queue, health string) starter {
 	return func(ctx context.Context, env *runEnv) (string, func(), error) {
 		if env.fulcrum == "" {
 			return "", nil, fmt.Errorf("no fulcrum binary (see the build error above)")
@@ -93,6 +93,9 @@ func gatewayContender(strategy string, configured bool, settings, queue string) 
 			q += ", " + queue
 		}
 		fmt.Fprintf(&b, "    queue: {%s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n", q)
+		if health != "" {
+			fmt.Fprintf(&b, "    health: {%s}\n", health)
+		}
 		b.WriteString("routes:\n  - {match: {path_prefix: /}, upstream: contest}\n")
 		path := filepath.Join(dir, "gateway.yaml")
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
@@ -118,7 +121,7 @@ func contenders() []contender {
 		{"fulcrum round_robin", "round_robin", false},
 		{"fulcrum random", "random", false},
 	} {
-		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "", "")})
+		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "", "", "")})
 	}
 	cs = append(cs,
 		contender{Name: "library capacity (learned)", Kind: "library", Learns: true, start: libraryContender("capacity", learned)},

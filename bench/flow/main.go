@@ -66,6 +66,7 @@ func main() {
 		riverMax  = flag.Int("river-workers", 2000, "River's MaxWorkers (River's own benchmark uses 2000)")
 		cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 		memprof   = flag.String("memprofile", "", "write a profile of the whole run's allocations here")
+		fairKeys  = flag.Int("fair-keys", 0, "end to end with the type fair and its tasks spread round-robin over this many fairness keys (0: not fair, no keys)")
 		timeline  = flag.Bool("timeline", false, "print each end-to-end round's milestones to stderr (first create acknowledged, first stage or job run, last one, confirmed)")
 	)
 	flag.Parse()
@@ -106,7 +107,7 @@ func main() {
 		}
 		hw = append(hw, n)
 	}
-	cfg := benchConfig{holdLimit: *holdLimit, reportBatch: *report, holdWorkers: hw, pg: *pg, my: *my, want: want, e2e: strings.Contains(*parts, "e2e"), hold: strings.Contains(*parts, "hold")}
+	cfg := benchConfig{fairKeys: *fairKeys, holdLimit: *holdLimit, reportBatch: *report, holdWorkers: hw, pg: *pg, my: *my, want: want, e2e: strings.Contains(*parts, "e2e"), hold: strings.Contains(*parts, "hold")}
 	if err := run(ctx, cfg, *tasks, *holdTasks, *workers, *conc, *riverMax, *runs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench flow:", err)
 		pprof.StopCPUProfile()
@@ -172,6 +173,7 @@ type benchConfig struct {
 	holdWorkers []int
 	holdLimit   int // end to end: tasks per hold
 	reportBatch int // end to end: outcomes per set_tasks
+	fairKeys    int // end to end: a fair type, tasks over this many fairness keys (0: not fair)
 }
 
 // target is one database a flow server runs on in one run: a DSN and a
@@ -256,7 +258,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		}
 		for _, d := range ts {
 			fmt.Fprintf(os.Stderr, "round %d: fulcrum flow on %s, %d tasks...\n", round, d.name, n)
-			r, err := flowE2E(ctx, d, n, workers, conc, cfg.holdLimit, cfg.reportBatch)
+			r, err := flowE2E(ctx, d, n, workers, conc, cfg.holdLimit, cfg.reportBatch, cfg.fairKeys)
 			if err != nil {
 				return fmt.Errorf("flow on %s: %w", d.name, err)
 			}
@@ -356,7 +358,7 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 
 // flowE2E creates n tasks in batches while workers SDK workers work them,
 // and returns tasks per second from the first create to the last success.
-func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportBatch int) (e2eResult, error) {
+func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportBatch, fairKeys int) (e2eResult, error) {
 	var res e2eResult
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -371,7 +373,7 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	}
 	defer c.Close()
 	tt := flow.TaskType{TaskType: "bench", ScheduleLimit: holdLimit, ScheduleIntervalMS: 100, MaxProcessingMS: 60_000,
-		MaxRetryNum: 3, RetryIntervalMS: 100, MaxRetryIntervalMS: 1000}
+		MaxRetryNum: 3, RetryIntervalMS: 100, MaxRetryIntervalMS: 1000, Fair: fairKeys > 0}
 	if err := c.RegisterTask(ctx, tt); err != nil {
 		return res, err
 	}
@@ -414,7 +416,11 @@ func flowE2E(ctx context.Context, d target, n, workers, conc, holdLimit, reportB
 	if err := createAll(ctx, n, func(ctx context.Context, from, to int) error {
 		nts := make([]flow.NewTask, 0, to-from)
 		for i := from; i < to; i++ {
-			nts = append(nts, flow.NewTask{TaskType: "bench", TaskStage: "work", TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			nt := flow.NewTask{TaskType: "bench", TaskStage: "work", TaskContext: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+			if fairKeys > 0 {
+				nt.FairnessKey = "tenant-" + strconv.Itoa(i%fairKeys)
+			}
+			nts = append(nts, nt)
 		}
 		_, err := c.CreateTasks(ctx, nts)
 		m.mark(&m.firstCreate)

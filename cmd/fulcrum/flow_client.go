@@ -100,6 +100,7 @@ func flowSubmitCmd() *cobra.Command {
 		unique   string
 		seqKey   string
 		rateKey  string
+		fairKey  string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit [TYPE STAGE]",
@@ -142,7 +143,7 @@ func flowSubmitCmd() *cobra.Command {
 				}
 			} else {
 				t := flow.NewTask{TaskType: args[0], TaskStage: args[1], Priority: priority, DelayMS: delay.Milliseconds(), UniqueKey: unique,
-					SequenceKey: seqKey, RateKey: rateKey}
+					SequenceKey: seqKey, RateKey: rateKey, FairnessKey: fairKey}
 				if context != "" {
 					if !json.Valid([]byte(context)) {
 						return fmt.Errorf("--context: not valid JSON: %q", context)
@@ -186,6 +187,7 @@ func flowSubmitCmd() *cobra.Command {
 	cmd.Flags().StringVar(&unique, "unique-key", "", "while a task of TYPE with this key is pending or processing, print its id instead of creating another")
 	cmd.Flags().StringVar(&seqKey, "sequence-key", "", "run one task of TYPE with this key at a time, in creation order")
 	cmd.Flags().StringVar(&rateKey, "rate-key", "", "the upstream the task calls: a worker may pause the key (pause_rate_key_ms), and --rate-limit caps it")
+	cmd.Flags().StringVar(&fairKey, "fairness-key", "", "who the task is for (a tenant): a type registered with --fair shares its holds across these keys")
 	return cmd
 }
 

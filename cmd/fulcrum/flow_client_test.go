@@ -223,6 +223,16 @@ func TestFlowOperatorCommands(t *testing.T) {
 	if out := must("register", "calls", "--rate-limit", "2.5"); !strings.Contains(out, "rate_limit=2.5/s") {
 		t.Fatalf("register --rate-limit printed %q", out)
 	}
+	if out := must("register", "export", "--fair", "--fairness-weight", "acme=3", "--fairness-weight", "globex=2"); !strings.Contains(out, "fair fairness_weights=acme:3,globex:2") {
+		t.Fatalf("register --fair printed %q", out)
+	}
+	if _, err := runFlow(t, "", "register", "export", "--fair", "--fairness-weight", "acme=0"); err == nil || !strings.Contains(err.Error(), "--fairness-weight acme=0") {
+		t.Fatalf("register with a zero weight: %v", err)
+	}
+	exp := strings.TrimSpace(must("submit", "export", "s", "--fairness-key", "acme"))
+	if got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "export", WorkerID: "w"}); err != nil || len(got) != 1 || got[0].TaskID != exp || got[0].FairnessKey != "acme" {
+		t.Fatalf("hold of the submitted fair task: %+v, %v", got, err)
+	}
 	call := strings.TrimSpace(must("submit", "calls", "s", "--sequence-key", "order-1", "--rate-key", "api"))
 	got, err := c.HoldTasks(ctx, flow.HoldTasksRequest{TaskType: "calls", WorkerID: "w"})
 	if err != nil || len(got) != 1 || got[0].TaskID != call || got[0].SequenceKey != "order-1" || got[0].RateKey != "api" {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,12 +24,14 @@ func flowRegisterCmd() *cobra.Command {
 		tt                                        flow.TaskType
 		interval, processing, retry, maxRetryIntv time.Duration
 		cronCtx                                   string
+		weights                                   map[string]int
 	)
 	cmd := &cobra.Command{
 		Use:   "register TYPE",
 		Short: "Create or update a task type (fields left out take the server's defaults)",
 		Example: `  fulcrum flow register video --max-retry 3 --retry-interval 2s --max-processing 2m
-  fulcrum flow register report --cron "0 6 * * *" --cron-stage build --cron-context '{"kind":"daily"}'`,
+  fulcrum flow register report --cron "0 6 * * *" --cron-stage build --cron-context '{"kind":"daily"}'
+  fulcrum flow register export --fair --fairness-weight acme=3 --fairness-weight globex=2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, d := range []struct {
@@ -41,6 +45,14 @@ func flowRegisterCmd() *cobra.Command {
 			tt.TaskType = args[0]
 			if tt.RateLimitPerSecond < 0 {
 				return fmt.Errorf("--rate-limit: %v is negative", tt.RateLimitPerSecond)
+			}
+			for k, w := range weights {
+				if k == "" || w < 1 {
+					return fmt.Errorf("--fairness-weight %s=%d: want KEY=WEIGHT, a key and a weight of at least 1", k, w)
+				}
+			}
+			if len(weights) > 0 {
+				tt.FairnessWeights = weights
 			}
 			if cronCtx != "" {
 				if !json.Valid([]byte(cronCtx)) {
@@ -74,6 +86,8 @@ func flowRegisterCmd() *cobra.Command {
 	fl.StringVar(&tt.CronStage, "cron-stage", "", "stage of the tasks --cron creates")
 	fl.StringVar(&cronCtx, "cron-context", "", "task_context (JSON) of the tasks --cron creates")
 	fl.Float64Var(&tt.RateLimitPerSecond, "rate-limit", 0, "most tasks held a second per rate_key, across servers (0: no limit)")
+	fl.BoolVar(&tt.Fair, "fair", false, "share each hold across the fairness keys with due tasks, by weight, instead of by due time alone")
+	fl.StringToIntVar(&weights, "fairness-weight", nil, "KEY=WEIGHT, a fairness key's weight with --fair (1 to 1000; keys not named weigh 1); repeat for more keys")
 	return cmd
 }
 
@@ -113,6 +127,19 @@ func printType(cmd *cobra.Command, output string, t *flow.TaskType) error {
 	}
 	if err == nil && t.RateLimitPerSecond > 0 {
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), " rate_limit=%g/s", t.RateLimitPerSecond)
+	}
+	if err == nil && t.Fair {
+		_, err = fmt.Fprint(cmd.OutOrStdout(), " fair")
+		keys := slices.Sorted(maps.Keys(t.FairnessWeights))
+		for i, k := range keys {
+			if err == nil {
+				sep := ","
+				if i == 0 {
+					sep = " fairness_weights="
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s%s:%d", sep, k, t.FairnessWeights[k])
+			}
+		}
 	}
 	if err == nil {
 		_, err = fmt.Fprintln(cmd.OutOrStdout())

@@ -169,6 +169,8 @@ const scenarios = {
     const paused = await control('pause-key');
     await page.waitForSelector(`${card} .pausedkeys [data-ratekey="${paused.rate_key}"]`);
     log('a paused rate key shown on its type:', paused.rate_key);
+    await page.waitForSelector('section[data-type="thumbnails"] .fairness [data-fairkey="premium"]');
+    log('a fair type shows its fairness weights');
     await shot('flow');
     if (env.actions.delete_task) {
       await page.goto(env.url + '/ui/#task/' + created.task_id);

@@ -57,6 +57,15 @@ function pausedKeys(tt) {
     tt.rate_limit_per_second ? h('span', { class: 'muted' }, ` (limit ${tt.rate_limit_per_second}/s per key)`) : null);
 }
 
+// fairness is a fair type's line: its holds are shared across fairness
+// keys by weight (keys not listed weigh 1).
+function fairness(tt) {
+  if (!tt || !tt.fair) return null;
+  const w = Object.entries(tt.fairness_weights || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return h('p', { class: 'fairness small', title: 'each hold is shared across the fairness keys with due tasks, by weight' }, 'fair shares per fairness key',
+    w.length ? h('span', { class: 'muted' }, ': ', w.map(([k, v]) => h('span', { class: 'badge', dataset: { fairkey: k } }, `${k} ×${v}`)), ' (others ×1)') : h('span', { class: 'muted' }, ', equal weights'));
+}
+
 function typeCard(st, fun, tt, now, refresh) {
   const name = st.task_type;
   const c = st.counts || {};
@@ -74,6 +83,7 @@ function typeCard(st, fun, tt, now, refresh) {
       have.pause && !paused ? h('button', { class: 'act pause', onclick: () => act('pause', { task_type: name }, refresh) }, 'pause') : null,
       have.resume && paused ? h('button', { class: 'act resume', onclick: () => act('resume', { task_type: name }, refresh) }, 'resume') : null),
     pausedKeys(tt),
+    fairness(tt),
     h('div', { class: 'counts' }, STATUSES.map((k) => h('a', { class: 'count ' + k, href: `#tasks?task_type=${encodeURIComponent(name)}&status=${k}` },
       h('span', { class: 'n', dataset: { status: k } }, c[k] || 0), ' ', k))),
     h('div', { class: 'charts' },
@@ -107,7 +117,7 @@ function overview(main) {
       return;
     }
     const funs = new Map(fn.types.map((t) => [t.task_type, t]));
-    // Each type's settings, for its paused rate keys (a read of the type
+    // Each type's settings, for its paused rate keys and its fairness (a read of the type
     // and of its paused keys); a type that cannot be read shows without.
     const types = await Promise.all(st.types.map((t) => get('/v1/get_task_type?task_type=' + encodeURIComponent(t.task_type)).catch(() => null)));
     const now = Date.now();
@@ -207,6 +217,7 @@ function taskPage(main, id) {
         ['status', h('span', { class: 'badge ' + s, dataset: { status: s } }, s)], ['type', task.task_type], ['stage', task.task_stage],
         ['priority', task.priority], ['retries', `${task.crt_retry_num} of ${task.max_retry_num}`], ['due', time(task.order_time)],
         ...(task.sequence_key ? [['sequence key', task.sequence_key]] : []), ...(task.rate_key ? [['rate key', task.rate_key]] : []),
+        ...(task.fairness_key ? [['fairness key', task.fairness_key]] : []),
         ['owner', task.owner || '–'], ['lease expiry', time(task.lease_expiry)], ['created', time(task.create_time)], ['modified', time(task.modify_time)],
       ].map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
       h('h2', {}, 'context'), h('pre', { class: 'context' }, ctx || '(none)'),

@@ -103,6 +103,8 @@ func (p *holdParser) task(t *flow.Task) bool {
 			t.SequenceKey, ok = p.StrAs(p.prev.SequenceKey)
 		case "rate_key":
 			t.RateKey, ok = p.StrAs(p.prev.RateKey)
+		case "fairness_key":
+			t.FairnessKey, ok = p.StrAs(p.prev.FairnessKey)
 		}
 		return ok // false for an unknown key too
 	})

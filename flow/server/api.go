@@ -377,7 +377,7 @@ func (s *Server) createTask(_ http.ResponseWriter, r *http.Request) (any, error)
 	}
 	tasks, prefix := req.Tasks, "tasks[%d]."
 	single := req.NewTask.TaskType != "" || req.NewTask.TaskStage != "" || req.NewTask.TaskContext != nil || req.NewTask.Priority != 0 ||
-		req.NewTask.DelayMS != 0 || req.NewTask.UniqueKey != "" || req.NewTask.SequenceKey != "" || req.NewTask.RateKey != ""
+		req.NewTask.DelayMS != 0 || req.NewTask.UniqueKey != "" || req.NewTask.SequenceKey != "" || req.NewTask.RateKey != "" || req.NewTask.FairnessKey != ""
 	switch {
 	case single && len(tasks) > 0:
 		return nil, badRequest("tasks: give one task inline or a batch in tasks, not both")
@@ -467,7 +467,8 @@ func (s *Server) holdTasks(_ http.ResponseWriter, r *http.Request) (any, error) 
 		}
 		t := now()
 		recs, err := s.st.Hold(ctx, store.HoldParams{TaskType: req.TaskType, WorkerID: req.WorkerID, Limit: limit,
-			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond), OmitLog: req.OmitScheduleLog})
+			Lease: flow.NewLease(), Now: t, LeaseExpiry: t.Add(time.Duration(tt.MaxProcessingMS) * time.Millisecond), OmitLog: req.OmitScheduleLog,
+			Fair: tt.Fair, FairnessWeights: tt.FairnessWeights})
 		if err != nil {
 			return nil, err
 		}

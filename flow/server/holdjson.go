@@ -121,7 +121,7 @@ func appendTaskJSON(b []byte, t *flow.Task) (_ []byte, ok bool) {
 	if b, ok = appendJSONTime(b, t.ModifyTime); !ok {
 		return b, false
 	}
-	for _, k := range [...]struct{ name, v string }{{`,"unique_key":`, t.UniqueKey}, {`,"sequence_key":`, t.SequenceKey}, {`,"rate_key":`, t.RateKey}} {
+	for _, k := range [...]struct{ name, v string }{{`,"unique_key":`, t.UniqueKey}, {`,"sequence_key":`, t.SequenceKey}, {`,"rate_key":`, t.RateKey}, {`,"fairness_key":`, t.FairnessKey}} {
 		if k.v != "" {
 			b = append(b, k.name...)
 			b = appendJSONString(b, k.v)

@@ -50,3 +50,40 @@ func TestKeysOverHTTP(t *testing.T) {
 		t.Fatalf("held %d during the pause", len(more))
 	}
 }
+
+// Over HTTP: a fair type's weights come back from register_task and
+// get_task_type, fairness_key travels through create, hold and get_task,
+// and holds share across the keys by weight, the light key's tasks
+// created last.
+func TestFairOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := start(t, Config{})
+	tt := video
+	tt.ScheduleLimit, tt.Fair, tt.FairnessWeights = 8, true, map[string]int{"big": 3}
+	var reg flow.TaskType
+	do(t, s, "/v1/register_task", tt, &reg, http.StatusOK)
+	if !reg.Fair || reg.FairnessWeights["big"] != 3 {
+		t.Fatalf("register_task answered %+v, want fair with big: 3", reg)
+	}
+	var nts []flow.NewTask
+	for i := 0; i < 20; i++ {
+		nts = append(nts, flow.NewTask{TaskType: "video", TaskStage: "a", FairnessKey: "big"})
+	}
+	create(t, s, nts...)
+	ids := create(t, s, flow.NewTask{TaskType: "video", TaskStage: "a", FairnessKey: "small"}, flow.NewTask{TaskType: "video", TaskStage: "a", FairnessKey: "small"})
+	n := map[string]int{}
+	for _, x := range hold(t, s, "video", 8, 0) {
+		n[x.FairnessKey]++
+	}
+	if n["big"] != 6 || n["small"] != 2 {
+		t.Fatalf("hold of 8: %v, want big 6, small 2", n)
+	}
+	if got := getTask(t, s, ids[0]); got.FairnessKey != "small" {
+		t.Fatalf("get_task: fairness_key %q, want small", got.FairnessKey)
+	}
+	var got flow.TaskType
+	do(t, s, "/v1/get_task_type?task_type=video", nil, &got, http.StatusOK)
+	if !got.Fair || got.FairnessWeights["big"] != 3 {
+		t.Fatalf("get_task_type = %+v, want fair with big: 3", got)
+	}
+}

@@ -117,6 +117,8 @@ func plainNewTaskField(p *plainjson.Parser, t, prev *flow.NewTask, key []byte) b
 		t.SequenceKey, ok = p.StrAs(prev.SequenceKey)
 	case "rate_key":
 		t.RateKey, ok = p.StrAs(prev.RateKey)
+	case "fairness_key":
+		t.FairnessKey, ok = p.StrAs(prev.FairnessKey)
 	}
 	return ok
 }

@@ -59,6 +59,9 @@ type driver interface {
 
 	// hold claims due tasks (Store.Hold without the lock and the sort).
 	hold(ctx context.Context, p HoldParams) ([]flow.Record, error)
+	// holdKeys claims up to limits[i] due tasks of fairness key keys[i],
+	// for each i, in one transaction (fair.go).
+	holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error)
 	// createBatch inserts records without unique keys, all or none, and
 	// wakes other servers where the database can.
 	createBatch(ctx context.Context, recs []flow.Record) error
@@ -88,6 +91,9 @@ type driver interface {
 	keys() keySQL
 	// counting is the driver's part of the task counts (counts.go).
 	counting() countSQL
+	// fair is how the database writes the fairness key conditions
+	// (fair.go).
+	fair() fairSQL
 }
 
 // drivers are the databases Open and NewTxCreator know.
@@ -237,6 +243,9 @@ func holdArgs(p HoldParams, dueFirst bool) []any {
 // dueArgs are the due condition's arguments: type, now, type for the
 // paused check, now for the paused keys, limit.
 func dueArgs(p HoldParams) []any {
+	if p.fairKey != "" { // dueFair: the key after the type
+		return []any{p.TaskType, p.fairKey, us(p.Now), p.TaskType, us(p.Now), p.Limit}
+	}
 	return []any{p.TaskType, us(p.Now), p.TaskType, us(p.Now), p.Limit}
 }
 

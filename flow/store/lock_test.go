@@ -23,6 +23,21 @@ func redisLocker(t testing.TB) store.Locker {
 	return redislock.New(c, 0)
 }
 
+// Fair shares with the Redis lock: the claim of several keys without
+// SKIP LOCKED (its status guard instead).
+func TestRedisLockFair(t *testing.T) {
+	t.Parallel()
+	for name, dsn := range map[string]func(testing.TB) string{
+		"postgres": func(t testing.TB) string { return testenv.Postgres(t) },
+		"mysql":    func(t testing.TB) string { return "mysql://" + testenv.MySQL(t) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			storetest.FairByWeight(t, factory(dsn), store.Options{HoldLock: redisLocker(t)})
+		})
+	}
+}
+
 // Asyncflow's design: a Redis lock around the claim instead of SKIP LOCKED.
 // Same stress as the suite: three stores, eight holders each.
 func TestRedisLockNoDoubleClaim(t *testing.T) {

@@ -93,7 +93,7 @@ func TestPostgresListAndPruneUseIndexes(t *testing.T) {
 		idx = append(idx, n)
 	}
 	rows.Close()
-	if got := strings.Join(idx, " "); got != "plan_tasks_claim plan_tasks_ended_list plan_tasks_lease plan_tasks_parent plan_tasks_pending plan_tasks_pkey plan_tasks_rate plan_tasks_seq plan_tasks_seq_proc plan_tasks_unique plan_tasks_waiting" {
+	if got := strings.Join(idx, " "); got != "plan_tasks_claim plan_tasks_ended_list plan_tasks_fair plan_tasks_lease plan_tasks_parent plan_tasks_pending plan_tasks_pkey plan_tasks_rate plan_tasks_seq plan_tasks_seq_proc plan_tasks_unique plan_tasks_waiting" {
 		t.Errorf("indexes = %s", got)
 	}
 }

@@ -97,7 +97,10 @@ var pgMigrations = [][]string{{
 		paused_until BIGINT NOT NULL DEFAULT 0, tat BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key))`,
 		`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS sequence_key VARCHAR(128) NOT NULL DEFAULT '',
 		ADD COLUMN IF NOT EXISTS rate_key VARCHAR(128) NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`), pgCountsMigration, pgCountsInline}
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`), pgCountsMigration,
+	// Fair shares per key (fair.go).
+	fairMigration(`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(128) NOT NULL DEFAULT ''`,
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS fair SMALLINT NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS fairness_weights TEXT`), pgCountsInline}
 
 // pgCountsMigration makes the task counts (counts.go): the writes append
 // the net change of each (type, stage, status) to count_deltas, which
@@ -154,13 +157,16 @@ type pgDriver struct {
 	instance string // this store's id in NOTIFY payloads
 	stop     func() // ends the LISTEN connection (start)
 	// q are the statements only this driver runs, $n placeholders.
-	q struct{ hold, holdNoLog, lockSel, writeBatch, insert, setFast, heartbeat string }
+	q struct {
+		hold, holdNoLog, holdKeys, holdKeysNoLog, lockSel, writeBatch, insert, setFast, heartbeat string
+	}
 }
 
 func (d *pgDriver) name() string                { return "postgres" }
 func (d *pgDriver) migrations() [][]string      { return pgMigrations }
 func (d *pgDriver) rebind(q string) string      { return rebindDollar(q) }
 func (d *pgDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
+func (d *pgDriver) fair() fairSQL               { return fairPartial }
 func (d *pgDriver) logExpr(event string) string { return pgLog(event) }
 
 func (d *pgDriver) retryable(err error) bool {
@@ -178,24 +184,39 @@ func (d *pgDriver) build(q *queries, b qparts) {
 	// update skips the key's B-tree descent, about 0.8 µs of the
 	// database's time a row (200,000 rows, one backend: 11.1-11.4 →
 	// 10.3-10.7 µs a hold's row).
-	hold := "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + b.due + " FOR UPDATE SKIP LOCKED), u AS (UPDATE " + t + " t SET " + b.set +
-		" FROM due WHERE t.ctid = due.rid RETURNING "
-	if b.redisLock {
-		// The lock serialises holds; the status guard is the owner CAS that
-		// keeps a hold correct even if the lock expired mid-claim. Without
-		// a row lock in the read, the rows are found again by key.
-		hold = "WITH due AS (SELECT task_id FROM " + t + " WHERE " + b.due + "), u AS (UPDATE " + t + " t SET " + b.set +
-			" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
+	hold := func(due string) string {
+		if b.redisLock {
+			// The lock serialises holds; the status guard is the owner CAS that
+			// keeps a hold correct even if the lock expired mid-claim. Without
+			// a row lock in the read, the rows are found again by key.
+			return "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + "), u AS (UPDATE " + t + " t SET " + b.set +
+				" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
+		}
+		return "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + due + " FOR UPDATE SKIP LOCKED), u AS (UPDATE " + t + " t SET " + b.set +
+			" FROM due WHERE t.ctid = due.rid RETURNING "
 	}
-	// The claim appends its move of the counts (pending to processing, per
-	// type and stage) in the same statement.
-	held := func(log bool) string {
-		return rebindDollar("WITH " + hold[len("WITH "):] + colsOf("t", log) + ")," +
+	// A claim (claim is its text up to RETURNING, inside the CTE u)
+	// appends its move of the counts, pending to processing per type and
+	// stage, in the same statement.
+	counted := func(claim string, log bool) string {
+		return rebindDollar(claim + colsOf("t", log) + ")," +
 			" c AS (INSERT INTO " + b.p + "count_deltas (task_type, task_stage, status, n) SELECT u.task_type, u.task_stage, x.st, x.n * COUNT(*)" +
 			" FROM u CROSS JOIN (VALUES (" + b.pending + ", -1), (" + b.proc + ", 1)) AS x(st, n) GROUP BY u.task_type, u.task_stage, x.st, x.n)" +
 			" SELECT * FROM u")
 	}
-	d.q.hold, d.q.holdNoLog = held(true), held(false)
+	d.q.hold, d.q.holdNoLog = counted(hold(b.due), true), counted(hold(b.due), false)
+	// The keys of a fair hold, each with its share: a lateral join runs
+	// the claim's read once per key, in one statement. The rows are found
+	// again by an array of their addresses (a TID scan): joined to the
+	// read, whose size the planner cannot know, they were hashed against
+	// a scan of the table.
+	keys := "WITH u AS (UPDATE " + t + " t SET " + b.set + " WHERE t.ctid = ANY(ARRAY(SELECT x.rid FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+		" CROSS JOIN LATERAL (SELECT ctid AS rid FROM " + t + " WHERE " + b.dueKeys + " FOR UPDATE SKIP LOCKED) x)) RETURNING "
+	if b.redisLock {
+		keys = "WITH u AS (UPDATE " + t + " t SET " + b.set + " WHERE t.task_id = ANY(ARRAY(SELECT x.task_id FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+			" CROSS JOIN LATERAL (SELECT task_id FROM " + t + " WHERE " + b.dueKeys + ") x)) AND t.status = " + b.pending + " RETURNING "
+	}
+	d.q.holdKeys, d.q.holdKeysNoLog = counted(keys, true), counted(keys, false)
 	d.q.lockSel = rebindDollar("SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE")
 	d.q.writeBatch = rebindDollar("WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
 		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log, modify_time = v.mt" +
@@ -255,6 +276,32 @@ func (d *pgDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 			q = d.q.holdNoLog
 		}
 		rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
+		if err != nil {
+			return nil, err
+		}
+		out, logs, err := scanHeld(rows, p.Limit)
+		if err != nil {
+			return nil, err
+		}
+		return d.s.parseHeldLogs(out, logs), nil
+	})
+}
+
+// holdKeys claims the keys' shares in one statement (the lateral join).
+func (d *pgDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	p.Limit = 0
+	ns := make([]int32, len(limits))
+	for i, n := range limits {
+		ns[i] = int32(n)
+		p.Limit += n
+	}
+	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		q := d.q.holdKeys
+		if p.OmitLog {
+			q = d.q.holdKeysNoLog
+		}
+		args := append(holdArgs(p, false)[:6], keys, ns, p.TaskType, us(p.Now), p.TaskType, us(p.Now)) // SET's, then the read's
+		rows, err := d.s.w.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -474,11 +521,11 @@ func (d *pgDriver) listen(ctx context.Context, dsn string, up func()) error {
 // quarter of the process's garbage end to end; PostgreSQL decoded them
 // all too.
 //
-// Arguments: the 20 columns' arrays in cols order, then the shared
-// values of the 18 that have one (every column but task_id and
+// Arguments: the 21 columns' arrays in cols order, then the shared
+// values of the 19 that have one (every column but task_id and
 // task_context), then the NOTIFY channel and payload prefix.
 func pgInsert(t string) string {
-	types := []string{"text", "text", "text", "smallint", "text", "int", "bigint", "int", "int", "bigint", "bigint", "text", "text", "bigint", "text", "bigint", "bigint", "text", "text", "text"}
+	types := []string{"text", "text", "text", "smallint", "text", "int", "bigint", "int", "int", "bigint", "bigint", "text", "text", "bigint", "text", "bigint", "bigint", "text", "text", "text", "text"}
 	names := strings.Split(cols, ", ")
 	arrays, sel := make([]string, len(types)), make([]string, len(types))
 	for i, ty := range types {
@@ -541,9 +588,10 @@ func (d *pgDriver) createBatch(ctx context.Context, recs []recordT) error {
 	keys, key := str(func(r *recordT) string { return r.UniqueKey })
 	seqs, seq := str(func(r *recordT) string { return r.SequenceKey })
 	rates, rate := str(func(r *recordT) string { return r.RateKey })
+	fairs, fair := str(func(r *recordT) string { return r.FairnessKey })
 	_, err := d.s.w.ExecContext(ctx, d.q.insert,
-		ids, types, stages, statuses, ctxs, prios, ots, crts, maxrs, ris, mris, owners, leases, les, logs, cts, mts, keys, seqs, rates,
-		typ, stage, status, prio, ot, crt, maxr, ri, mri, owner, lease, le, logShared, ct, mt, key, seq, rate,
+		ids, types, stages, statuses, ctxs, prios, ots, crts, maxrs, ris, mris, owners, leases, les, logs, cts, mts, keys, seqs, rates, fairs,
+		typ, stage, status, prio, ot, crt, maxr, ri, mri, owner, lease, le, logShared, ct, mt, key, seq, rate, fair,
 		d.channel(), d.instance+":")
 	return err
 }

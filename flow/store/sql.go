@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
@@ -34,6 +36,8 @@ type SQLStore struct {
 	// countStmt is the counts' upsert prepared on the writer, where the
 	// writes keep the counts (SQLite; see count).
 	countStmt *sql.Stmt
+	// fair: task type -> *fairState, this store's shares of a fair type.
+	fair sync.Map
 }
 
 // Dialect names the database: "sqlite", "postgres" or "mysql".
@@ -129,10 +133,10 @@ func (s *SQLStore) Close() error {
 	return errors.Join(errs...)
 }
 
-const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key, sequence_key, rate_key"
+const cols = "task_id, task_type, task_stage, status, task_context, priority, order_time, crt_retry_num, max_retry_num, retry_interval_ms, max_retry_interval_ms, owner, lease, lease_expiry, schedule_log, create_time, modify_time, unique_key, sequence_key, rate_key, fairness_key"
 
 // ncols is how many columns cols names.
-const ncols = 20
+const ncols = 21
 
 // sqlStatus renders statuses for SQL text from the flow constants.
 func sqlStatus(sts ...flow.Status) string {
@@ -192,14 +196,20 @@ type queries struct {
 	workerSel                                                 string
 	// rateKeyIns makes a rate key's row (type, key) unless it has one.
 	rateKeyIns string
+	// fairWalk reads a fair type's keys (fair.go).
+	fairWalk string
 }
 
 // qparts are the pieces every driver's queries are built from.
 type qparts struct {
-	t, p      string // tasks table, table prefix
-	cols      string // the task columns as selected
-	set, due  string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
-	redisLock bool   // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
+	t, p     string // tasks table, table prefix
+	cols     string // the task columns as selected
+	set, due string // a hold's SET list and its due-task condition (ORDER BY and LIMIT included)
+	dueFair  string // due for one fairness key, which it binds after the type (fair.go)
+	// dueKeys is due for the key k.key, LIMIT k.n, of a lateral join over
+	// the hold's keys (PostgreSQL's claim of several keys, fair.go)
+	dueKeys   string
+	redisLock bool // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
 	// statuses rendered from the flow constants
 	pending, proc, live, ended string
 	// register_task's insert and the columns an update of the type sets
@@ -220,12 +230,17 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
-	b.due = "task_type = ? AND status = " + b.pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
-		"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT ?"
+	due := func(pending, limit string) string {
+		return "task_type = ? AND " + pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
+			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT " + limit
+	}
+	f := d.fair()
+	b.due, b.dueFair = due("status = "+b.pending, "?"), due(f.pending("")+" = ? AND "+f.keyed(""), "?")
+	b.dueKeys = due(f.pending("")+" = k.key AND "+f.keyed(""), "k.n")
 	b.typeIns = "INSERT INTO " + p + "task_types (task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms," +
-		" cron, cron_stage, cron_context, cron_last, create_time, modify_time, rate_limit_per_second) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		" cron, cron_stage, cron_context, cron_last, create_time, modify_time, rate_limit_per_second, fair, fairness_weights) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	b.typeUpd = []string{"schedule_limit", "schedule_interval_ms", "max_processing_ms", "max_retry_num", "retry_interval_ms", "max_retry_interval_ms",
-		"cron_stage", "cron_context", "modify_time", "rate_limit_per_second"}
+		"cron_stage", "cron_context", "modify_time", "rate_limit_per_second", "fair", "fairness_weights"}
 
 	q := queries{cols: b.cols}
 	q.renew = "UPDATE " + t + " SET lease_expiry = ?, modify_time = ? WHERE task_id = ? AND lease = ? AND status = " + b.proc
@@ -236,7 +251,7 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// index whatever the planner's statistics say (MIN over a freshly
 	// filled table was planned as a scan of the type's pending entries).
 	q.nextDue = "SELECT order_time FROM " + t + " WHERE task_type = ? AND status = " + b.pending + " ORDER BY order_time LIMIT 1"
-	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context, rate_limit_per_second"
+	typeCols := "task_type, schedule_limit, schedule_interval_ms, max_processing_ms, max_retry_num, retry_interval_ms, max_retry_interval_ms, paused, cron, cron_stage, cron_context, rate_limit_per_second, fair, fairness_weights"
 	q.getType = "SELECT " + typeCols + " FROM " + p + "task_types WHERE task_type = ?"
 	q.listTypes = "SELECT " + typeCols + " FROM " + p + "task_types ORDER BY task_type"
 	q.insertOne = "INSERT INTO " + t + " (" + cols + ") VALUES (" + in(ncols) + ")"
@@ -250,8 +265,9 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 		" AND NOT (status = " + b.pending + " AND parent_id <> '')"
 	q.workerSel = "SELECT " + b.cols + " FROM " + t + " WHERE owner = ? AND status = " + b.proc + " ORDER BY task_id"
 	q.rateKeyIns = "INSERT INTO " + p + "rate_keys (task_type, rate_key, paused_until, tat) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
+	q.fairWalk = fairWalkSQL(t, d.fair())
 	d.build(&q, b)
-	for _, s := range []*string{&q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes,
+	for _, s := range []*string{&q.fairWalk, &q.renew, &q.cancel, &q.get, &q.nextDue, &q.rescueSel, &q.prune, &q.upsertType, &q.getType, &q.listTypes,
 		&q.insertOne, &q.insertUnique, &q.liveByKey, &q.setPaused, &q.deleteTask, &q.cronLast, &q.cronCAS, &q.workerSel, &q.rateKeyIns} {
 		*s = d.rebind(*s)
 	}
@@ -303,7 +319,7 @@ func newRowScan() *rowScan {
 	s := &rowScan{}
 	r := &s.r
 	s.dest = []any{&r.TaskID, &r.TaskType, &r.TaskStage, &s.status, &s.ctx, &r.Priority, &s.order, &r.CrtRetryNum, &r.MaxRetryNum,
-		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &s.le, &s.log, &s.ct, &s.mt, &r.UniqueKey, &r.SequenceKey, &r.RateKey}
+		&r.RetryIntervalMS, &r.MaxRetryIntervalMS, &r.Owner, &r.Lease, &s.le, &s.log, &s.ct, &s.mt, &r.UniqueKey, &r.SequenceKey, &r.RateKey, &r.FairnessKey}
 	return s
 }
 
@@ -405,7 +421,8 @@ func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.T
 	// cron_last starts at the registration: the first tick is the
 	// schedule's next one after it. Re-registering the same cron keeps it.
 	_, err := s.w.ExecContext(ctx, s.q.upsertType, t.TaskType, t.ScheduleLimit, t.ScheduleIntervalMS, t.MaxProcessingMS,
-		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, t.Cron, t.CronStage, ctxArg(t.CronContext), us(now), us(now), us(now), t.RateLimitPerSecond)
+		t.MaxRetryNum, t.RetryIntervalMS, t.MaxRetryIntervalMS, t.Cron, t.CronStage, ctxArg(t.CronContext), us(now), us(now), us(now), t.RateLimitPerSecond,
+		boolInt(t.Fair), weightsArg(t.FairnessWeights))
 	if err != nil {
 		return fmt.Errorf("register task type %s: %w", t.TaskType, err)
 	}
@@ -414,11 +431,19 @@ func (s *SQLStore) RegisterType(ctx context.Context, t flow.TaskType, now time.T
 
 func scanType(sc scanner) (flow.TaskType, error) {
 	var t flow.TaskType
-	var paused int
-	var cctx []byte
+	var paused, fair int
+	var cctx, weights []byte
 	err := sc.Scan(&t.TaskType, &t.ScheduleLimit, &t.ScheduleIntervalMS, &t.MaxProcessingMS, &t.MaxRetryNum, &t.RetryIntervalMS, &t.MaxRetryIntervalMS, &paused,
-		&t.Cron, &t.CronStage, &cctx, &t.RateLimitPerSecond)
-	t.Paused = paused != 0
+		&t.Cron, &t.CronStage, &cctx, &t.RateLimitPerSecond, &fair, &weights)
+	if err != nil {
+		return t, err
+	}
+	t.Paused, t.Fair = paused != 0, fair != 0
+	if len(weights) > 0 {
+		if err := json.Unmarshal(weights, &t.FairnessWeights); err != nil {
+			return t, fmt.Errorf("task type %s: fairness_weights: %w", t.TaskType, err)
+		}
+	}
 	if cctx != nil {
 		t.CronContext = json.RawMessage(append([]byte(nil), cctx...))
 	}
@@ -478,7 +503,7 @@ func (s *SQLStore) CreateTasks(ctx context.Context, recs []flow.Record) error {
 func insertArgs(r *flow.Record) []any {
 	return []any{r.TaskID, r.TaskType, r.TaskStage, int(r.Status), ctxArg(r.TaskContext), r.Priority, us(r.OrderTime),
 		r.CrtRetryNum, r.MaxRetryNum, r.RetryIntervalMS, r.MaxRetryIntervalMS, r.Owner, r.Lease, int64(0),
-		string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime), r.UniqueKey, r.SequenceKey, r.RateKey}
+		string(flow.MarshalLog(r.ScheduleLog)), us(r.CreateTime), us(r.ModifyTime), r.UniqueKey, r.SequenceKey, r.RateKey, r.FairnessKey}
 }
 
 func hasUniqueKey(recs []flow.Record) bool {
@@ -590,7 +615,13 @@ func (s *SQLStore) Hold(ctx context.Context, p HoldParams) ([]flow.Record, error
 		}
 		defer unlock()
 	}
-	recs, err := s.drv.hold(ctx, p)
+	var recs []flow.Record
+	var err error
+	if p.Fair {
+		recs, err = s.holdFair(ctx, p)
+	} else {
+		recs, err = s.drv.hold(ctx, p)
+	}
 	if err == nil {
 		recs, err = s.admit(ctx, p, recs)
 	}
@@ -1143,7 +1174,7 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 		}
 		for i := v; i < len(migrations); i++ {
 			for _, stmt := range migrations[i] {
-				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil {
+				if _, err := ex.ExecContext(ctx, strings.ReplaceAll(stmt, "{p}", s.p)); err != nil && !alreadyAdded(err) {
 					return fmt.Errorf("migration %d: %w", i+1, err)
 				}
 			}
@@ -1157,6 +1188,18 @@ func (s *SQLStore) migrate(ctx context.Context) error {
 		return fmt.Errorf("store: migrate %s schema (prefix %s): %w", s.drv.name(), s.p, err)
 	}
 	return nil
+}
+
+// alreadyAdded reports an ADD COLUMN or ADD KEY of a column or key that
+// is there (SQLite, MySQL: PostgreSQL's say IF NOT EXISTS): a step that
+// ran before its version was recorded (MySQL commits each DDL statement
+// on its own, so a crash can come between them) runs again unharmed.
+func alreadyAdded(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1060 || me.Number == 1061 // duplicate column name, duplicate key name
+	}
+	return strings.Contains(err.Error(), "duplicate column name")
 }
 
 type recordT = flow.Record

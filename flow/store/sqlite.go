@@ -79,7 +79,10 @@ var liteMigrations = [][]string{{
 		paused_until INTEGER NOT NULL DEFAULT 0, tat INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (task_type, rate_key)) WITHOUT ROWID`,
 		`ALTER TABLE {p}tasks ADD COLUMN sequence_key TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE {p}tasks ADD COLUMN rate_key TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`), liteCountsMigration, liteCountsInline}
+		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`), liteCountsMigration,
+	// Fair shares per key (fair.go).
+	fairMigration(`ALTER TABLE {p}tasks ADD COLUMN fairness_key TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE {p}task_types ADD COLUMN fair INTEGER NOT NULL DEFAULT 0`, `ALTER TABLE {p}task_types ADD COLUMN fairness_weights TEXT`), liteCountsInline}
 
 // liteCountsMigration makes the task counts (counts.go), kept in place
 // by the writes: the one writer has no concurrent transaction to make
@@ -129,17 +132,23 @@ type liteDriver struct {
 	lw      *liteWriter // group commit of writes (start)
 	walPath string      // with synchronous=FULL: the WAL the group commit fsyncs
 	// q are the statements only this driver runs.
-	q struct{ hold, holdOne, holdNoLog, holdOneNoLog, lockSel, writeRow, setFast, heartbeat string }
+	q struct {
+		hold, holdOne, holdNoLog, holdOneNoLog, lockSel, writeRow, setFast, heartbeat string
+		holdFair, holdFairOne, holdFairNoLog, holdFairOneNoLog                        string
+	}
 	// prepared hot statements: parsing the hold query cost about a tenth
 	// of the CPU of an end-to-end run when prepared per call.
 	holdStmt, holdOneStmt, writeRowStmt, setFastStmt, setOneStmt, insertStmt *sql.Stmt
 	holdNoLogStmt, holdOneNoLogStmt                                          *sql.Stmt
+	// the claim of one fairness key (fair.go), prepared the same way
+	holdFairStmt, holdFairOneStmt, holdFairNoLogStmt, holdFairOneNoLogStmt *sql.Stmt
 }
 
 func (d *liteDriver) name() string                { return "sqlite" }
 func (d *liteDriver) migrations() [][]string      { return liteMigrations }
 func (d *liteDriver) rebind(q string) string      { return q }
 func (d *liteDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
+func (d *liteDriver) fair() fairSQL               { return fairPartial }
 func (d *liteDriver) logExpr(event string) string { return liteLog(event) }
 func (d *liteDriver) retryable(err error) bool    { return liteBusy(err) }
 
@@ -157,13 +166,19 @@ func (d *liteDriver) build(q *queries, b qparts) {
 	if b.redisLock {
 		guard = " AND status = " + b.pending
 	}
-	hold := "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING "
-	d.q.hold, d.q.holdNoLog = hold+b.cols, hold+colsOf("", false)
+	hold := func(due string) string {
+		return "UPDATE " + t + " SET " + b.set + " WHERE task_id IN (SELECT task_id FROM " + t + " WHERE " + due + ")" + guard + " RETURNING "
+	}
+	d.q.hold, d.q.holdNoLog = hold(b.due)+b.cols, hold(b.due)+colsOf("", false)
+	d.q.holdFair, d.q.holdFairNoLog = hold(b.dueFair)+b.cols, hold(b.dueFair)+colsOf("", false)
 	// A hold of one (limit 1) compares with a scalar subquery: IN (…)
 	// builds a temporary table for its list, a fixed cost that a
 	// one-task hold paid in full in the writer's turn.
-	holdOne := "UPDATE " + t + " SET " + b.set + " WHERE task_id = (SELECT task_id FROM " + t + " WHERE " + b.due + ")" + guard + " RETURNING "
-	d.q.holdOne, d.q.holdOneNoLog = holdOne+b.cols, holdOne+colsOf("", false)
+	holdOne := func(due string) string {
+		return "UPDATE " + t + " SET " + b.set + " WHERE task_id = (SELECT task_id FROM " + t + " WHERE " + due + ")" + guard + " RETURNING "
+	}
+	d.q.holdOne, d.q.holdOneNoLog = holdOne(b.due)+b.cols, holdOne(b.due)+colsOf("", false)
+	d.q.holdFairOne, d.q.holdFairOneNoLog = holdOne(b.dueFair)+b.cols, holdOne(b.dueFair)+colsOf("", false)
 	d.q.lockSel = "SELECT " + b.cols + " FROM " + t + " WHERE task_id IN (%s) ORDER BY task_id"
 	d.q.writeRow = "UPDATE " + t + " SET task_stage = ?, status = ?, task_context = ?, order_time = ?, crt_retry_num = ?, owner = ?, lease = ?, lease_expiry = ?, schedule_log = ?, modify_time = ? WHERE task_id = ?"
 	d.q.setFast = liteSetFast(t)
@@ -231,6 +246,10 @@ func (d *liteDriver) prepare(ctx context.Context) error {
 		{&d.holdOneStmt, d.q.holdOne, "hold of one"},
 		{&d.holdNoLogStmt, d.q.holdNoLog, "hold without logs"},
 		{&d.holdOneNoLogStmt, d.q.holdOneNoLog, "hold of one without its log"},
+		{&d.holdFairStmt, d.q.holdFair, "hold of a fairness key"},
+		{&d.holdFairOneStmt, d.q.holdFairOne, "hold of one of a fairness key"},
+		{&d.holdFairNoLogStmt, d.q.holdFairNoLog, "hold of a fairness key without logs"},
+		{&d.holdFairOneNoLogStmt, d.q.holdFairOneNoLog, "hold of one of a fairness key without its log"},
 		{&d.writeRowStmt, d.q.writeRow, "set"},
 		{&d.setFastStmt, d.q.setFast, "set (fast)"},
 		{&d.setOneStmt, liteSetOne(d.s.p + "tasks"), "set (one)"},
@@ -249,7 +268,8 @@ func (d *liteDriver) close() error {
 	if d.lw != nil {
 		d.lw.close()
 	}
-	for _, st := range []*sql.Stmt{d.holdStmt, d.holdOneStmt, d.holdNoLogStmt, d.holdOneNoLogStmt, d.writeRowStmt, d.setFastStmt, d.setOneStmt, d.insertStmt, d.s.countStmt} {
+	for _, st := range []*sql.Stmt{d.holdStmt, d.holdOneStmt, d.holdNoLogStmt, d.holdOneNoLogStmt, d.writeRowStmt, d.setFastStmt, d.setOneStmt, d.insertStmt,
+		d.holdFairStmt, d.holdFairOneStmt, d.holdFairNoLogStmt, d.holdFairOneNoLogStmt, d.s.countStmt} {
 		if st != nil {
 			st.Close()
 		}
@@ -266,23 +286,55 @@ func (d *liteDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, err
 }
 
 func (d *liteDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	args := holdArgs(p, false)
+	return d.claimKeys(ctx, p, nil, nil)
+}
+
+// holdKeys claims the keys' shares in one transaction of the one writer,
+// a prepared claim per key.
+func (d *liteDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	return d.s.retryClaim(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+		return d.claimKeys(ctx, p, keys, limits)
+	})
+}
+
+// claimKeys is the plain claim without keys, else one claim per key.
+func (d *liteDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
 	var out []flow.Record
 	var logs []string
-	stmt, one := d.holdStmt, d.holdOneStmt
-	if p.OmitLog {
-		stmt, one = d.holdNoLogStmt, d.holdOneNoLogStmt
-	}
-	if p.Limit == 1 {
-		stmt = one
-	}
 	err := d.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, args...)
-		if err != nil {
+		out, logs = nil, nil
+		run := func(p HoldParams) error {
+			stmt, one := d.holdStmt, d.holdOneStmt
+			switch {
+			case p.fairKey != "" && p.OmitLog:
+				stmt, one = d.holdFairNoLogStmt, d.holdFairOneNoLogStmt
+			case p.fairKey != "":
+				stmt, one = d.holdFairStmt, d.holdFairOneStmt
+			case p.OmitLog:
+				stmt, one = d.holdNoLogStmt, d.holdOneNoLogStmt
+			}
+			if p.Limit == 1 {
+				stmt = one
+			}
+			rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, holdArgs(p, false)...)
+			if err != nil {
+				return err
+			}
+			got, gotLogs, err := scanHeld(rows, p.Limit)
+			out, logs = append(out, got...), append(logs, gotLogs...)
 			return err
 		}
-		if out, logs, err = scanHeld(rows, p.Limit); err != nil {
-			return err
+		if keys == nil {
+			if err := run(p); err != nil {
+				return err
+			}
+		}
+		for i, k := range keys {
+			q := p
+			q.fairKey, q.Limit = k, limits[i]
+			if err := run(q); err != nil {
+				return err
+			}
 		}
 		return d.s.count(ctx, tx, heldTally(out))
 	})

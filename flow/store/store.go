@@ -124,6 +124,14 @@ type HoldParams struct {
 	// OmitLog leaves the held tasks' schedule logs out of the answer
 	// (ScheduleLog nil); the hold still appends its entry to each.
 	OmitLog bool
+	// Fair and FairnessWeights are the type's (flow.TaskType): a fair
+	// hold shares its tasks across the fairness keys with due tasks (see
+	// fair.go). The caller passes them from its cache of the type, so a
+	// hold of a type that is not fair reads nothing more.
+	Fair            bool
+	FairnessWeights map[string]int
+	// fairKey, when set, restricts the claim to one fairness key.
+	fairKey string
 }
 
 // ListFilter selects tasks; zero fields match everything. After is the last

@@ -856,6 +856,7 @@ func Run(t *testing.T, f Factory) {
 	runOperator(t, f)
 	runFanOut(t, f)
 	runKeys(t, f)
+	runFair(t, f)
 	runCounts(t, f)
 	runCron(t, f)
 	runLiveness(t, f)
