@@ -17,30 +17,47 @@ import (
 // size of the tasks table (a GROUP BY over it took 394 ms at 1.2M rows on
 // PostgreSQL).
 //
-// Triggers on the tasks table keep them, in the transaction of every
-// change: every write path (the claim, the batch writes, fan-out, prune,
-// TxCreator's inserts in an application's transaction) is counted without
-// one of them having to remember to. Where they go differs:
+// Where they are kept differs:
 //
-//   - SQLite: the triggers add to {p}counts in place. The one writer has
-//     no concurrent transaction to wait on a counter row.
-//   - PostgreSQL and MySQL: the triggers append to {p}count_deltas, and a
-//     fold (FoldCounts, every server runs it each second) moves what is
-//     committed there into {p}counts. Adding in place would make every
-//     hold of a type wait on that type's pending row until the holder
-//     commits: concurrent holds would queue behind each other's commit
-//     (fsync included), the throughput River and Oban avoid by estimating
-//     big counts instead. Appends never wait on each other. PostgreSQL's
-//     triggers run once per statement over its transition tables (a hold
-//     of 500 rows appends two rows); MySQL has only row triggers (two
-//     rows per task moved).
+//   - SQLite: the writes themselves add to {p}counts, in their own
+//     transaction: each write path knows the rows it changed (a claim
+//     moves what it returns from pending to processing, a set batch from
+//     processing to what it returns, a create adds what it inserts, the
+//     general path has each row before and after) and adds one
+//     (type, stage, status) delta per key and statement, a tally, in
+//     place (the one writer has no concurrent transaction to wait on a
+//     counter row). Row triggers did this per task, five trigger programs
+//     over a task's life: about 7 µs of the store's 45 µs per task
+//     (BenchmarkCycle/sqlite/batch=100).
+//   - PostgreSQL and MySQL: the changes are appended to {p}count_deltas
+//     in the transaction of every change, and a fold (FoldCounts, every
+//     server runs it each second) moves what is committed there into
+//     {p}counts. Adding in place would make every hold of a type wait on
+//     that type's pending row until the holder commits: concurrent holds
+//     would queue behind each other's commit (fsync included), the
+//     throughput River and Oban avoid by estimating big counts instead.
+//     Appends never wait on each other. On PostgreSQL the writes append
+//     their tally as SQLite's add theirs (the claim, the batch create and
+//     the fast set in the same statement, a data-modifying CTE over what
+//     they return: two rows for a hold of 500); statement triggers over
+//     transition tables did it before, copying every changed row. MySQL's
+//     writes append theirs too (its claim and create run in a transaction
+//     with the rows in Go); only deletes keep a row trigger there, as
+//     MySQL has no DELETE ... RETURNING to tell a delete what it took
+//     (row triggers on every change appended two delta rows per task
+//     moved).
+//
+// So a statement that inserts or deletes tasks (MySQL: inserts), or
+// changes a task's type, stage or status, must add its tally (count,
+// countTx, writeRecords's was, or its own CTE) in its transaction; the
+// conformance suite's counts tests check every path against a listing.
 //
 // A read sums {p}counts and the unfolded deltas in one statement, so it is
 // exact whether or not a fold ran, and a fold that commits meanwhile is
 // seen whole or not at all. RebuildCounts recounts from the tasks table
 // (at the first start on a database that had none, and on an operator's
-// call) so that a counter that drifted, say by a row changed with the
-// triggers disabled, does not stay wrong.
+// call) so that a counter that drifted, say by a row changed outside the
+// store, does not stay wrong.
 
 // countsLockKey names the lock that folds and rebuilds take.
 func (s *SQLStore) countsLockKey() string { return "fulcrum_flow_counts_" + s.p }
@@ -48,12 +65,20 @@ func (s *SQLStore) countsLockKey() string { return "fulcrum_flow_counts_" + s.p 
 // countSQL is a driver's part of the counts.
 type countSQL struct {
 	// deltas: the triggers append to {p}count_deltas, which FoldCounts
-	// folds; false: they update {p}counts in place.
+	// folds; false: the writes update {p}counts in place (inline).
 	deltas bool
+	// inline: no triggers; the write paths add their tally to {p}counts
+	// with upsert in their own transaction (SQLStore.count).
+	inline bool
+	// delTrigger: a row trigger still counts deletes (MySQL: no DELETE
+	// ... RETURNING to tell a delete what it took; deletes are prunes and
+	// an operator's, not the work's hot path).
+	delTrigger bool
 	// sum is the read's total of n (PostgreSQL's and MySQL's SUM of a
 	// BIGINT is a NUMERIC/DECIMAL).
 	sum string
-	// upsert adds to one key's count: binds type, stage, status, n.
+	// upsert adds to one key's count: binds type, stage, status, n (a
+	// fold's and a rebuild's step, and an inline write's).
 	upsert string
 	// tryLock and lock take the counts lock on a connection (bind the
 	// key; tryLock answers whether it got it), unlock releases it.
@@ -162,6 +187,140 @@ type countKey struct {
 	status     int
 }
 
+// keyOf is the count a record is in.
+func keyOf(r *flow.Record) countKey { return countKey{r.TaskType, r.TaskStage, int(r.Status)} }
+
+// tally is what a write changed in the counts (where the writes keep
+// them: countSQL.inline), added up in Go per key.
+type tally map[countKey]int64
+
+// move counts a task that went from one key to another.
+func (t tally) move(from, to countKey) {
+	if from != to {
+		t[from]--
+		t[to]++
+	}
+}
+
+// heldTally is what a claim of recs (now processing, pending before)
+// moved.
+func heldTally(recs []flow.Record) tally {
+	t := tally{}
+	for i := range recs {
+		k := keyOf(&recs[i])
+		t[k]++
+		k.status = int(flow.StatusPending)
+		t[k]--
+	}
+	return t
+}
+
+// insertTally is what inserting recs added.
+func insertTally(recs []flow.Record) tally {
+	t := tally{}
+	for i := range recs {
+		t[keyOf(&recs[i])]++
+	}
+	return t
+}
+
+// countsInline reports whether the writes keep the counts (no triggers).
+func (s *SQLStore) countsInline() bool { return s.drv.counting().inline }
+
+// count adds t to the counts in the write's transaction ex (a no-op
+// where triggers keep them): in place (SQLite, keys in order, as
+// addCounts's), or as one INSERT of delta rows that a fold moves.
+func (s *SQLStore) count(ctx context.Context, ex execQuerier, t tally) error {
+	if len(t) == 0 || !s.countsInline() {
+		return nil
+	}
+	if s.drv.counting().deltas {
+		q, args := s.deltaInsert(t)
+		if q == "" {
+			return nil
+		}
+		_, err := ex.ExecContext(ctx, q, args...)
+		return err
+	}
+	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
+		var err error
+		if tx, ok := ex.(*sql.Tx); ok && s.countStmt != nil {
+			_, err = tx.StmtContext(ctx, s.countStmt).ExecContext(ctx, args...)
+		} else {
+			_, err = ex.ExecContext(ctx, s.drv.rebind(s.drv.counting().upsert), args...)
+		}
+		return err
+	}, t)
+}
+
+// countTx is count for a txRunner (TxCreator's transactions).
+func (s *SQLStore) countTx(ctx context.Context, tx txRunner, t tally) error {
+	if len(t) == 0 || !s.countsInline() {
+		return nil
+	}
+	if s.drv.counting().deltas {
+		q, args := s.deltaInsert(t)
+		if q == "" {
+			return nil
+		}
+		_, err := tx.exec(ctx, q, args...)
+		return err
+	}
+	up := s.drv.rebind(s.drv.counting().upsert)
+	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
+		_, err := tx.exec(ctx, up, args...)
+		return err
+	}, t)
+}
+
+// deltaInsert is the INSERT of t's changes into {p}count_deltas, one row
+// per key that changed ("" when none did).
+func (s *SQLStore) deltaInsert(t tally) (string, []any) {
+	var b strings.Builder
+	var args []any
+	for k, n := range t {
+		if n == 0 {
+			continue
+		}
+		if len(args) > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?)")
+		args = append(args, k.typ, k.stage, k.status, n)
+	}
+	if len(args) == 0 {
+		return "", nil
+	}
+	return s.drv.rebind("INSERT INTO " + s.p + "count_deltas (task_type, task_stage, status, n) VALUES " + b.String()), args
+}
+
+// upsertCounts runs exec (the upsert, bound to type, stage, status, n)
+// for each key of sums with a change, keys in order.
+func (s *SQLStore) upsertCounts(ctx context.Context, exec func(context.Context, ...any) error, sums map[countKey]int64) error {
+	keys := make([]countKey, 0, len(sums))
+	for k, n := range sums {
+		if n != 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.typ != b.typ {
+			return a.typ < b.typ
+		}
+		if a.stage != b.stage {
+			return a.stage < b.stage
+		}
+		return a.status < b.status
+	})
+	for _, k := range keys {
+		if err := exec(ctx, k.typ, k.stage, k.status, sums[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // foldOnce moves up to foldBatch committed deltas into the counts in one
 // transaction. SKIP LOCKED passes over deltas not yet committed (their
 // inserter holds them): they are folded next time, and meanwhile the
@@ -209,29 +368,11 @@ func (s *SQLStore) foldOnce(ctx context.Context, conn *sql.Conn) (int, error) {
 // addCounts adds sums to the counts, keys in order (two folds of other
 // servers, were they to meet, lock rows in one order).
 func (s *SQLStore) addCounts(ctx context.Context, tx *sql.Tx, c countSQL, sums map[countKey]int64) error {
-	keys := make([]countKey, 0, len(sums))
-	for k, n := range sums {
-		if n != 0 {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.typ != b.typ {
-			return a.typ < b.typ
-		}
-		if a.stage != b.stage {
-			return a.stage < b.stage
-		}
-		return a.status < b.status
-	})
 	up := s.drv.rebind(c.upsert)
-	for _, k := range keys {
-		if _, err := tx.ExecContext(ctx, up, k.typ, k.stage, k.status, sums[k]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
+		_, err := tx.ExecContext(ctx, up, args...)
+		return err
+	}, sums)
 }
 
 // RebuildCounts implements Store.

@@ -11,8 +11,9 @@ import (
 )
 
 // stepsAfterCounts is how many migrations follow the counts' (the fair
-// shares'), which TestCountsFilledOnUpgrade runs again after its rewind.
-const stepsAfterCounts = 1
+// shares', then the one that drops the count triggers the writes
+// replaced), which TestCountsFilledOnUpgrade runs again after its rewind.
+const stepsAfterCounts = 2
 
 // share splits by weight with the remainders carried: holds of one go to
 // each key in turn (by weight), and every hold hands out all it may.

@@ -78,6 +78,9 @@ func (s *SQLStore) fanOut(ctx context.Context, tx *sql.Tx, r *flow.Record, req f
 			return err
 		}
 	}
+	if err := s.count(ctx, tx, insertTally(kids)); err != nil {
+		return err
+	}
 	_, err := tx.ExecContext(ctx, s.drv.rebind("UPDATE "+s.tasks()+" SET join_stage = ?, children_open = ? WHERE task_id = ?"), req.JoinStage, len(kids), r.TaskID)
 	if err != nil {
 		return err
@@ -156,6 +159,7 @@ func (s *SQLStore) settleParents(ctx context.Context, tx *sql.Tx, ended []string
 	}
 	sort.Strings(parents) // one lock order for every transaction
 	var joined []*flow.Record
+	var was []countKey
 	for _, p := range parents {
 		// The UPDATE holds the parent's row until commit: no other child's
 		// transaction reads the count between our decrement and our check.
@@ -179,11 +183,12 @@ func (s *SQLStore) settleParents(ctx context.Context, tx *sql.Tx, ended []string
 			return nil, err
 		}
 		if r, ok := recs[p]; ok {
+			was = append(was, keyOf(r))
 			flow.ApplyJoin(r, join, now)
 			joined = append(joined, r)
 		}
 	}
-	return joined, s.writeRecords(ctx, tx, joined)
+	return joined, s.writeRecords(ctx, tx, joined, was)
 }
 
 // endedIDs are the ids of recs that have ended.
@@ -217,6 +222,7 @@ func (s *SQLStore) cancelTx(ctx context.Context, taskID string, now time.Time) e
 		case r.Status.Ended():
 			return fmt.Errorf("task %s already ended %s: %w", taskID, r.Status, flow.ErrStaleLease)
 		}
+		was := []countKey{keyOf(r)}
 		flow.ApplyCancel(r, now)
 		changed = append(changed, r)
 		// Breadth first down the fan-outs; a level is at most what the
@@ -256,13 +262,14 @@ func (s *SQLStore) cancelTx(ctx context.Context, taskID string, now time.Time) e
 			frontier = frontier[:0]
 			for _, id := range live {
 				if k, ok := kids[id]; ok && !k.Status.Ended() {
+					was = append(was, keyOf(k))
 					flow.ApplyCancel(k, now)
 					changed = append(changed, k)
 					frontier = append(frontier, id)
 				}
 			}
 		}
-		if err := s.writeRecords(ctx, tx, changed); err != nil {
+		if err := s.writeRecords(ctx, tx, changed, was); err != nil {
 			return err
 		}
 		joined, err := s.settleParents(ctx, tx, endedIDs(changed), now)

@@ -234,10 +234,22 @@ func (s *SQLStore) giveBack(ctx context.Context, r flow.Record, p HoldParams, at
 		" order_time = CASE WHEN order_time < ? THEN ? ELSE order_time END, schedule_log = " + s.drv.logExpr(flow.EventReturned) +
 		" WHERE task_id = ? AND lease = ? AND status = " + sqlStatus(flow.StatusProcessing))
 	ot := us(at)
-	return s.drv.write(ctx, func(ctx context.Context, ex execQuerier) error {
-		_, err := ex.ExecContext(ctx, q, us(p.Now), ot, ot, logAt(p.Now), p.WorkerID, r.TaskID, p.Lease)
+	write := s.drv.write
+	if s.countsInline() {
+		// The count moves in the give-back's transaction.
+		write = func(ctx context.Context, fn func(context.Context, execQuerier) error) error {
+			return s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error { return fn(ctx, tx) })
+		}
+	}
+	return write(ctx, func(ctx context.Context, ex execQuerier) error {
+		res, err := ex.ExecContext(ctx, q, us(p.Now), ot, ot, logAt(p.Now), p.WorkerID, r.TaskID, p.Lease)
 		if err != nil {
 			return fmt.Errorf("give back %s: %w", r.TaskID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			t := tally{}
+			t.move(countKey{r.TaskType, r.TaskStage, int(flow.StatusProcessing)}, countKey{r.TaskType, r.TaskStage, int(flow.StatusPending)})
+			return s.count(ctx, ex, t)
 		}
 		return nil
 	})

@@ -37,7 +37,7 @@ func TestLiteStatsAndPruneReadIndexesOnly(t *testing.T) {
 		}
 		return out
 	}
-	// Stats reads the counts the triggers keep, never the tasks.
+	// Stats reads the kept counts, never the tasks.
 	stats := plan(s.countsRead(false))
 	t.Logf("stats: %q", stats)
 	for _, l := range stats {

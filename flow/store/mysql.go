@@ -77,33 +77,32 @@ var myMigrations = [][]string{{
 		ADD COLUMN fair_pending VARCHAR(128) AS (CASE WHEN fairness_key <> '' AND status = 1 THEN fairness_key END) STORED,
 		ADD KEY fair_idx (task_type, fair_pending, order_time)`,
 	`ALTER TABLE {p}task_types ADD COLUMN fair TINYINT NOT NULL DEFAULT 0, ADD COLUMN fairness_weights TEXT NULL`,
-}}
+}, myCountsInline}
 
-// myCountsMigration keeps the task counts (counts.go). MySQL has row
-// triggers only: each task that changes type, stage or status appends
-// its -1 and +1 to count_deltas.
+// myCountsMigration makes the task counts (counts.go) and the row trigger
+// that counts deletes (a -1 per task deleted, appended to count_deltas).
 var myCountsMigration = []string{
 	`CREATE TABLE IF NOT EXISTS {p}counts (task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL, status TINYINT NOT NULL,
 		n BIGINT NOT NULL, PRIMARY KEY (task_type, task_stage, status)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 	`CREATE TABLE IF NOT EXISTS {p}count_deltas (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, task_type VARCHAR(64) NOT NULL,
 		task_stage VARCHAR(64) NOT NULL, status TINYINT NOT NULL, n BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-	`DROP TRIGGER IF EXISTS {p}count_ins`,
 	`DROP TRIGGER IF EXISTS {p}count_del`,
-	`DROP TRIGGER IF EXISTS {p}count_upd`,
-	`CREATE TRIGGER {p}count_ins AFTER INSERT ON {p}tasks FOR EACH ROW
-		INSERT INTO {p}count_deltas (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)`,
 	`CREATE TRIGGER {p}count_del AFTER DELETE ON {p}tasks FOR EACH ROW
 		INSERT INTO {p}count_deltas (task_type, task_stage, status, n) VALUES (OLD.task_type, OLD.task_stage, OLD.status, -1)`,
-	`CREATE TRIGGER {p}count_upd AFTER UPDATE ON {p}tasks FOR EACH ROW BEGIN
-		IF NEW.status <> OLD.status OR NEW.task_stage <> OLD.task_stage OR NEW.task_type <> OLD.task_type THEN
-			INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
-				VALUES (OLD.task_type, OLD.task_stage, OLD.status, -1), (NEW.task_type, NEW.task_stage, NEW.status, 1);
-		END IF; END`,
+}
+
+// myCountsInline drops the insert and update row triggers that appended
+// two delta rows per task moved before the writes appended one per key
+// and statement (counts.go): a database made between the two versions
+// had them, and the two together would count every change twice.
+var myCountsInline = []string{
+	`DROP TRIGGER IF EXISTS {p}count_ins`,
+	`DROP TRIGGER IF EXISTS {p}count_upd`,
 }
 
 // counting: deltas folded under GET_LOCK.
 func (d *myDriver) counting() countSQL {
-	return countSQL{deltas: true, sum: "CAST(SUM(n) AS SIGNED)",
+	return countSQL{deltas: true, inline: true, delTrigger: true, sum: "CAST(SUM(n) AS SIGNED)",
 		upsert:  "INSERT INTO " + d.s.p + "counts (task_type, task_stage, status, n) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
 		tryLock: "SELECT GET_LOCK(?, 0) = 1",
 		lock:    "SELECT GET_LOCK(?, 60) = 1",
@@ -302,6 +301,9 @@ func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, l
 				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
 			}
 		}
+		if err := d.s.count(ctx, tx, heldTally(recs)); err != nil {
+			return err
+		}
 		out = recs
 		return nil
 	})
@@ -349,7 +351,7 @@ func (d *myDriver) createBatch(ctx context.Context, recs []flow.Record) error {
 				return err
 			}
 		}
-		return nil
+		return d.s.count(ctx, tx, insertTally(recs))
 	})
 }
 

@@ -100,44 +100,31 @@ var pgMigrations = [][]string{{
 		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`), pgCountsMigration,
 	// Fair shares per key (fair.go).
 	fairMigration(`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(128) NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS fair SMALLINT NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS fairness_weights TEXT`)}
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS fair SMALLINT NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS fairness_weights TEXT`), pgCountsInline}
 
-// pgCountsMigration keeps the task counts (counts.go): a trigger per
-// statement appends the net change of each (type, stage, status) its
-// transition tables show to count_deltas, two rows for a hold of any size.
+// pgCountsMigration makes the task counts (counts.go): the writes append
+// the net change of each (type, stage, status) to count_deltas, which
+// folds move into counts.
 var pgCountsMigration = []string{
 	`CREATE TABLE IF NOT EXISTS {p}counts (task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL, status SMALLINT NOT NULL,
 		n BIGINT NOT NULL, PRIMARY KEY (task_type, task_stage, status))`,
 	`CREATE TABLE IF NOT EXISTS {p}count_deltas (id BIGSERIAL PRIMARY KEY, task_type VARCHAR(64) NOT NULL, task_stage VARCHAR(64) NOT NULL,
 		status SMALLINT NOT NULL, n BIGINT NOT NULL)`,
-	`CREATE OR REPLACE FUNCTION {p}count_ins() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
-			SELECT task_type, task_stage, status, COUNT(*) FROM count_new GROUP BY task_type, task_stage, status;
-		RETURN NULL; END $$`,
-	`CREATE OR REPLACE FUNCTION {p}count_del() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
-			SELECT task_type, task_stage, status, -COUNT(*) FROM count_old GROUP BY task_type, task_stage, status;
-		RETURN NULL; END $$`,
-	// A renewal or a heartbeat moves no count: nothing is appended.
-	`CREATE OR REPLACE FUNCTION {p}count_upd() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-		INSERT INTO {p}count_deltas (task_type, task_stage, status, n)
-			SELECT task_type, task_stage, status, SUM(n) FROM (
-				SELECT task_type, task_stage, status, -1 AS n FROM count_old
-				UNION ALL SELECT task_type, task_stage, status, 1 FROM count_new) c
-			GROUP BY task_type, task_stage, status HAVING SUM(n) <> 0;
-		RETURN NULL; END $$`,
+}
+
+// pgCountsInline drops the statement triggers that appended the deltas
+// before the writes did (counts.go): a database made between the two
+// versions had them, and the two together would count every change twice.
+var pgCountsInline = []string{
 	`DROP TRIGGER IF EXISTS {p}count_ins ON {p}tasks`,
 	`DROP TRIGGER IF EXISTS {p}count_del ON {p}tasks`,
 	`DROP TRIGGER IF EXISTS {p}count_upd ON {p}tasks`,
-	`CREATE TRIGGER {p}count_ins AFTER INSERT ON {p}tasks REFERENCING NEW TABLE AS count_new FOR EACH STATEMENT EXECUTE FUNCTION {p}count_ins()`,
-	`CREATE TRIGGER {p}count_del AFTER DELETE ON {p}tasks REFERENCING OLD TABLE AS count_old FOR EACH STATEMENT EXECUTE FUNCTION {p}count_del()`,
-	`CREATE TRIGGER {p}count_upd AFTER UPDATE ON {p}tasks REFERENCING OLD TABLE AS count_old NEW TABLE AS count_new
-		FOR EACH STATEMENT EXECUTE FUNCTION {p}count_upd()`,
+	`DROP FUNCTION IF EXISTS {p}count_ins(), {p}count_del(), {p}count_upd()`,
 }
 
 // counting: deltas folded under an advisory lock.
 func (d *pgDriver) counting() countSQL {
-	return countSQL{deltas: true, sum: "SUM(n)::bigint",
+	return countSQL{deltas: true, inline: true, sum: "SUM(n)::bigint",
 		upsert: "INSERT INTO " + d.s.p + "counts (task_type, task_stage, status, n) VALUES (?, ?, ?, ?)" +
 			" ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = " + d.s.p + "counts.n + EXCLUDED.n",
 		tryLock: "SELECT pg_try_advisory_lock(hashtext(?))",
@@ -202,25 +189,34 @@ func (d *pgDriver) build(q *queries, b qparts) {
 			// The lock serialises holds; the status guard is the owner CAS that
 			// keeps a hold correct even if the lock expired mid-claim. Without
 			// a row lock in the read, the rows are found again by key.
-			return "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + ") UPDATE " + t + " t SET " + b.set +
+			return "WITH due AS (SELECT task_id FROM " + t + " WHERE " + due + "), u AS (UPDATE " + t + " t SET " + b.set +
 				" FROM due WHERE t.task_id = due.task_id AND t.status = " + b.pending + " RETURNING "
 		}
-		return "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + due + " FOR UPDATE SKIP LOCKED) UPDATE " + t + " t SET " + b.set +
+		return "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + due + " FOR UPDATE SKIP LOCKED), u AS (UPDATE " + t + " t SET " + b.set +
 			" FROM due WHERE t.ctid = due.rid RETURNING "
 	}
-	d.q.hold, d.q.holdNoLog = rebindDollar(hold(b.due)+colsOf("t", true)), rebindDollar(hold(b.due)+colsOf("t", false))
+	// A claim (claim is its text up to RETURNING, inside the CTE u)
+	// appends its move of the counts, pending to processing per type and
+	// stage, in the same statement.
+	counted := func(claim string, log bool) string {
+		return rebindDollar(claim + colsOf("t", log) + ")," +
+			" c AS (INSERT INTO " + b.p + "count_deltas (task_type, task_stage, status, n) SELECT u.task_type, u.task_stage, x.st, x.n * COUNT(*)" +
+			" FROM u CROSS JOIN (VALUES (" + b.pending + ", -1), (" + b.proc + ", 1)) AS x(st, n) GROUP BY u.task_type, u.task_stage, x.st, x.n)" +
+			" SELECT * FROM u")
+	}
+	d.q.hold, d.q.holdNoLog = counted(hold(b.due), true), counted(hold(b.due), false)
 	// The keys of a fair hold, each with its share: a lateral join runs
 	// the claim's read once per key, in one statement. The rows are found
 	// again by an array of their addresses (a TID scan): joined to the
 	// read, whose size the planner cannot know, they were hashed against
 	// a scan of the table.
-	keys := "UPDATE " + t + " t SET " + b.set + " WHERE t.ctid = ANY(ARRAY(SELECT x.rid FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+	keys := "WITH u AS (UPDATE " + t + " t SET " + b.set + " WHERE t.ctid = ANY(ARRAY(SELECT x.rid FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
 		" CROSS JOIN LATERAL (SELECT ctid AS rid FROM " + t + " WHERE " + b.dueKeys + " FOR UPDATE SKIP LOCKED) x)) RETURNING "
 	if b.redisLock {
-		keys = "UPDATE " + t + " t SET " + b.set + " WHERE t.task_id = ANY(ARRAY(SELECT x.task_id FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
+		keys = "WITH u AS (UPDATE " + t + " t SET " + b.set + " WHERE t.task_id = ANY(ARRAY(SELECT x.task_id FROM unnest(?::text[], ?::int[]) AS k(key, n)" +
 			" CROSS JOIN LATERAL (SELECT task_id FROM " + t + " WHERE " + b.dueKeys + ") x)) AND t.status = " + b.pending + " RETURNING "
 	}
-	d.q.holdKeys, d.q.holdKeysNoLog = rebindDollar(keys+colsOf("t", true)), rebindDollar(keys+colsOf("t", false))
+	d.q.holdKeys, d.q.holdKeysNoLog = counted(keys, true), counted(keys, false)
 	d.q.lockSel = rebindDollar("SELECT " + b.cols + " FROM " + t + " WHERE task_id = ANY(?::text[]) ORDER BY task_id FOR UPDATE")
 	d.q.writeBatch = rebindDollar("WITH u AS (UPDATE " + t + " t SET task_stage = v.stage, status = v.status, task_context = v.ctx, order_time = v.ot," +
 		" crt_retry_num = v.crt, owner = v.owner, lease = v.lease, lease_expiry = v.le, schedule_log = v.log, modify_time = v.mt" +
@@ -545,7 +541,9 @@ func pgInsert(t string) string {
 		}
 	}
 	return "WITH v AS (SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ") AS v(" + cols + "))," +
-		" ins AS (INSERT INTO " + t + " (" + cols + ") SELECT " + strings.Join(sel, ", ") + " FROM v RETURNING task_type)" +
+		" ins AS (INSERT INTO " + t + " (" + cols + ") SELECT " + strings.Join(sel, ", ") + " FROM v RETURNING task_type, task_stage, status)," +
+		" c AS (INSERT INTO " + strings.TrimSuffix(t, "tasks") + "count_deltas (task_type, task_stage, status, n)" +
+		" SELECT task_type, task_stage, status, COUNT(*) FROM ins GROUP BY task_type, task_stage, status)" +
 		" SELECT pg_notify(?, ? || task_type) FROM (SELECT DISTINCT task_type FROM ins) d"
 }
 
@@ -664,6 +662,10 @@ func pgSetFast(table string) string {
 	stage := "(CASE WHEN v.st = " + pending + " AND v.stage <> '' THEN v.stage ELSE t.task_stage END)"
 	return "WITH v AS (SELECT id, COALESCE(lease, ?::text) AS lease, COALESCE(st, ?::smallint) AS st, COALESCE(stage, ?::text) AS stage, ctx, COALESCE(ot, ?::bigint) AS ot" +
 		" FROM unnest(?::text[], ?::text[], ?::smallint[], ?::text[], ?::text[], ?::bigint[]) AS v(id, lease, st, stage, ctx, ot))," +
+		// The stages before, of the tasks the set may move to another
+		// stage: the count they leave is their old stage's, and RETURNING
+		// shows only the new one. A set to success or failed reads none.
+		" o AS (SELECT task_id, task_stage FROM " + table + " WHERE task_id = ANY(ARRAY(SELECT id FROM v WHERE st = " + pending + " AND stage <> '')))," +
 		" u AS (UPDATE " + table + " t SET status = v.st, task_stage = " + stage + "," +
 		" crt_retry_num = CASE WHEN v.st = " + pending + " AND v.stage <> '' AND v.stage <> t.task_stage THEN 0 ELSE t.crt_retry_num END," +
 		" order_time = CASE WHEN v.st = " + pending + " THEN v.ot ELSE t.order_time END," +
@@ -671,7 +673,11 @@ func pgSetFast(table string) string {
 		" schedule_log = " + pgAppendLog("t.schedule_log", pgLogEntry("?::text", "t.owner", stage,
 		"CASE v.st WHEN "+pending+" THEN '"+flow.EventPending+"' WHEN "+success+" THEN '"+flow.EventSuccess+"' ELSE '"+flow.EventFailed+"' END")) +
 		" FROM v WHERE t.task_id = v.id AND t.status + 0 = " + proc + " AND t.lease = v.lease AND t.lease <> '' AND length(t.parent_id) <> 26" +
-		" RETURNING t.task_id, t.task_type, t.status)" +
+		" RETURNING t.task_id, t.task_type, t.status, t.task_stage)," +
+		" c AS (INSERT INTO " + strings.TrimSuffix(table, "tasks") + "count_deltas (task_type, task_stage, status, n)" +
+		" SELECT task_type, task_stage, status, SUM(n) FROM (SELECT u.task_type, COALESCE(o.task_stage, u.task_stage) AS task_stage, " + proc + " AS status, -1 AS n" +
+		" FROM u LEFT JOIN o ON o.task_id = u.task_id UNION ALL SELECT task_type, task_stage, status, 1 FROM u) x" +
+		" GROUP BY task_type, task_stage, status HAVING SUM(n) <> 0)" +
 		// "length(parent_id) <> 26" leaves children (a parent's id is 26
 		// characters) to the general path, which settles their parents.
 		// Written as "parent_id = ''" it cost a seq scan a batch: the

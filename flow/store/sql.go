@@ -33,6 +33,9 @@ type SQLStore struct {
 	// claims: task type -> chan struct{} (capacity 1), this store's large
 	// holds of a type, one at a time (see claimInTurn).
 	claims sync.Map
+	// countStmt is the counts' upsert prepared on the writer, where the
+	// writes keep the counts (SQLite; see count).
+	countStmt *sql.Stmt
 	// fair: task type -> *fairState, this store's shares of a fair type.
 	fair sync.Map
 }
@@ -541,12 +544,14 @@ func (s *SQLStore) createUnique(ctx context.Context, recs []flow.Record) error {
 // every server.
 func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Record) (ids []string, existing []bool, err error) {
 	ids, existing = make([]string, len(recs)), make([]bool, len(recs))
+	t := tally{}
 	for i := range recs {
 		ids[i] = recs[i].TaskID
 		if recs[i].UniqueKey == "" {
 			if _, err := tx.exec(ctx, s.q.insertOne, insertArgs(&recs[i])...); err != nil {
 				return nil, nil, err
 			}
+			t[keyOf(&recs[i])]++
 			continue
 		}
 		// The live task may end between our conflict and our look-up;
@@ -557,6 +562,7 @@ func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Reco
 				return nil, nil, err
 			}
 			if n == 1 {
+				t[keyOf(&recs[i])]++
 				break
 			}
 			err = tx.queryRow(ctx, s.q.liveByKey, recs[i].TaskType, recs[i].UniqueKey).Scan(&ids[i])
@@ -568,6 +574,9 @@ func (s *SQLStore) insertEach(ctx context.Context, tx txRunner, recs []flow.Reco
 				return nil, nil, fmt.Errorf("unique key %q of %s: %w", recs[i].UniqueKey, recs[i].TaskType, err)
 			}
 		}
+	}
+	if err := s.countTx(ctx, tx, t); err != nil {
+		return nil, nil, err
 	}
 	if err := s.drv.notify(ctx, tx, dueTypes(recs)...); err != nil {
 		return nil, nil, err
@@ -646,12 +655,23 @@ func (s *SQLStore) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (map[
 	return m, nil
 }
 
-// writeRecords stores the mutable columns of recs.
-func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Record) error {
+// writeRecords stores the mutable columns of recs; was[i] is the count
+// recs[i] was in before the change (its key when it was read).
+func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Record, was []countKey) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	return s.drv.writeRows(ctx, tx, recs)
+	if err := s.drv.writeRows(ctx, tx, recs); err != nil {
+		return err
+	}
+	if !s.countsInline() {
+		return nil
+	}
+	t := tally{}
+	for i, r := range recs {
+		t.move(was[i], keyOf(r))
+	}
+	return s.count(ctx, tx, t)
 }
 
 // SetTasks implements Store.
@@ -680,6 +700,7 @@ func (s *SQLStore) setGeneral(ctx context.Context, reqs []flow.SetTaskRequest, n
 	var kids []flow.Record
 	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		errs, changed, kids = make([]error, len(reqs)), nil, nil
+		var was []countKey
 		ids := make([]string, 0, len(reqs))
 		seen := map[string]bool{}
 		for _, r := range reqs {
@@ -717,13 +738,14 @@ func (s *SQLStore) setGeneral(ctx context.Context, reqs []flow.SetTaskRequest, n
 				}
 				kids = append(kids, req.ChildRecords...)
 			}
-			*r = c
 			if !dirty[r.TaskID] {
 				dirty[r.TaskID] = true
+				was = append(was, keyOf(r))
 				changed = append(changed, r)
 			}
+			*r = c
 		}
-		if err := s.writeRecords(ctx, tx, changed); err != nil {
+		if err := s.writeRecords(ctx, tx, changed, was); err != nil {
 			return err
 		}
 		joined, err := s.settleParents(ctx, tx, endedIDs(changed), now)
@@ -778,16 +800,91 @@ func (s *SQLStore) RenewLease(ctx context.Context, taskID, lease string, expiry 
 
 // CancelTask implements Store.
 func (s *SQLStore) CancelTask(ctx context.Context, taskID string, now time.Time) error {
-	res, err := s.execRetry(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+	n, err := s.cancelOne(ctx, taskID, now)
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", taskID, err)
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
+	if n > 0 {
 		return nil
 	}
 	// Not a live task outside any fan-out: a waiting parent (its children
 	// go too), a child (its parent is settled), or one that ended.
 	return s.cancelTx(ctx, taskID, now)
+}
+
+// cancelOne is the one-statement cancel (q.cancel); where the writes keep
+// the counts, the row's count is read first in the same transaction (the
+// UPDATE returns only the new status).
+func (s *SQLStore) cancelOne(ctx context.Context, taskID string, now time.Time) (int64, error) {
+	if !s.countsInline() {
+		res, err := s.execRetry(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	var n int64
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		n = 0
+		// The driver's locking read: no other change of the row between
+		// the key read here and the UPDATE.
+		recs, err := s.lockRows(ctx, tx, []string{taskID})
+		if err != nil {
+			return err
+		}
+		r, ok := recs[taskID]
+		if !ok {
+			return nil
+		}
+		k := keyOf(r)
+		res, err := tx.ExecContext(ctx, s.q.cancel, us(now), logAt(now), "", taskID)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		t := tally{}
+		t.move(k, countKey{k.typ, k.stage, int(flow.StatusCancelled)})
+		return s.count(ctx, tx, t)
+	})
+	return n, err
+}
+
+// deleteCounted runs a DELETE of tasks (q, with args) and returns how many
+// it deleted; where the writes keep the counts, it returns the deleted
+// rows' keys (RETURNING) and takes them off in the same transaction.
+func (s *SQLStore) deleteCounted(ctx context.Context, q string, args ...any) (int64, error) {
+	if c := s.drv.counting(); !c.inline || c.delTrigger {
+		res, err := s.execRetry(ctx, q, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	var n int64
+	err := s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		n = 0
+		rows, err := tx.QueryContext(ctx, q+" RETURNING task_type, task_stage, status", args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		t := tally{}
+		for rows.Next() {
+			var k countKey
+			if err := rows.Scan(&k.typ, &k.stage, &k.status); err != nil {
+				return err
+			}
+			t[k]--
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.count(ctx, tx, t)
+	})
+	return n, err
 }
 
 // FireCron implements Store. Each tick moves the type's cron_last from
@@ -827,6 +924,9 @@ func (s *SQLStore) FireCron(ctx context.Context, taskType string, now time.Time,
 			}
 			won = true
 			if _, err := tx.ExecContext(ctx, s.q.insertOne, insertArgs(&rec)...); err != nil {
+				return err
+			}
+			if err := s.count(ctx, tx, insertTally([]flow.Record{rec})); err != nil {
 				return err
 			}
 			return s.drv.notify(ctx, sqlTx{tx}, taskType)
@@ -876,14 +976,16 @@ func (s *SQLStore) expireSelected(ctx context.Context, now time.Time, reason, qu
 			return err
 		}
 		changed = changed[:0]
+		was := make([]countKey, len(recs))
 		for i := range recs {
+			was[i] = keyOf(&recs[i])
 			flow.ApplyExpire(&recs[i], now)
 			if reason != "" {
 				recs[i].ScheduleLog[len(recs[i].ScheduleLog)-1].Error = reason
 			}
 			changed = append(changed, &recs[i])
 		}
-		if err := s.writeRecords(ctx, tx, changed); err != nil {
+		if err := s.writeRecords(ctx, tx, changed, was); err != nil {
 			return err
 		}
 		n = len(changed)
@@ -932,6 +1034,7 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 		if !ok {
 			return fmt.Errorf("task %s: %w", taskID, flow.ErrNotFound)
 		}
+		was := []countKey{keyOf(r)}
 		if err := flow.ApplyRetry(r, stage, taskContext, now); err != nil {
 			return err
 		}
@@ -949,7 +1052,7 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 			}
 		}
 		out = *r
-		return s.writeRecords(ctx, tx, []*flow.Record{r})
+		return s.writeRecords(ctx, tx, []*flow.Record{r}, was)
 	})
 	if err != nil {
 		if errors.Is(err, flow.ErrNotFound) || errors.Is(err, flow.ErrConflict) {
@@ -963,11 +1066,11 @@ func (s *SQLStore) RetryTask(ctx context.Context, taskID, stage string, taskCont
 
 // DeleteTask implements Store.
 func (s *SQLStore) DeleteTask(ctx context.Context, taskID string) error {
-	res, err := s.execRetry(ctx, s.q.deleteTask, taskID)
+	n, err := s.deleteCounted(ctx, s.q.deleteTask, taskID)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", taskID, err)
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
+	if n == 1 {
 		return nil
 	}
 	r, err := s.GetTask(ctx, taskID)
@@ -1037,11 +1140,10 @@ func (s *SQLStore) RescueExpired(ctx context.Context, now time.Time, limit int) 
 
 // PruneEnded implements Store.
 func (s *SQLStore) PruneEnded(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := s.execRetry(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
+	n, err := s.deleteCounted(ctx, s.q.prune, s.drv.pruneArgs(before, limit)...)
 	if err != nil {
 		return 0, fmt.Errorf("prune ended tasks: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	if err := s.pruneRateKeys(ctx, before); err != nil {
 		return int(n), fmt.Errorf("prune rate keys: %w", err)
 	}

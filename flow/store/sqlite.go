@@ -82,29 +82,35 @@ var liteMigrations = [][]string{{
 		`ALTER TABLE {p}task_types ADD COLUMN rate_limit_per_second REAL NOT NULL DEFAULT 0`), liteCountsMigration,
 	// Fair shares per key (fair.go).
 	fairMigration(`ALTER TABLE {p}tasks ADD COLUMN fairness_key TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN fair INTEGER NOT NULL DEFAULT 0`, `ALTER TABLE {p}task_types ADD COLUMN fairness_weights TEXT`)}
+		`ALTER TABLE {p}task_types ADD COLUMN fair INTEGER NOT NULL DEFAULT 0`, `ALTER TABLE {p}task_types ADD COLUMN fairness_weights TEXT`), liteCountsInline}
 
-// liteCountsMigration keeps the task counts (counts.go) in place: the
-// one writer has no concurrent transaction to make wait on a count's row.
-// The update trigger fires only for a change of type, stage or status.
+// liteCountsMigration makes the task counts (counts.go), kept in place
+// by the writes: the one writer has no concurrent transaction to make
+// wait on a count's row.
 var liteCountsMigration = []string{
 	`CREATE TABLE IF NOT EXISTS {p}counts (task_type TEXT NOT NULL, task_stage TEXT NOT NULL, status INTEGER NOT NULL,
 		n INTEGER NOT NULL, PRIMARY KEY (task_type, task_stage, status)) WITHOUT ROWID`,
-	`CREATE TRIGGER IF NOT EXISTS {p}count_ins AFTER INSERT ON {p}tasks BEGIN
-		INSERT INTO {p}counts (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)
-			ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = n + 1; END`,
-	`CREATE TRIGGER IF NOT EXISTS {p}count_del AFTER DELETE ON {p}tasks BEGIN
-		UPDATE {p}counts SET n = n - 1 WHERE task_type = OLD.task_type AND task_stage = OLD.task_stage AND status = OLD.status; END`,
-	`CREATE TRIGGER IF NOT EXISTS {p}count_upd AFTER UPDATE OF task_type, task_stage, status ON {p}tasks
-		WHEN NEW.status <> OLD.status OR NEW.task_stage <> OLD.task_stage OR NEW.task_type <> OLD.task_type BEGIN
-		UPDATE {p}counts SET n = n - 1 WHERE task_type = OLD.task_type AND task_stage = OLD.task_stage AND status = OLD.status;
-		INSERT INTO {p}counts (task_type, task_stage, status, n) VALUES (NEW.task_type, NEW.task_stage, NEW.status, 1)
-			ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = n + 1; END`,
 }
 
-// counting: counts in place, no fold, no lock (the rebuild is one write
-// transaction).
-func (d *liteDriver) counting() countSQL { return countSQL{sum: "SUM(n)"} }
+// liteCountsInline drops the row triggers that kept the counts before the
+// writes did (counts.go): a database made between the two versions had
+// them, and the two together would count every change twice.
+var liteCountsInline = []string{
+	`DROP TRIGGER IF EXISTS {p}count_ins`,
+	`DROP TRIGGER IF EXISTS {p}count_del`,
+	`DROP TRIGGER IF EXISTS {p}count_upd`,
+}
+
+// counting: counts in place by the writes, no fold, no lock (the rebuild
+// is one write transaction).
+func (d *liteDriver) counting() countSQL {
+	return countSQL{inline: true, sum: "SUM(n)", upsert: liteCountUpsert(d.s.p)}
+}
+
+func liteCountUpsert(p string) string {
+	return "INSERT INTO " + p + "counts (task_type, task_stage, status, n) VALUES (?, ?, ?, ?)" +
+		" ON CONFLICT (task_type, task_stage, status) DO UPDATE SET n = n + excluded.n"
+}
 
 func liteLog(event string) string {
 	return liteAppendLog("schedule_log", "json_object('at', ?, 'worker', ?, 'stage', task_stage, 'event', '"+event+"')")
@@ -248,6 +254,7 @@ func (d *liteDriver) prepare(ctx context.Context) error {
 		{&d.setFastStmt, d.q.setFast, "set (fast)"},
 		{&d.setOneStmt, liteSetOne(d.s.p + "tasks"), "set (one)"},
 		{&d.insertStmt, liteInsert(d.s.p + "tasks"), "create"},
+		{&d.s.countStmt, liteCountUpsert(d.s.p), "count"},
 	} {
 		var err error
 		if *st.to, err = d.s.w.PrepareContext(ctx, st.q); err != nil {
@@ -262,7 +269,7 @@ func (d *liteDriver) close() error {
 		d.lw.close()
 	}
 	for _, st := range []*sql.Stmt{d.holdStmt, d.holdOneStmt, d.holdNoLogStmt, d.holdOneNoLogStmt, d.writeRowStmt, d.setFastStmt, d.setOneStmt, d.insertStmt,
-		d.holdFairStmt, d.holdFairOneStmt, d.holdFairNoLogStmt, d.holdFairOneNoLogStmt} {
+		d.holdFairStmt, d.holdFairOneStmt, d.holdFairNoLogStmt, d.holdFairOneNoLogStmt, d.s.countStmt} {
 		if st != nil {
 			st.Close()
 		}
@@ -318,7 +325,9 @@ func (d *liteDriver) claimKeys(ctx context.Context, p HoldParams, keys []string,
 			return err
 		}
 		if keys == nil {
-			return run(p)
+			if err := run(p); err != nil {
+				return err
+			}
 		}
 		for i, k := range keys {
 			q := p
@@ -327,7 +336,7 @@ func (d *liteDriver) claimKeys(ctx context.Context, p HoldParams, keys []string,
 				return err
 			}
 		}
-		return nil
+		return d.s.count(ctx, tx, heldTally(out))
 	})
 	if err != nil {
 		return nil, err
@@ -343,8 +352,10 @@ func (d *liteDriver) createBatch(ctx context.Context, recs []flow.Record) error 
 		return err
 	}
 	return d.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.StmtContext(ctx, d.insertStmt).ExecContext(ctx, append([]any{rows}, shared...)...)
-		return err
+		if _, err := tx.StmtContext(ctx, d.insertStmt).ExecContext(ctx, append([]any{rows}, shared...)...); err != nil {
+			return err
+		}
+		return d.s.count(ctx, tx, insertTally(recs))
 	})
 }
 
@@ -538,7 +549,7 @@ func liteSetFast(table string) string {
 		" FROM (SELECT value ->> 0 AS id, value ->> 1 AS ctx, COALESCE(?4, value ->> 2) AS lease, COALESCE(?5, value ->> 3) AS st," +
 		" COALESCE(?6, value ->> 4) AS stage, COALESCE(?7, value ->> 5) AS ot FROM jsonb_each(?1)) AS v" +
 		" WHERE t.task_id = v.id AND t.status = " + sqlStatus(flow.StatusProcessing) + " AND t.lease = v.lease AND t.lease <> '' AND t.parent_id = ''" +
-		" RETURNING task_id, task_type, status"
+		" RETURNING task_id, task_type, status, task_stage"
 }
 
 // liteSetOne is liteSetFast for a batch of one, with the request's values
@@ -549,7 +560,7 @@ func liteSetFast(table string) string {
 // time, ?7 now, ?8 log time.
 func liteSetOne(table string) string {
 	return "UPDATE " + table + " SET" + liteSetClause("", "?3", "?4", "?5", "?6", "?7", "?8") +
-		" WHERE task_id = ?1 AND status = " + sqlStatus(flow.StatusProcessing) + " AND lease = ?2 AND lease <> '' AND parent_id = '' RETURNING task_type, status"
+		" WHERE task_id = ?1 AND status = " + sqlStatus(flow.StatusProcessing) + " AND lease = ?2 AND lease <> '' AND parent_id = '' RETURNING task_type, status, task_stage"
 }
 
 // liteSetClause is what both set statements write: the new status, stage,
@@ -584,9 +595,13 @@ func (d *liteDriver) setFast(ctx context.Context, reqs []flow.SetTaskRequest, no
 			if c.ctxs[0] != nil {
 				cx = *c.ctxs[0]
 			}
-			var typ string
+			was, err := d.stagesBefore(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			var typ, stage string
 			var st int
-			err := tx.StmtContext(ctx, d.setOneStmt).QueryRowContext(ctx, c.ids[0], c.leases[0], c.sts[0], c.stages[0], cx, c.ots[0], us(now), logAt(now)).Scan(&typ, &st)
+			err = tx.StmtContext(ctx, d.setOneStmt).QueryRowContext(ctx, c.ids[0], c.leases[0], c.sts[0], c.stages[0], cx, c.ots[0], us(now), logAt(now)).Scan(&typ, &st, &stage)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 				return nil // refused: not processing under this lease
@@ -597,7 +612,9 @@ func (d *liteDriver) setFast(ctx context.Context, reqs []flow.SetTaskRequest, no
 			if flow.Status(st) == flow.StatusPending {
 				pending[typ] = true
 			}
-			return nil
+			t := tally{}
+			t.move(setFrom(typ, stage, was, c.ids[0]), countKey{typ, stage, st})
+			return d.s.count(ctx, tx, t)
 		})
 		return done, pending, true, err
 	}
@@ -627,27 +644,76 @@ func (d *liteDriver) setFast(ctx context.Context, reqs []flow.SetTaskRequest, no
 		return nil, nil, true, err
 	}
 	err = d.lw.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return d.setFastTx(ctx, tx, done, pending, string(arg), now, shared)
+		return d.setFastTx(ctx, tx, c, done, pending, string(arg), now, shared)
 	})
 	return done, pending, true, err
 }
 
-func (d *liteDriver) setFastTx(ctx context.Context, tx *sql.Tx, done, pending map[string]bool, batch string, now time.Time, shared [4]any) error {
+func (d *liteDriver) setFastTx(ctx context.Context, tx *sql.Tx, c setCols, done, pending map[string]bool, batch string, now time.Time, shared [4]any) error {
+	was, err := d.stagesBefore(ctx, tx, c)
+	if err != nil {
+		return err
+	}
 	rows, err := tx.StmtContext(ctx, d.setFastStmt).QueryContext(ctx, batch, us(now), logAt(now), shared[0], shared[1], shared[2], shared[3])
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	t := tally{}
 	for rows.Next() {
-		var id, typ string
+		var id, typ, stage string
 		var st int
-		if err := rows.Scan(&id, &typ, &st); err != nil {
+		if err := rows.Scan(&id, &typ, &st, &stage); err != nil {
 			return err
 		}
 		done[id] = true
 		if flow.Status(st) == flow.StatusPending {
 			pending[typ] = true
 		}
+		t.move(setFrom(typ, stage, was, id), countKey{typ, stage, st})
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return d.s.count(ctx, tx, t)
+}
+
+// stagesBefore reads, before a fast set, the stages of the tasks it may
+// move to another stage (pending with a stage named): the UPDATE returns
+// only the new one, and the count it leaves is its old stage's. A set
+// that names no new stage (success, failed, the same stage again) reads
+// nothing.
+func (d *liteDriver) stagesBefore(ctx context.Context, tx *sql.Tx, c setCols) (map[string]string, error) {
+	var ids []any
+	for i, st := range c.sts {
+		if flow.Status(st) == flow.StatusPending && c.stages[i] != "" {
+			ids = append(ids, c.ids[i])
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT task_id, task_stage FROM "+d.s.tasks()+" WHERE task_id IN ("+in(len(ids))+")", ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	was := make(map[string]string, len(ids))
+	for rows.Next() {
+		var id, stage string
+		if err := rows.Scan(&id, &stage); err != nil {
+			return nil, err
+		}
+		was[id] = stage
+	}
+	return was, rows.Err()
+}
+
+// setFrom is the count a fast set took a task out of: processing, at the
+// stage it had (was, when the set could change it; else its stage now).
+func setFrom(typ, stage string, was map[string]string, id string) countKey {
+	if s, ok := was[id]; ok {
+		stage = s
+	}
+	return countKey{typ, stage, int(flow.StatusProcessing)}
 }

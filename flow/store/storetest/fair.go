@@ -87,6 +87,9 @@ func runFair(t *testing.T, f Factory) {
 		if h := e.fairHold(e.s, now, 4); len(h) != 0 {
 			t.Fatalf("fourth hold: %d tasks, want none (the delayed one is not due)", len(h))
 		}
+		// The fair claims keep the counts too (they are the writes'
+		// own statements, not covered by a trigger).
+		checkCounts(t, "after fair holds", e.s, trueCounts(t, e.s))
 	})
 
 	// With more keys than a hold reads (twice its size), the keys take
@@ -108,6 +111,7 @@ func runFair(t *testing.T, f Factory) {
 		if c := fairCount(got); len(c) != 30 {
 			t.Fatalf("30 tasks in holds of 3 went to %d keys, want all 30 once: %v", len(c), c)
 		}
+		checkCounts(t, "after fair holds", e.s, trueCounts(t, e.s))
 	})
 
 	// A type that is not fair holds by due time alone, keys or not.
