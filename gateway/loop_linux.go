@@ -589,6 +589,7 @@ func (c *lconn) isTarget() bool { return c.pool != nil }
 // freeConn keeps a closed client connection's buffers for the next one.
 func (l *evloop) freeConn(c *lconn) {
 	c.cc.lc, c.cc.rte, c.cc.up = nil, nil, nil
+	c.tc, c.tio, c.tlsMore = nil, nil, false // a TLS connection's buffers go with it
 	c.up, c.line, c.res, c.a, c.rq = nil, accessLine{}, result{}, attempt{}, request{}
 	if cap(c.cc.body) > 1<<20 {
 		c.cc.body = nil
@@ -1554,6 +1555,13 @@ func (l *evloop) sweepIdle() {
 // to the goroutine path (accept.go's serveConn), before anything of the
 // request was answered: it serves what the loop does not.
 func (l *evloop) handOff(c *lconn) {
+	if c.outPending() {
+		// Only crypto/tls's own answers (a KeyUpdate) can wait here, the
+		// response before being out: a client that does not take them
+		// is not handed a goroutine, and the loop never blocks on it.
+		l.closeClient(c)
+		return
+	}
 	pending := append([]byte(nil), c.in[c.r:c.w]...)
 	fd, tc, t := c.fd, c.tc, c.tio
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
@@ -1578,18 +1586,12 @@ func (l *evloop) handOff(c *lconn) {
 		// TLS: the session goes on over the same *tls.Conn, on Go's
 		// netpoller now (loop_tls_linux.go).
 		t.TCPConn, t.fd, t.c = tcp, -1, nil
-		if t.wr < len(t.wire) {
-			if _, err := tcp.Write(t.wire[t.wr:]); err != nil {
-				tcp.Close()
-				return
-			}
-		}
 		t.wire, t.wr = nil, 0
 		conn = &tlsPrefixConn{Conn: tc, pending: pending}
 	}
 	cc := l.g.newClientConn(conn)
 	if cc == nil {
-		conn.Close()
+		tcp.Close() // not conn: a *tls.Conn's Close would block on close_notify
 		return
 	}
 	if tc != nil {

@@ -179,6 +179,9 @@ func (g *Gateway) adoptTLS(cc *clientConn) bool {
 		return false
 	}
 	g.connWG.Add(1) // the loop's; release takes the goroutine's
+	// Out of the goroutine path's set now: a Shutdown past its grace
+	// closes what is there, and this *tls.Conn is the loop's from here.
+	delete(g.conns, cc)
 	g.connMu.Unlock()
 	_ = t.TCPConn.Close() // the loop holds the socket's duplicate
 	t.fd = fd
@@ -253,7 +256,14 @@ func (l *evloop) readTLS(c *lconn) {
 			l.process(c)
 		}
 		if err != nil {
-			if !errors.Is(err, errWouldBlock) {
+			switch {
+			case errors.Is(err, errWouldBlock):
+			case n > 0 && errors.Is(err, io.EOF) && !c.closed && c.state != csHead && c.state != csBody:
+				// Its last request came with close_notify (crypto/tls
+				// reads a following alert with the record, TLS 1.2):
+				// answer it, then close, as the goroutine path does.
+				c.closeAfter, c.tlsMore = true, false
+			default:
 				l.closeClient(c) // the client left, or broke the TLS stream
 			}
 			return

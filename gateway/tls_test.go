@@ -356,3 +356,42 @@ func TestTLSRecordsInOneSegment(t *testing.T) {
 		}
 	}
 }
+
+// A TLS 1.2 client that sends its request and close_notify in one
+// segment gets its answer (crypto/tls reads the alert with the request's
+// record and reports the end with the request's bytes).
+func TestTLSRequestWithCloseNotifyAnswered(t *testing.T) {
+	b := newBackend(t, "b1")
+	b.delay.Store(int64(20 * time.Millisecond)) // the answer comes after the alert is read
+	g := tlsGateway(t, b.url(), "")
+	raw, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hang
+	bc := &batchConn{Conn: raw}
+	c := tls.Client(bc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}, MaxVersion: tls.VersionTLS12})
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	bc.hold = true
+	io.WriteString(c, "GET /last HTTP/1.1\r\nHost: x\r\n\r\n")
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	bc.hold = false
+	_ = raw.SetDeadline(time.Now().Add(20 * time.Second)) // CloseWrite left a past write deadline on raw
+	if _, err := raw.Write(bc.held.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the request sent with close_notify: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != "b1" {
+		t.Fatalf("the request sent with close_notify: %d %q", res.StatusCode, body)
+	}
+}
