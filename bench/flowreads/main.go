@@ -11,7 +11,9 @@
 //	cd bench && go run ./flowreads -db 'mysql://root@tcp(127.0.0.1:3306)/test' -rows 1000000
 //
 // The tables get a prefix of their own, dropped at the end (-keep keeps
-// them). The tasks spread over 4 types, 3 stages each, and every status.
+// them; -reuse reads kept ones again without a fill, so that two builds'
+// reads can alternate on one table). The tasks spread over 4 types, 3
+// stages each, and every status.
 package main
 
 import (
@@ -40,9 +42,10 @@ func main() {
 		prefix = flag.String("prefix", "reads_", "table prefix (dropped first and at the end)")
 		keep   = flag.Bool("keep", false, "keep the tables at the end")
 		wait   = flag.Duration("wait", 0, "pause before the reads, for the database's background work after the fill (InnoDB's purge of the folded deltas)")
+		reuse  = flag.Bool("reuse", false, "read the tables an earlier -keep run filled with -rows tasks, without filling them again (to alternate builds' reads on one table)")
 	)
 	flag.Parse()
-	if err := run(*dsn, *prefix, *rows, *reads, *keep, *wait); err != nil {
+	if err := run(*dsn, *prefix, *rows, *reads, *keep, *reuse, *wait); err != nil {
 		fmt.Fprintln(os.Stderr, "flowreads:", err)
 		os.Exit(1)
 	}
@@ -50,14 +53,16 @@ func main() {
 
 var types = []string{"video", "audio", "image", "mail"}
 
-func run(dsn, prefix string, rows, reads int, keep bool, wait time.Duration) error {
+func run(dsn, prefix string, rows, reads int, keep, reuse bool, wait time.Duration) error {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := store.Open(ctx, dsn, store.Options{TablePrefix: prefix, Logger: quiet})
 	if err != nil {
 		return err
 	}
-	st.DropTables(ctx)
+	if !reuse {
+		st.DropTables(ctx)
+	}
 	st.Close()
 	if st, err = store.Open(ctx, dsn, store.Options{TablePrefix: prefix, Logger: quiet}); err != nil {
 		return err
@@ -66,55 +71,11 @@ func run(dsn, prefix string, rows, reads int, keep bool, wait time.Duration) err
 	if !keep {
 		defer st.DropTables(ctx)
 	}
-	now := time.Now().UTC()
-	for _, name := range types {
-		tt := flow.TaskType{TaskType: name, ScheduleLimit: 100, ScheduleIntervalMS: 1000, MaxProcessingMS: 60000, MaxRetryNum: 1,
-			RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
-		if err := st.RegisterType(ctx, tt, now); err != nil {
+	if !reuse {
+		if err := prepare(ctx, st, prefix, rows); err != nil {
 			return err
 		}
 	}
-	t0 := time.Now()
-	if err := fill(ctx, st, rows, now); err != nil {
-		return fmt.Errorf("fill: %w", err)
-	}
-	fillTime := time.Since(t0)
-	// PostgreSQL's autovacuum and InnoDB's statistics would have caught up
-	// with a table this size by the time anyone reads it; SQLite keeps no
-	// statistics unless asked, and flow does not ask.
-	switch st.Dialect() {
-	case "postgres":
-		_, err = st.DB().ExecContext(ctx, "ANALYZE "+prefix+"tasks")
-	case "mysql":
-		_, err = st.DB().ExecContext(ctx, "ANALYZE TABLE "+prefix+"tasks")
-	}
-	if err != nil {
-		return err
-	}
-	t0 = time.Now()
-	folded, err := st.FoldCounts(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("%s: filled %d tasks in %v; fold of the fill's %d count changes %v\n", st.Dialect(), rows, fillTime.Round(time.Millisecond),
-		folded, time.Since(t0).Round(time.Millisecond))
-
-	t0 = time.Now()
-	var groups int
-	r, err := st.DB().QueryContext(ctx, "SELECT task_type, status, COUNT(*) FROM "+prefix+"tasks GROUP BY task_type, status")
-	if err != nil {
-		return err
-	}
-	for r.Next() {
-		groups++
-	}
-	r.Close()
-	fmt.Printf("GROUP BY over the table (stats before the counts): %v (%d groups)\n", time.Since(t0).Round(time.Millisecond), groups)
-	t0 = time.Now()
-	if err := st.RebuildCounts(ctx); err != nil {
-		return err
-	}
-	fmt.Printf("RebuildCounts (POST /v1/rebuild_counts): %v\n", time.Since(t0).Round(time.Millisecond))
 
 	srv, err := server.Start(ctx, server.Config{DB: dsn, TablePrefix: prefix, Listen: "127.0.0.1:0", Logger: quiet, Retention: -1})
 	if err != nil {
@@ -208,4 +169,60 @@ func fill(ctx context.Context, st *store.SQLStore, rows int, now time.Time) erro
 	}
 	_, err := st.DB().ExecContext(ctx, q, rows)
 	return err
+}
+
+// prepare registers the types, fills the table with rows tasks and
+// counts them, timing the GROUP BY the reads replaced.
+func prepare(ctx context.Context, st *store.SQLStore, prefix string, rows int) error {
+	now := time.Now().UTC()
+	for _, name := range types {
+		tt := flow.TaskType{TaskType: name, ScheduleLimit: 100, ScheduleIntervalMS: 1000, MaxProcessingMS: 60000, MaxRetryNum: 1,
+			RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
+		if err := st.RegisterType(ctx, tt, now); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	if err := fill(ctx, st, rows, now); err != nil {
+		return fmt.Errorf("fill: %w", err)
+	}
+	fillTime := time.Since(t0)
+	var err error
+	// PostgreSQL's autovacuum and InnoDB's statistics would have caught up
+	// with a table this size by the time anyone reads it; SQLite keeps no
+	// statistics unless asked, and flow does not ask.
+	switch st.Dialect() {
+	case "postgres":
+		_, err = st.DB().ExecContext(ctx, "ANALYZE "+prefix+"tasks")
+	case "mysql":
+		_, err = st.DB().ExecContext(ctx, "ANALYZE TABLE "+prefix+"tasks")
+	}
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	folded, err := st.FoldCounts(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: filled %d tasks in %v; fold of the fill's %d count changes %v\n", st.Dialect(), rows, fillTime.Round(time.Millisecond),
+		folded, time.Since(t0).Round(time.Millisecond))
+
+	t0 = time.Now()
+	var groups int
+	r, err := st.DB().QueryContext(ctx, "SELECT task_type, status, COUNT(*) FROM "+prefix+"tasks GROUP BY task_type, status")
+	if err != nil {
+		return err
+	}
+	for r.Next() {
+		groups++
+	}
+	r.Close()
+	fmt.Printf("GROUP BY over the table (stats before the counts): %v (%d groups)\n", time.Since(t0).Round(time.Millisecond), groups)
+	t0 = time.Now()
+	if err := st.RebuildCounts(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("RebuildCounts (POST /v1/rebuild_counts): %v\n", time.Since(t0).Round(time.Millisecond))
+	return nil
 }
