@@ -626,16 +626,11 @@ func (l *evloop) readClient(c *lconn) {
 		return
 	}
 	for c.readable && !c.closed && (c.state == csHead || c.state == csBody) {
-		if c.w == len(c.in) {
-			if c.r == 0 {
-				l.process(c) // a full buffer: a head too large, or a body to take
-				if c.w == len(c.in) && c.r == 0 {
-					return
-				}
-				continue
+		if !l.makeRoom(c) {
+			if c.w == len(c.in) && c.r == 0 {
+				return
 			}
-			c.w = copy(c.in, c.in[c.r:c.w])
-			c.r = 0
+			continue
 		}
 		room := len(c.in) - c.w
 		n, err := unix.Read(c.fd, c.in[c.w:])
@@ -653,6 +648,23 @@ func (l *evloop) readClient(c *lconn) {
 			c.readable = false
 		}
 	}
+}
+
+// makeRoom readies c.in for a read, moving the unread bytes to its
+// start. A buffer full of one unfinished head or body goes to process
+// first (a head too large, or a body to take), and makeRoom reports
+// false: the reader looks at the connection again.
+func (l *evloop) makeRoom(c *lconn) bool {
+	if c.w < len(c.in) {
+		return true
+	}
+	if c.r > 0 {
+		c.w = copy(c.in, c.in[c.r:c.w])
+		c.r = 0
+		return true
+	}
+	l.process(c)
+	return false
 }
 
 // process moves the connection on with the bytes in c.in.

@@ -225,16 +225,11 @@ func (l *evloop) adopt(fd int, tc *tls.Conn, t *tlsIO, ip []byte) {
 // plaintext or the socket has bytes.
 func (l *evloop) readTLS(c *lconn) {
 	for !c.closed && (c.state == csHead || c.state == csBody) {
-		if c.w == len(c.in) {
-			if c.r == 0 {
-				l.process(c) // a full buffer: a head too large, or a body to take
-				if c.w == len(c.in) && c.r == 0 {
-					return
-				}
-				continue
+		if !l.makeRoom(c) {
+			if c.w == len(c.in) && c.r == 0 {
+				return
 			}
-			c.w = copy(c.in, c.in[c.r:c.w])
-			c.r = 0
+			continue
 		}
 		room := len(c.in) - c.w
 		n, err := c.tc.Read(c.in[c.w:])
