@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -1618,13 +1619,16 @@ type prefixConn struct {
 	pending []byte
 }
 
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
+func (c *prefixConn) Read(p []byte) (int, error) { return readPending(&c.pending, p, c.TCPConn) }
+
+// readPending reads what *pending holds first, then from r.
+func readPending(pending *[]byte, p []byte, r io.Reader) (int, error) {
+	if len(*pending) > 0 {
+		n := copy(p, *pending)
+		*pending = (*pending)[n:]
 		return n, nil
 	}
-	return c.TCPConn.Read(p)
+	return r.Read(p)
 }
 
 // drain stops accepting and closes idle connections; busy ones close

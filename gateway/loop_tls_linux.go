@@ -331,11 +331,4 @@ type tlsPrefixConn struct {
 	pending []byte
 }
 
-func (c *tlsPrefixConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
-}
+func (c *tlsPrefixConn) Read(p []byte) (int, error) { return readPending(&c.pending, p, c.Conn) }

@@ -231,30 +231,24 @@ func (s *SQLStore) countsInline() bool { return s.drv.counting().inline }
 // where triggers keep them): in place (SQLite, keys in order, as
 // addCounts's), or as one INSERT of delta rows that a fold moves.
 func (s *SQLStore) count(ctx context.Context, ex execQuerier, t tally) error {
-	if len(t) == 0 || !s.countsInline() {
-		return nil
-	}
-	if s.drv.counting().deltas {
-		q, args := s.deltaInsert(t)
-		if q == "" {
-			return nil
-		}
+	stx, _ := ex.(*sql.Tx) // the prepared upsert runs on a *sql.Tx only
+	return s.countVia(ctx, t, stx, func(ctx context.Context, q string, args ...any) error {
 		_, err := ex.ExecContext(ctx, q, args...)
 		return err
-	}
-	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
-		var err error
-		if tx, ok := ex.(*sql.Tx); ok && s.countStmt != nil {
-			_, err = tx.StmtContext(ctx, s.countStmt).ExecContext(ctx, args...)
-		} else {
-			_, err = ex.ExecContext(ctx, s.drv.rebind(s.drv.counting().upsert), args...)
-		}
-		return err
-	}, t)
+	})
 }
 
 // countTx is count for a txRunner (TxCreator's transactions).
 func (s *SQLStore) countTx(ctx context.Context, tx txRunner, t tally) error {
+	return s.countVia(ctx, t, nil, func(ctx context.Context, q string, args ...any) error {
+		_, err := tx.exec(ctx, q, args...)
+		return err
+	})
+}
+
+// countVia is count and countTx over exec; stx, when set, runs the
+// in-place upsert as the prepared countStmt.
+func (s *SQLStore) countVia(ctx context.Context, t tally, stx *sql.Tx, exec func(ctx context.Context, q string, args ...any) error) error {
 	if len(t) == 0 || !s.countsInline() {
 		return nil
 	}
@@ -263,13 +257,15 @@ func (s *SQLStore) countTx(ctx context.Context, tx txRunner, t tally) error {
 		if q == "" {
 			return nil
 		}
-		_, err := tx.exec(ctx, q, args...)
-		return err
+		return exec(ctx, q, args...)
 	}
 	up := s.drv.rebind(s.drv.counting().upsert)
 	return s.upsertCounts(ctx, func(ctx context.Context, args ...any) error {
-		_, err := tx.exec(ctx, up, args...)
-		return err
+		if stx != nil && s.countStmt != nil {
+			_, err := stx.StmtContext(ctx, s.countStmt).ExecContext(ctx, args...)
+			return err
+		}
+		return exec(ctx, up, args...)
 	}, t)
 }
 
