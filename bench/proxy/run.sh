@@ -15,6 +15,9 @@
 #                                      # switches per request
 #   PROTO=tls bench/proxy/run.sh       # HTTP/1.1 over TLS (wrk https, keep-alive)
 #   PROTO=h2 bench/proxy/run.sh        # HTTP/2 over TLS (h2load -cCONNS -mSTREAMS -tTHREADS)
+#   PROTO=h2 ONLY="fulcrum nginx gobare nginxbare" BASE=nginx COUNTS=1 bench/proxy/run.sh
+#                                      # with the floors: net/http's server and
+#                                      # nginx each answering by themselves
 #
 # PROTO=tls and PROTO=h2 serve TLS on every proxy's port with one
 # self-signed P-256 certificate made in the temp dir, TLS 1.3 and one
@@ -27,7 +30,11 @@
 # defaults to h2load -c16 -m16 (CONNS, STREAMS) and reads p50/p99 from
 # h2load's per-request log (h2load prints no percentiles).
 #
-# Rows: direct = wrk straight at one upstream (the ceiling); fulcrum =
+# Rows: direct = wrk straight at one upstream (the ceiling); gobare =
+# net/http's server (HTTP/2 over TLS under PROTO=h2) answering every
+# request itself, no proxying (bench/proxy/gobare): the floor of what a
+# proxy behind that server spends; nginxbare = nginx answering itself
+# (`return 200`), nginx's floor; fulcrum =
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
 # (one event loop, as the proxy's share of a 2-core box shared with wrk and
 # the upstreams is about one core); stdproxy = httputil.ReverseProxy;
@@ -67,7 +74,7 @@ tls | h2) ONLY=${ONLY:-"fulcrum nginx haproxy"} scheme=https ;;
 esac
 if [ "$PROTO" != http ]; then
 	for p in $ONLY; do
-		case $p in fulcrum | fulcrum-1p | before | goroutines | nginx | haproxy) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
+		case $p in fulcrum | fulcrum-1p | before | goroutines | nginx | haproxy | gobare | nginxbare) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
 	done
 fi
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
@@ -107,6 +114,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
 	[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+	[ -f "$work/nginxbare.pid" ] && kill "$(cat "$work/nginxbare.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
 	rm -rf "$work"
 }
@@ -117,7 +125,7 @@ wants() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 need=()
 command -v wrk >/dev/null || need+=(wrk)
 [ "$PROTO" = h2 ] && { command -v h2load >/dev/null || need+=(nghttp2-client); }
-wants nginx && { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light); }
+{ wants nginx || wants nginxbare; } && { command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light); }
 wants haproxy && { command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy); }
 wants caddy && { command -v caddy >/dev/null || need+=(caddy); }
 if [ ${#need[@]} -gt 0 ]; then
@@ -128,13 +136,13 @@ export PATH=$PATH:/usr/sbin
 
 echo "building fulcrum and stdproxy" >&2
 (cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
-(cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy)
+(cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy && go build -o "$work/gobare" ./proxy/gobare)
 
 port_of() {
 	local p
 	case $1 in
 	direct) p=19001 ;; fulcrum | fulcrum-1p | before | goroutines) p=18080 ;; nginx) p=18081 ;;
-	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;;
+	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;; gobare) p=18085 ;; nginxbare) p=18086 ;;
 	esac
 	echo $((p + PORT_OFFSET))
 }
@@ -200,6 +208,28 @@ http {
 }
 NGINX
 
+# nginxbare: the same server answering as a demo upstream does, no proxying.
+np=$(port_of nginx) bp=$(port_of nginxbare)
+bare_listen=${nginx_listen/$np/$bp}
+cat >"$work/nginxbare.conf" <<NGINX
+worker_processes WORKERS;
+pid $work/nginxbare.pid;
+error_log $work/nginxbare-error.log warn;
+daemon off;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  server {
+    $bare_listen
+    location / {
+      add_header X-Upstream upstream-1;
+      default_type "text/plain; charset=utf-8";
+      return 200 "upstream-1\n";
+    }
+  }
+}
+NGINX
+
 cat >"$work/haproxy.cfg" <<HAP
 global
   maxconn 4000
@@ -245,6 +275,7 @@ start() {
 	fi
 	sed "s/WORKERS/$n/" "$work/nginx.conf" >"$work/nginx-run.conf"
 	sed "s/WORKERS/$n/" "$work/haproxy.cfg" >"$work/haproxy-run.cfg"
+	sed "s/WORKERS/$n/" "$work/nginxbare.conf" >"$work/nginxbare-run.conf"
 	local gmp=()
 	[ "$P" -gt 0 ] && gmp=(env GOMAXPROCS="$P")
 	case $1 in
@@ -256,6 +287,12 @@ start() {
 	haproxy) "${pin[@]}" haproxy -f "$work/haproxy-run.cfg" -db >"$work/haproxy.log" 2>&1 & ;;
 	caddy) HOME=$work XDG_DATA_HOME=$work XDG_CONFIG_HOME=$work "${pin[@]}" "${gmp[@]}" caddy run --config "$work/Caddyfile" --adapter caddyfile >"$work/caddy.log" 2>&1 & ;;
 	stdproxy) "${pin[@]}" "${gmp[@]}" "$work/stdproxy" -listen "127.0.0.1:$(port_of stdproxy)" -targets $U1,$U2,$U3 >"$work/stdproxy.log" 2>&1 & ;;
+	nginxbare) "${pin[@]}" nginx -c "$work/nginxbare-run.conf" -p "$work" >"$work/nginxbare.log" 2>&1 & ;;
+	gobare)
+		local tls=()
+		[ "$PROTO" != http ] && tls=(-cert "$work/cert.pem" -key "$work/key.pem")
+		"${pin[@]}" "${gmp[@]}" "$work/gobare" -listen "127.0.0.1:$(port_of gobare)" "${tls[@]}" >"$work/gobare.log" 2>&1 &
+		;;
 	goroutines) "${pin[@]}" "${gmp[@]}" env FULCRUM_GATEWAY_EVENT_LOOP=off "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/goroutines.log" 2>&1 & ;;
 	esac
 	cur=$!
