@@ -1,17 +1,43 @@
 package server
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
+	"github.com/fulcrum-lb/fulcrum/flow/store/storetest"
+	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
+
+// onEachDB runs f against a server on SQLite, PostgreSQL and MySQL (the
+// latter two skip outside CI without the service): what the console and
+// the funnel read comes from each driver's own queries.
+func onEachDB(t *testing.T, f func(t *testing.T, s *Server)) {
+	for _, db := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "flow.db") }},
+		{"postgres", func(t *testing.T) string { return testenv.Postgres(t) }},
+		{"mysql", func(t *testing.T) string { return "mysql://" + testenv.MySQL(t) }},
+	} {
+		t.Run(db.name, func(t *testing.T) {
+			dsn, p := db.dsn(t), storetest.Prefix()
+			if db.name != "sqlite" {
+				dropTables(t, dsn, p)
+			}
+			f(t, start(t, Config{DB: dsn, TablePrefix: p}))
+		})
+	}
+}
 
 // GET /v1/funnel counts each type's tasks by stage and status and says how
 // long the oldest due pending task has waited; GET /v1/console names the
 // operator endpoints this server has; /ui/ serves the console.
-func TestConsoleFunnelAndActions(t *testing.T) {
-	s := start(t, Config{})
+func TestConsoleFunnelAndActions(t *testing.T) { onEachDB(t, testConsoleFunnelAndActions) }
+
+func testConsoleFunnelAndActions(t *testing.T, s *Server) {
 	register(t, s, video)
 	var nts []flow.NewTask
 	for range 5 {
@@ -60,8 +86,9 @@ func TestConsoleFunnelAndActions(t *testing.T) {
 
 // POST /v1/rebuild_counts recounts the counts behind stats and the funnel
 // and answers stats; a body that is not {} is refused.
-func TestRebuildCounts(t *testing.T) {
-	s := start(t, Config{})
+func TestRebuildCounts(t *testing.T) { onEachDB(t, testRebuildCounts) }
+
+func testRebuildCounts(t *testing.T, s *Server) {
 	register(t, s, video)
 	create(t, s, flow.NewTask{TaskType: "video", TaskStage: "download"}, flow.NewTask{TaskType: "video", TaskStage: "download"})
 	hold(t, s, "video", 1, 0)
@@ -78,8 +105,9 @@ func TestRebuildCounts(t *testing.T) {
 // most common status shows no moves: here 9 tasks wait at the first
 // stage (zeta) and 3 went on to alpha and succeeded; by name alone alpha
 // would come first.
-func TestFunnelOrderFromSucceeded(t *testing.T) {
-	s := start(t, Config{})
+func TestFunnelOrderFromSucceeded(t *testing.T) { onEachDB(t, testFunnelOrderFromSucceeded) }
+
+func testFunnelOrderFromSucceeded(t *testing.T, s *Server) {
 	register(t, s, video)
 	create(t, s, flow.NewTask{TaskType: "video", TaskStage: "zeta"}, flow.NewTask{TaskType: "video", TaskStage: "zeta"},
 		flow.NewTask{TaskType: "video", TaskStage: "zeta"})

@@ -40,9 +40,7 @@ func TestAdmitGivesBackATaskBehindAnOlderOne(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() {
-				for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-					s.w.Exec("DROP TABLE IF EXISTS " + s.p + tbl)
-				}
+				s.DropTables(ctx) // the counts' tables too
 				s.Close()
 			}()
 			tt := flow.TaskType{TaskType: "t", ScheduleLimit: 10, MaxProcessingMS: 60000, MaxRetryNum: 1, RetryIntervalMS: 1000, MaxRetryIntervalMS: 1000}
@@ -105,14 +103,11 @@ func TestKeysUpgradeInPlace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			drop := func() {
-				for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-					old.w.Exec("DROP TABLE IF EXISTS " + p + tbl)
-				}
-			}
+			old.p = p // for DropTables: the test writes p's tables itself
+			drop := func() { old.DropTables(ctx) }
 			drop()
-			defer drop()
 			defer old.Close()
+			defer drop() // before Close: deferred calls run last first
 			migs := old.drv.migrations()
 			before := len(migs) - 1
 			for _, step := range migs[:before] {

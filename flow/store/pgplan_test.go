@@ -110,9 +110,7 @@ func TestPostgresKeyedHoldUsesIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		for _, tbl := range []string{"tasks", "task_types", "meta", "rate_keys"} {
-			s.w.Exec("DROP TABLE IF EXISTS kplan_" + tbl)
-		}
+		s.DropTables(ctx) // the counts' tables too
 		s.Close()
 	}()
 	if _, err := s.w.ExecContext(ctx, `INSERT INTO kplan_tasks (task_id, task_type, task_stage, status, task_context, priority, order_time,
