@@ -425,7 +425,7 @@ func (l *evloop) parkingWait() (func() (int, error), error) {
 	var n int
 	var perr error
 	poll := func(fd uintptr) bool {
-		n, perr = unix.EpollWait(int(fd), l.events[:], 0)
+		n, perr = rawPoll(int(fd), l.events[:])
 		return n > 0 || (perr != nil && !errors.Is(perr, unix.EINTR))
 	}
 	l.pollFile = f
@@ -437,7 +437,7 @@ func (l *evloop) parkingWait() (func() (int, error), error) {
 		// 0.42 without).
 		ms := l.timeout()
 		if ms == 0 {
-			return unix.EpollWait(l.ep, l.events[:], 0) // a timer is due: no park, no deadline
+			return rawPoll(l.ep, l.events[:]) // a timer is due: no park, no deadline
 		}
 		due := time.Time{}
 		if ms > 0 {
@@ -634,7 +634,7 @@ func (l *evloop) readClient(c *lconn) {
 			continue
 		}
 		room := len(c.in) - c.w
-		n, err := unix.Read(c.fd, c.in[c.w:])
+		n, err := rawRead(c.fd, c.in[c.w:])
 		switch {
 		case n > 0:
 			c.w += n
@@ -985,7 +985,7 @@ func (l *evloop) exchangeOn(c *lconn, u *lconn) {
 // sendUp writes the request bytes the target socket has not taken.
 func (l *evloop) sendUp(u *lconn) {
 	for len(u.out) > 0 && u.writable {
-		n, err := unix.Write(u.fd, u.out)
+		n, err := rawWrite(u.fd, u.out)
 		if n > 0 {
 			u.wrote = true
 			u.out = u.out[:copy(u.out, u.out[n:])]
@@ -1021,7 +1021,7 @@ func (l *evloop) readUp(u *lconn) {
 			return
 		}
 		room := len(u.in) - u.w
-		n, err := unix.Read(u.fd, u.in[u.w:])
+		n, err := rawRead(u.fd, u.in[u.w:])
 		switch {
 		case n > 0:
 			u.w += n
@@ -1227,7 +1227,7 @@ func (l *evloop) pump(c *lconn) bool {
 		if !u.readable {
 			return moved
 		}
-		n, err := unix.Read(u.fd, u.in)
+		n, err := rawRead(u.fd, u.in)
 		switch {
 		case n > 0:
 			u.w = n

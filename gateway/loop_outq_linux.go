@@ -5,8 +5,6 @@ package gateway
 import (
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 )
 
@@ -165,6 +163,6 @@ func (q *outq) release() {
 
 // writeFD writes once; n is never negative.
 func writeFD(fd int, p []byte) (int, error) {
-	n, err := unix.Write(fd, p)
+	n, err := rawWrite(fd, p)
 	return max(n, 0), err
 }

@@ -110,7 +110,7 @@ func (t *tlsIO) Read(p []byte) (int, error) {
 		if !c.readable {
 			return 0, errWouldBlock // drained since the last event: no EAGAIN read
 		}
-		n, err := unix.Read(t.fd, p)
+		n, err := rawRead(t.fd, p)
 		switch {
 		case n > 0:
 			if n < len(p) {
