@@ -71,7 +71,7 @@ func TestCountsFilledOnUpgrade(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := s.w.ExecContext(ctx, s.drv.rebind("UPDATE "+s.p+"meta SET value = ? WHERE name = 'schema_version'"), len(s.drv.migrations())-1-stepsAfterCounts); err != nil {
+			if _, err := s.w.ExecContext(ctx, s.drv.rebind("UPDATE "+s.p+"meta SET value = ? WHERE name = 'schema_version'"), len(s.drv.migrations())-1-stepsAfterCounts(s)); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()

@@ -100,7 +100,26 @@ var pgMigrations = [][]string{{
 		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS rate_limit_per_second DOUBLE PRECISION NOT NULL DEFAULT 0`), pgCountsMigration,
 	// Fair shares per key (fair.go).
 	fairMigration(`ALTER TABLE {p}tasks ADD COLUMN IF NOT EXISTS fairness_key VARCHAR(128) NOT NULL DEFAULT ''`,
-		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS fair SMALLINT NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS fairness_weights TEXT`), pgCountsInline}
+		`ALTER TABLE {p}task_types ADD COLUMN IF NOT EXISTS fair SMALLINT NOT NULL DEFAULT 0, ADD COLUMN IF NOT EXISTS fairness_weights TEXT`), pgCountsInline,
+	{pgKeysFree}}
+
+// pgKeysFree is the claim's key probes (keysDue) as a function: a
+// keyed task is due unless its rate key is paused, or its sequence key
+// has an older live task or a processing one. STABLE: it reads with the
+// claim's snapshot, as the subqueries it replaces did.
+const pgKeysFree = `CREATE OR REPLACE FUNCTION {p}keys_free(typ TEXT, seq TEXT, rk TEXT, ct BIGINT, id TEXT, at BIGINT) RETURNS BOOLEAN
+	LANGUAGE plpgsql STABLE AS $f$
+BEGIN
+	IF rk <> '' AND EXISTS (SELECT 1 FROM {p}rate_keys r WHERE r.task_type = typ AND r.rate_key = rk AND r.paused_until > at) THEN
+		RETURN false;
+	END IF;
+	IF seq <> '' AND (EXISTS (SELECT 1 FROM {p}tasks sq WHERE sq.task_type = typ AND sq.sequence_key = seq AND sq.sequence_key <> ''
+			AND sq.status IN (1, 2, 6) AND (sq.create_time, sq.task_id) < (ct, id COLLATE "C"))
+		OR EXISTS (SELECT 1 FROM {p}tasks sq WHERE sq.task_type = typ AND sq.sequence_key = seq AND sq.sequence_key <> '' AND sq.status = 2)) THEN
+		RETURN false;
+	END IF;
+	RETURN true;
+END $f$`
 
 // pgCountsMigration makes the task counts (counts.go): the writes append
 // the net change of each (type, stage, status) to count_deltas, which
@@ -130,7 +149,8 @@ func (d *pgDriver) counting() countSQL {
 		tryLock: "SELECT pg_try_advisory_lock(hashtext(?))",
 		lock:    "SELECT COUNT(*) = 1 FROM (SELECT pg_advisory_lock(hashtext(?))) l",
 		unlock:  "SELECT pg_advisory_unlock(hashtext(?))",
-		drop:    []string{"DROP FUNCTION IF EXISTS {p}count_ins(), {p}count_del(), {p}count_upd()"}}
+		drop: []string{"DROP FUNCTION IF EXISTS {p}count_ins(), {p}count_del(), {p}count_upd()",
+			"DROP FUNCTION IF EXISTS {p}keys_free(TEXT, TEXT, TEXT, BIGINT, TEXT, BIGINT)"}}
 }
 
 // pgAppendLog is appendLog with PostgreSQL's cut of the oldest entry: at
@@ -165,7 +185,7 @@ type pgDriver struct {
 func (d *pgDriver) name() string                { return "postgres" }
 func (d *pgDriver) migrations() [][]string      { return pgMigrations }
 func (d *pgDriver) rebind(q string) string      { return rebindDollar(q) }
-func (d *pgDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
+func (d *pgDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending, "keys_free"} }
 func (d *pgDriver) fair() fairSQL               { return fairPartial }
 func (d *pgDriver) logExpr(event string) string { return pgLog(event) }
 

@@ -147,7 +147,7 @@ type liteDriver struct {
 func (d *liteDriver) name() string                { return "sqlite" }
 func (d *liteDriver) migrations() [][]string      { return liteMigrations }
 func (d *liteDriver) rebind(q string) string      { return q }
-func (d *liteDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending} }
+func (d *liteDriver) keys() keySQL                { return keySQL{seqLive, seqProc, ratePending, ""} }
 func (d *liteDriver) fair() fairSQL               { return fairPartial }
 func (d *liteDriver) logExpr(event string) string { return liteLog(event) }
 func (d *liteDriver) retryable(err error) bool    { return liteBusy(err) }
