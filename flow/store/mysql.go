@@ -230,7 +230,17 @@ func (d *myDriver) close() error                        { return nil }
 
 // hold selects under SKIP LOCKED, then updates, in one transaction.
 func (d *myDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	return d.s.claimInTurn(ctx, p, d.claim)
+	return d.s.claimInTurn(ctx, p, d.claim, d.claimMany)
+}
+
+// claimMany claims for several holds in one transaction (coalesce): one
+// locking read of the sum of their limits, then an UPDATE per hold of its
+// share with its owner, lease and expiry, and one commit.
+func (d *myDriver) claimMany(ctx context.Context, ps []HoldParams) ([]flow.Record, error) {
+	if len(ps) == 1 {
+		return d.claim(ctx, ps[0])
+	}
+	return d.claimShares(ctx, claimAll(ps), ps, nil, nil)
 }
 
 func (d *myDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
@@ -246,11 +256,18 @@ func (d *myDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, li
 	}
 	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 		return d.claimKeys(ctx, p, keys, limits)
-	})
+	}, nil)
 }
 
 // claimKeys is the plain claim without keys, else a read per key.
 func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	return d.claimShares(ctx, p, []HoldParams{p}, keys, limits)
+}
+
+// claimShares reads p's due tasks (else, with keys, each key's share),
+// then hands them out in order to the holds of shares, each up to its
+// limit (one hold: p itself).
+func (d *myDriver) claimShares(ctx context.Context, p HoldParams, shares []HoldParams, keys []string, limits []int) ([]flow.Record, error) {
 	var out []flow.Record
 	err := d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		read := func(p HoldParams) ([]flow.Record, error) {
@@ -289,32 +306,45 @@ func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, l
 			out = nil
 			return nil
 		}
-		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), logAt(p.Now), p.WorkerID}
-		for _, r := range recs {
-			args = append(args, r.TaskID)
-		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(recs))), args...)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n != int64(len(recs)) {
-			// Only without SKIP LOCKED (Redis lock mode) can rows change
-			// between the select and the update; keep those we got.
-			got, err := d.heldBy(ctx, tx, recs, p.Lease)
+		var held []flow.Record
+		for _, h := range shares {
+			if len(recs) == 0 {
+				break
+			}
+			mine := recs
+			if len(shares) > 1 { // a coalesced claim: this hold's share
+				mine = recs[:min(h.Limit, len(recs))]
+			}
+			recs = recs[len(mine):]
+			args := []any{h.WorkerID, h.Lease, us(h.LeaseExpiry), us(h.Now), logAt(h.Now), h.WorkerID}
+			for _, r := range mine {
+				args = append(args, r.TaskID)
+			}
+			res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(mine))), args...)
 			if err != nil {
 				return err
 			}
-			recs = got
-		}
-		for i := range recs {
-			r := &recs[i]
-			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
-			le := p.LeaseExpiry
-			r.LeaseExpiry = &le
-			if !p.OmitLog {
-				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+			if n, _ := res.RowsAffected(); n != int64(len(mine)) {
+				// Only without SKIP LOCKED (Redis lock mode) can rows change
+				// between the select and the update; keep those we got.
+				got, err := d.heldBy(ctx, tx, mine, h.Lease)
+				if err != nil {
+					return err
+				}
+				mine = got
 			}
+			for i := range mine {
+				r := &mine[i]
+				r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, h.WorkerID, h.Lease, h.Now
+				le := h.LeaseExpiry
+				r.LeaseExpiry = &le
+				if !h.OmitLog {
+					r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: h.Now, Worker: h.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+				}
+			}
+			held = append(held, mine...)
 		}
+		recs = held
 		if err := d.s.count(ctx, tx, heldTally(recs)); err != nil {
 			return err
 		}
@@ -520,6 +550,6 @@ func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
 	d := &myDriver{}
-	d.s = &SQLStore{drv: d, w: db, r: db}
+	d.s = &SQLStore{drv: d, w: db, r: db, groupSets: true}
 	return d.s, nil
 }
