@@ -306,45 +306,30 @@ func (d *myDriver) claimShares(ctx context.Context, p HoldParams, shares []HoldP
 			out = nil
 			return nil
 		}
-		var held []flow.Record
-		for _, h := range shares {
-			if len(recs) == 0 {
-				break
+		if len(shares) > 1 {
+			var err error
+			if recs, err = d.updateShares(ctx, tx, recs, shares); err != nil {
+				return err
 			}
-			mine := recs
-			if len(shares) > 1 { // a coalesced claim: this hold's share
-				mine = recs[:min(h.Limit, len(recs))]
-			}
-			recs = recs[len(mine):]
+		} else {
+			h := shares[0]
 			args := []any{h.WorkerID, h.Lease, us(h.LeaseExpiry), us(h.Now), logAt(h.Now), h.WorkerID}
-			for _, r := range mine {
+			for _, r := range recs {
 				args = append(args, r.TaskID)
 			}
-			res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(mine))), args...)
+			res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(recs))), args...)
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n != int64(len(mine)) {
+			if n, _ := res.RowsAffected(); n != int64(len(recs)) {
 				// Only without SKIP LOCKED (Redis lock mode) can rows change
 				// between the select and the update; keep those we got.
-				got, err := d.heldBy(ctx, tx, mine, h.Lease)
-				if err != nil {
+				if recs, err = d.heldBy(ctx, tx, recs, h.Lease); err != nil {
 					return err
 				}
-				mine = got
 			}
-			for i := range mine {
-				r := &mine[i]
-				r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, h.WorkerID, h.Lease, h.Now
-				le := h.LeaseExpiry
-				r.LeaseExpiry = &le
-				if !h.OmitLog {
-					r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: h.Now, Worker: h.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
-				}
-			}
-			held = append(held, mine...)
+			heldAs(recs, h)
 		}
-		recs = held
 		if err := d.s.count(ctx, tx, heldTally(recs)); err != nil {
 			return err
 		}
@@ -352,6 +337,62 @@ func (d *myDriver) claimShares(ctx context.Context, p HoldParams, shares []HoldP
 		return nil
 	})
 	return out, err
+}
+
+// heldAs sets recs as held by h, as its claim's UPDATE did.
+func heldAs(recs []flow.Record, h HoldParams) {
+	for i := range recs {
+		r := &recs[i]
+		r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, h.WorkerID, h.Lease, h.Now
+		le := h.LeaseExpiry
+		r.LeaseExpiry = &le
+		if !h.OmitLog {
+			r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: h.Now, Worker: h.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+		}
+	}
+}
+
+// updateShares hands a coalesced claim's rows out in order, each hold up
+// to its limit, in one UPDATE whose values are CASEs on task_id: an
+// UPDATE per hold was a round trip each with the rows locked (25 holds a
+// claim on average with 64 one-task workers). Only with SKIP LOCKED (no
+// Redis lock), so every row read is updated.
+func (d *myDriver) updateShares(ctx context.Context, tx *sql.Tx, recs []flow.Record, shares []HoldParams) ([]flow.Record, error) {
+	var held []flow.Record
+	var ids []any
+	cols := make([][]any, 6) // owner, lease, lease_expiry, modify_time, the log's time and worker
+	for _, h := range shares {
+		mine := recs[:min(h.Limit, len(recs))]
+		recs = recs[len(mine):]
+		vals := []any{h.WorkerID, h.Lease, us(h.LeaseExpiry), us(h.Now), logAt(h.Now), h.WorkerID}
+		for _, r := range mine {
+			ids = append(ids, r.TaskID)
+			for c, v := range vals {
+				cols[c] = append(cols[c], r.TaskID, v)
+			}
+		}
+		heldAs(mine, h)
+		held = append(held, mine...)
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	byID := "CASE task_id" + strings.Repeat(" WHEN ? THEN ?", len(ids)) + " END"
+	log := strings.Replace(myLog(flow.EventHeld), "?", byID, 2)
+	q := "UPDATE " + d.s.p + "tasks SET status = " + sqlStatus(flow.StatusProcessing) + ", owner = " + byID + ", lease = " + byID +
+		", lease_expiry = " + byID + ", modify_time = " + byID + ", schedule_log = " + log + " WHERE task_id IN (" + in(len(ids)) + ")"
+	var args []any
+	for _, c := range cols {
+		args = append(args, c...)
+	}
+	res, err := tx.ExecContext(ctx, q, append(args, ids...)...)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n != int64(len(held)) {
+		return nil, fmt.Errorf("coalesced claim updated %d of %d rows", n, len(held))
+	}
+	return held, nil
 }
 
 func (d *myDriver) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, lease string) ([]flow.Record, error) {
