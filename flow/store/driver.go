@@ -237,7 +237,6 @@ type group[In, Out any] struct {
 	mu   sync.Mutex
 	busy bool
 	next []*groupCall[In, Out]
-	n    int // the sizes queued in next
 }
 
 type groupCall[In, Out any] struct {
@@ -329,8 +328,9 @@ func (g *group[In, Out]) lead(ctx context.Context, calls []*groupCall[In, Out], 
 
 // coalesce is a group commit for small holds. With 64 workers holding one
 // task each, every hold was a claim statement and a commit of its own, and
-// the claims all read the head of the claim index and stepped over each
-// other's locked rows. Here, while a claim of the type is in flight, later
+// the holds queued on the database's time per statement (on PostgreSQL
+// 1 ms of planning against 0.1 ms of execution for one row; a claim of 25
+// rows takes 1.2 ms) and on the pool. Here, while a claim of the type is in flight, later
 // holds wait and the next claim serves all of them, asking for the sum of
 // their limits; the rows are split among them, each with its own owner,
 // lease and expiry, so each holder gets at most its limit and nothing is

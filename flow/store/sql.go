@@ -36,7 +36,7 @@ type SQLStore struct {
 	// holdGroups: task type (and OmitLog) -> *group, this store's small
 	// holds of a type, coalesced (see coalesce).
 	holdGroups sync.Map
-	// sets, when groupSets, coalesces small SetTasks calls (setGroup).
+	// sets, when groupSets, coalesces small SetTasks calls (see SetTasks).
 	sets      group[setIn, []error]
 	groupSets bool
 	// countStmt is the counts' upsert prepared on the writer, where the

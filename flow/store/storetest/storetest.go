@@ -902,6 +902,7 @@ func stressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 		mu       sync.Mutex
 		holding  = map[string]string{} // task -> worker holding it now
 		ran      = map[string]int{}    // "task/stage" -> runs
+		by       = map[string]string{} // "task/stage" -> the worker that held it
 		finished atomic.Int64
 	)
 	deadline := time.Now().Add(90 * time.Second)
@@ -927,6 +928,9 @@ func stressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 						if r.Owner != me || r.Lease != lease {
 							t.Errorf("%s got task %s with owner %q, lease %q (its lease %q)", me, r.TaskID, r.Owner, r.Lease, lease)
 						}
+						if n := len(r.ScheduleLog); n == 0 || r.ScheduleLog[n-1].Worker != me || r.ScheduleLog[n-1].Event != flow.EventHeld {
+							t.Errorf("%s got task %s whose log ends %+v", me, r.TaskID, r.ScheduleLog[max(n-1, 0):])
+						}
 					}
 					if len(got) == 0 {
 						time.Sleep(time.Millisecond) // others hold the rest; poll again
@@ -940,6 +944,7 @@ func stressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 						}
 						holding[r.TaskID] = me
 						ran[r.TaskID+"/"+r.TaskStage]++
+						by[r.TaskID+"/"+r.TaskStage] = me
 						req := flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess}
 						if r.TaskStage == "one" {
 							req.Status, req.TaskStage = flow.StatusPending, "two"
@@ -978,6 +983,17 @@ func stressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 		for _, st := range []string{"one", "two"} {
 			if n := ran[r.TaskID+"/"+st]; n != 1 {
 				t.Errorf("task %s stage %s ran %d times", r.TaskID, st, n)
+			}
+		}
+		// The stored log names each stage's holder (a coalesced claim
+		// writes every holder's own).
+		got, err := stores[0].GetTask(ctx, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range got.ScheduleLog {
+			if l.Event == flow.EventHeld && l.Worker != by[r.TaskID+"/"+l.Stage] {
+				t.Errorf("task %s: log says stage %s held by %q, it was %q", r.TaskID, l.Stage, l.Worker, by[r.TaskID+"/"+l.Stage])
 			}
 		}
 	}
