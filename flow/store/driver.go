@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/flow"
@@ -202,7 +203,14 @@ const serialClaim = 32
 // concurrent claims share, and one at a time cost 64 one-task holders a
 // third of their rate. Other servers sharing the database still meet under
 // SKIP LOCKED.
-func (s *SQLStore) claimInTurn(ctx context.Context, p HoldParams, claim func(context.Context, HoldParams) ([]flow.Record, error)) ([]flow.Record, error) {
+//
+// many, when not nil, claims for several small holds at once (see
+// coalesce); the plain holds of a type below serialClaim go through it.
+func (s *SQLStore) claimInTurn(ctx context.Context, p HoldParams, claim func(context.Context, HoldParams) ([]flow.Record, error),
+	many func(context.Context, []HoldParams) ([]flow.Record, error)) ([]flow.Record, error) {
+	if many != nil && s.lock == nil && p.Limit < serialClaim && p.fairKey == "" {
+		return s.coalesce(ctx, p, many)
+	}
 	if s.lock == nil && p.Limit >= serialClaim {
 		turn, _ := s.claims.LoadOrStore(p.TaskType, make(chan struct{}, 1))
 		select {
@@ -213,6 +221,178 @@ func (s *SQLStore) claimInTurn(ctx context.Context, p HoldParams, claim func(con
 		}
 	}
 	return s.retryClaim(ctx, p, claim)
+}
+
+// maxCoalesced is the most tasks one coalesced claim asks for.
+const maxCoalesced = 256
+
+// group is a group commit: calls that arrive while one of the group's
+// runs is in flight wait, and the next run serves all of them at once
+// (run gets their inputs in arrival order and returns an output each).
+// At most one run of a group is in flight; a waiting call whose context
+// ends leaves the queue, one already taken into a run sees it through (a
+// statement's time) and gets its output, where returning early would
+// leave what the run did for it (tasks held under its lease) unseen.
+type group[In, Out any] struct {
+	mu   sync.Mutex
+	busy bool
+	next []*groupCall[In, Out]
+}
+
+type groupCall[In, Out any] struct {
+	in   In
+	size int
+	lead chan []*groupCall[In, Out] // the calls this one runs for, as their leader
+	done chan groupOut[Out]
+}
+
+type groupOut[Out any] struct {
+	out Out
+	err error
+}
+
+// do runs in alone if the group is idle, else with the calls queued
+// beside it; size is in's share of a run, and a run takes at most max of
+// them (or one call, whatever its size).
+func (g *group[In, Out]) do(ctx context.Context, in In, size, max int, run func(context.Context, []In) ([]Out, error)) (Out, error) {
+	me := &groupCall[In, Out]{in: in, size: size, lead: make(chan []*groupCall[In, Out], 1), done: make(chan groupOut[Out], 1)}
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		return g.lead(ctx, []*groupCall[In, Out]{me}, max, run)
+	}
+	g.next = append(g.next, me)
+	g.mu.Unlock()
+	select {
+	case calls := <-me.lead:
+		return g.lead(ctx, calls, max, run)
+	case r := <-me.done:
+		return r.out, r.err
+	case <-ctx.Done():
+		g.mu.Lock()
+		for i, c := range g.next {
+			if c == me { // still queued: leave
+				g.next = append(g.next[:i], g.next[i+1:]...)
+				g.mu.Unlock()
+				var zero Out
+				return zero, ctx.Err()
+			}
+		}
+		g.mu.Unlock()
+		select {
+		case calls := <-me.lead:
+			return g.lead(context.WithoutCancel(ctx), calls, max, run)
+		case r := <-me.done:
+			return r.out, r.err
+		}
+	}
+}
+
+// lead runs calls (calls[0] is the caller), passes the lead to the calls
+// queued meanwhile or marks the group idle, and hands out the outputs.
+func (g *group[In, Out]) lead(ctx context.Context, calls []*groupCall[In, Out], max int, run func(context.Context, []In) ([]Out, error)) (Out, error) {
+	ins := make([]In, len(calls))
+	for i, c := range calls {
+		ins[i] = c.in
+	}
+	if len(calls) > 1 {
+		ctx = context.WithoutCancel(ctx) // the run serves every call, each with a context of its own
+	}
+	outs, err := run(ctx, ins)
+	g.mu.Lock()
+	var next []*groupCall[In, Out]
+	n := 0
+	for len(g.next) > 0 && (len(next) == 0 || n+g.next[0].size <= max) {
+		n += g.next[0].size
+		next, g.next = append(next, g.next[0]), g.next[1:]
+	}
+	g.busy = len(next) > 0
+	g.mu.Unlock()
+	if len(next) > 0 {
+		next[0].lead <- next
+	}
+	for i, c := range calls[1:] {
+		if err != nil {
+			c.done <- groupOut[Out]{err: err}
+		} else {
+			c.done <- groupOut[Out]{out: outs[i+1]}
+		}
+	}
+	if err != nil {
+		var zero Out
+		return zero, err
+	}
+	return outs[0], nil
+}
+
+// coalesce is a group commit for small holds. With 64 workers holding one
+// task each, every hold was a claim statement and a commit of its own, and
+// the holds queued on the database's time per statement (on PostgreSQL
+// 1 ms of planning against 0.1 ms of execution for one row; a claim of 25
+// rows takes 1.2 ms) and on the pool. Here, while a claim of the type is in flight, later
+// holds wait and the next claim serves all of them, asking for the sum of
+// their limits; the rows are split among them, each with its own owner,
+// lease and expiry, so each holder gets at most its limit and nothing is
+// left over. The claim's condition is the one every hold uses (pause, due
+// time, sequence and rate keys); the keys' admission (admit) runs per
+// holder after, as for a lone hold. Other servers' holds meet these under
+// SKIP LOCKED as before.
+func (s *SQLStore) coalesce(ctx context.Context, p HoldParams, many func(context.Context, []HoldParams) ([]flow.Record, error)) ([]flow.Record, error) {
+	key := p.TaskType
+	if p.OmitLog {
+		key += "\x00nolog"
+	}
+	gv, _ := s.holdGroups.LoadOrStore(key, &group[HoldParams, []flow.Record]{})
+	g := gv.(*group[HoldParams, []flow.Record])
+	return g.do(ctx, p, p.Limit, maxCoalesced, func(ctx context.Context, ps []HoldParams) ([][]flow.Record, error) {
+		recs, err := s.retryClaim(ctx, ps[0], func(ctx context.Context, _ HoldParams) ([]flow.Record, error) {
+			return many(ctx, ps)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(ps) == 1 {
+			return [][]flow.Record{recs}, nil
+		}
+		// Split by lease: each hold's is its own.
+		byLease := make(map[string][]flow.Record, len(ps))
+		for _, r := range recs {
+			byLease[r.Lease] = append(byLease[r.Lease], r)
+		}
+		outs := make([][]flow.Record, len(ps))
+		for i, p := range ps {
+			outs[i] = byLease[p.Lease]
+		}
+		return outs, nil
+	})
+}
+
+// slots are a coalesced claim's per-task values: holder i's owner, lease,
+// expiry, time and log time, repeated for each task of its limit, in
+// order; the claim hands its k-th row to slot k.
+func slots(ps []HoldParams) (owners, leases []string, expiries, nows []int64, ats []string) {
+	for _, p := range ps {
+		for range p.Limit {
+			owners, leases = append(owners, p.WorkerID), append(leases, p.Lease)
+			expiries, nows, ats = append(expiries, us(p.LeaseExpiry)), append(nows, us(p.Now)), append(ats, logAt(p.Now))
+		}
+	}
+	return
+}
+
+// claimAll is the HoldParams of a coalesced claim's condition: the
+// latest now of its holds, and the sum of their limits.
+func claimAll(ps []HoldParams) HoldParams {
+	all := ps[0]
+	all.Limit = 0
+	for _, p := range ps {
+		all.Limit += p.Limit
+		if p.Now.After(all.Now) {
+			all.Now = p.Now
+		}
+	}
+	return all
 }
 
 // retryClaim runs claim, again after a retryable error, up to five times.

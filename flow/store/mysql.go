@@ -230,7 +230,17 @@ func (d *myDriver) close() error                        { return nil }
 
 // hold selects under SKIP LOCKED, then updates, in one transaction.
 func (d *myDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	return d.s.claimInTurn(ctx, p, d.claim)
+	return d.s.claimInTurn(ctx, p, d.claim, d.claimMany)
+}
+
+// claimMany claims for several holds in one transaction (coalesce): one
+// locking read of the sum of their limits, then an UPDATE per hold of its
+// share with its owner, lease and expiry, and one commit.
+func (d *myDriver) claimMany(ctx context.Context, ps []HoldParams) ([]flow.Record, error) {
+	if len(ps) == 1 {
+		return d.claim(ctx, ps[0])
+	}
+	return d.claimShares(ctx, claimAll(ps), ps, nil, nil)
 }
 
 func (d *myDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
@@ -246,11 +256,18 @@ func (d *myDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, li
 	}
 	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
 		return d.claimKeys(ctx, p, keys, limits)
-	})
+	}, nil)
 }
 
 // claimKeys is the plain claim without keys, else a read per key.
 func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, limits []int) ([]flow.Record, error) {
+	return d.claimShares(ctx, p, []HoldParams{p}, keys, limits)
+}
+
+// claimShares reads p's due tasks (else, with keys, each key's share),
+// then hands them out in order to the holds of shares, each up to its
+// limit (one hold: p itself).
+func (d *myDriver) claimShares(ctx context.Context, p HoldParams, shares []HoldParams, keys []string, limits []int) ([]flow.Record, error) {
 	var out []flow.Record
 	err := d.s.tx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		read := func(p HoldParams) ([]flow.Record, error) {
@@ -289,31 +306,29 @@ func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, l
 			out = nil
 			return nil
 		}
-		args := []any{p.WorkerID, p.Lease, us(p.LeaseExpiry), us(p.Now), logAt(p.Now), p.WorkerID}
-		for _, r := range recs {
-			args = append(args, r.TaskID)
-		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(recs))), args...)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n != int64(len(recs)) {
-			// Only without SKIP LOCKED (Redis lock mode) can rows change
-			// between the select and the update; keep those we got.
-			got, err := d.heldBy(ctx, tx, recs, p.Lease)
+		if len(shares) > 1 {
+			var err error
+			if recs, err = d.updateShares(ctx, tx, recs, shares); err != nil {
+				return err
+			}
+		} else {
+			h := shares[0]
+			args := []any{h.WorkerID, h.Lease, us(h.LeaseExpiry), us(h.Now), logAt(h.Now), h.WorkerID}
+			for _, r := range recs {
+				args = append(args, r.TaskID)
+			}
+			res, err := tx.ExecContext(ctx, fmt.Sprintf(d.q.holdUpd, in(len(recs))), args...)
 			if err != nil {
 				return err
 			}
-			recs = got
-		}
-		for i := range recs {
-			r := &recs[i]
-			r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, p.WorkerID, p.Lease, p.Now
-			le := p.LeaseExpiry
-			r.LeaseExpiry = &le
-			if !p.OmitLog {
-				r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: p.Now, Worker: p.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+			if n, _ := res.RowsAffected(); n != int64(len(recs)) {
+				// Only without SKIP LOCKED (Redis lock mode) can rows change
+				// between the select and the update; keep those we got.
+				if recs, err = d.heldBy(ctx, tx, recs, h.Lease); err != nil {
+					return err
+				}
 			}
+			heldAs(recs, h)
 		}
 		if err := d.s.count(ctx, tx, heldTally(recs)); err != nil {
 			return err
@@ -322,6 +337,62 @@ func (d *myDriver) claimKeys(ctx context.Context, p HoldParams, keys []string, l
 		return nil
 	})
 	return out, err
+}
+
+// heldAs sets recs as held by h, as its claim's UPDATE did.
+func heldAs(recs []flow.Record, h HoldParams) {
+	for i := range recs {
+		r := &recs[i]
+		r.Status, r.Owner, r.Lease, r.ModifyTime = flow.StatusProcessing, h.WorkerID, h.Lease, h.Now
+		le := h.LeaseExpiry
+		r.LeaseExpiry = &le
+		if !h.OmitLog {
+			r.ScheduleLog = flow.AppendLog(r.ScheduleLog, flow.LogEntry{At: h.Now, Worker: h.WorkerID, Stage: r.TaskStage, Event: flow.EventHeld})
+		}
+	}
+}
+
+// updateShares hands a coalesced claim's rows out in order, each hold up
+// to its limit, in one UPDATE whose values are CASEs on task_id: an
+// UPDATE per hold was a round trip each with the rows locked (25 holds a
+// claim on average with 64 one-task workers). Only with SKIP LOCKED (no
+// Redis lock), so every row read is updated.
+func (d *myDriver) updateShares(ctx context.Context, tx *sql.Tx, recs []flow.Record, shares []HoldParams) ([]flow.Record, error) {
+	var held []flow.Record
+	var ids []any
+	cols := make([][]any, 6) // owner, lease, lease_expiry, modify_time, the log's time and worker
+	for _, h := range shares {
+		mine := recs[:min(h.Limit, len(recs))]
+		recs = recs[len(mine):]
+		vals := []any{h.WorkerID, h.Lease, us(h.LeaseExpiry), us(h.Now), logAt(h.Now), h.WorkerID}
+		for _, r := range mine {
+			ids = append(ids, r.TaskID)
+			for c, v := range vals {
+				cols[c] = append(cols[c], r.TaskID, v)
+			}
+		}
+		heldAs(mine, h)
+		held = append(held, mine...)
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	byID := "CASE task_id" + strings.Repeat(" WHEN ? THEN ?", len(ids)) + " END"
+	log := strings.Replace(myLog(flow.EventHeld), "?", byID, 2)
+	q := "UPDATE " + d.s.p + "tasks SET status = " + sqlStatus(flow.StatusProcessing) + ", owner = " + byID + ", lease = " + byID +
+		", lease_expiry = " + byID + ", modify_time = " + byID + ", schedule_log = " + log + " WHERE task_id IN (" + in(len(ids)) + ")"
+	var args []any
+	for _, c := range cols {
+		args = append(args, c...)
+	}
+	res, err := tx.ExecContext(ctx, q, append(args, ids...)...)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n != int64(len(held)) {
+		return nil, fmt.Errorf("coalesced claim updated %d of %d rows", n, len(held))
+	}
+	return held, nil
 }
 
 func (d *myDriver) heldBy(ctx context.Context, tx *sql.Tx, recs []flow.Record, lease string) ([]flow.Record, error) {
@@ -520,6 +591,6 @@ func openMySQL(ctx context.Context, dsn string) (*SQLStore, error) {
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
 	d := &myDriver{}
-	d.s = &SQLStore{drv: d, w: db, r: db}
+	d.s = &SQLStore{drv: d, w: db, r: db, groupSets: true}
 	return d.s, nil
 }

@@ -178,7 +178,7 @@ type pgDriver struct {
 	stop     func() // ends the LISTEN connection (start)
 	// q are the statements only this driver runs, $n placeholders.
 	q struct {
-		hold, holdNoLog, holdKeys, holdKeysNoLog, lockSel, writeBatch, insert, setFast, heartbeat string
+		hold, holdNoLog, holdMany, holdManyNoLog, holdKeys, holdKeysNoLog, lockSel, writeBatch, insert, setFast, heartbeat string
 	}
 }
 
@@ -225,6 +225,18 @@ func (d *pgDriver) build(q *queries, b qparts) {
 			" SELECT * FROM u")
 	}
 	d.q.hold, d.q.holdNoLog = counted(hold(b.due), true), counted(hold(b.due), false)
+	// A coalesced claim (coalesce): the k-th row claimed takes the k-th
+	// slot's owner, lease, expiry and times, from arrays of one entry a
+	// task the holds asked for.
+	if !b.redisLock {
+		many := "WITH due AS (SELECT ctid AS rid FROM " + t + " WHERE " + b.due + " FOR UPDATE SKIP LOCKED)," +
+			" n AS (SELECT rid, row_number() OVER () AS i FROM due)," +
+			" h AS (SELECT * FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::text[]) WITH ORDINALITY AS h(owner, lease, le, mt, at, i))," +
+			" u AS (UPDATE " + t + " t SET status = " + b.proc + ", owner = h.owner, lease = h.lease, lease_expiry = h.le, modify_time = h.mt, schedule_log = " +
+			pgAppendLog("schedule_log", pgLogEntry("h.at", "h.owner", "task_stage", "'"+flow.EventHeld+"'")) +
+			" FROM n JOIN h ON h.i = n.i WHERE t.ctid = n.rid RETURNING "
+		d.q.holdMany, d.q.holdManyNoLog = counted(many, true), counted(many, false)
+	}
 	// The keys of a fair hold, each with its share: a lateral join runs
 	// the claim's read once per key, in one statement. The rows are found
 	// again by an array of their addresses (a TID scan): joined to the
@@ -290,21 +302,45 @@ func (d *pgDriver) lockMigrations(ctx context.Context, key string, fn func(execQ
 // hold claims in one statement: UPDATE ... FROM (SELECT ... FOR UPDATE
 // SKIP LOCKED) RETURNING.
 func (d *pgDriver) hold(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-	return d.s.claimInTurn(ctx, p, func(ctx context.Context, p HoldParams) ([]flow.Record, error) {
-		q := d.q.hold
-		if p.OmitLog {
-			q = d.q.holdNoLog
-		}
-		rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
-		if err != nil {
-			return nil, err
-		}
-		out, logs, err := scanHeld(rows, p.Limit)
-		if err != nil {
-			return nil, err
-		}
-		return d.s.parseHeldLogs(out, logs), nil
-	})
+	return d.s.claimInTurn(ctx, p, d.claim, d.claimMany)
+}
+
+func (d *pgDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, error) {
+	q := d.q.hold
+	if p.OmitLog {
+		q = d.q.holdNoLog
+	}
+	rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
+	if err != nil {
+		return nil, err
+	}
+	out, logs, err := scanHeld(rows, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return d.s.parseHeldLogs(out, logs), nil
+}
+
+// claimMany claims for several holds in one statement (coalesce).
+func (d *pgDriver) claimMany(ctx context.Context, ps []HoldParams) ([]flow.Record, error) {
+	if len(ps) == 1 {
+		return d.claim(ctx, ps[0])
+	}
+	all := claimAll(ps)
+	q := d.q.holdMany
+	if all.OmitLog {
+		q = d.q.holdManyNoLog
+	}
+	owners, leases, expiries, nows, ats := slots(ps)
+	rows, err := d.s.w.QueryContext(ctx, q, append(dueArgs(all), owners, leases, expiries, nows, ats)...)
+	if err != nil {
+		return nil, err
+	}
+	out, logs, err := scanHeld(rows, all.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return d.s.parseHeldLogs(out, logs), nil
 }
 
 // holdKeys claims the keys' shares in one statement (the lateral join).
@@ -330,7 +366,7 @@ func (d *pgDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, li
 			return nil, err
 		}
 		return d.s.parseHeldLogs(out, logs), nil
-	})
+	}, nil)
 }
 
 func (d *pgDriver) lockRows(ctx context.Context, tx *sql.Tx, ids []string) (*sql.Rows, error) {
@@ -448,7 +484,7 @@ func openPostgres(ctx context.Context, dsn string) (*SQLStore, error) {
 	var id [6]byte
 	rand.Read(id[:])
 	d := &pgDriver{instance: hex.EncodeToString(id[:])}
-	d.s = &SQLStore{drv: d, w: db, r: db}
+	d.s = &SQLStore{drv: d, w: db, r: db, groupSets: true}
 	return d.s, nil
 }
 

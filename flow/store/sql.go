@@ -33,6 +33,12 @@ type SQLStore struct {
 	// claims: task type -> chan struct{} (capacity 1), this store's large
 	// holds of a type, one at a time (see claimInTurn).
 	claims sync.Map
+	// holdGroups: task type (and OmitLog) -> *group, this store's small
+	// holds of a type, coalesced (see coalesce).
+	holdGroups sync.Map
+	// sets, when groupSets, coalesces small SetTasks calls (see SetTasks).
+	sets      group[setIn, []error]
+	groupSets bool
 	// countStmt is the counts' upsert prepared on the writer, where the
 	// writes keep the counts (SQLite; see count).
 	countStmt *sql.Stmt
@@ -674,11 +680,55 @@ func (s *SQLStore) writeRecords(ctx context.Context, tx *sql.Tx, recs []*flow.Re
 	return s.count(ctx, tx, t)
 }
 
+// setIn is one SetTasks call waiting in the set group.
+type setIn struct {
+	reqs []flow.SetTaskRequest
+	now  time.Time
+}
+
 // SetTasks implements Store.
+//
+// Small calls (under serialClaim requests) go through a group commit on
+// a database with a pool (PostgreSQL, MySQL): while one is being written,
+// later ones wait and the next write applies all of them as one batch,
+// in arrival order, as if in sequence; each call gets its own requests'
+// errors. 64 one-task workers made 64 statements and commits where the
+// batch makes one; those were what their holds queued behind once the
+// holds were coalesced (see coalesce). The batch's time is the latest
+// call's (they differ by the wait, under a statement's time).
 func (s *SQLStore) SetTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	if !s.groupSets || len(reqs) >= serialClaim {
+		return s.setTasks(ctx, reqs, now)
+	}
+	return s.sets.do(ctx, setIn{reqs, now}, len(reqs), maxCoalesced, func(ctx context.Context, ins []setIn) ([][]error, error) {
+		if len(ins) == 1 {
+			errs, err := s.setTasks(ctx, ins[0].reqs, ins[0].now)
+			return [][]error{errs}, err
+		}
+		var all []flow.SetTaskRequest
+		last := ins[0].now
+		for _, in := range ins {
+			all = append(all, in.reqs...)
+			if in.now.After(last) {
+				last = in.now
+			}
+		}
+		errs, err := s.setTasks(ctx, all, last)
+		if err != nil {
+			return nil, err
+		}
+		outs := make([][]error, len(ins))
+		for i, in := range ins {
+			outs[i], errs = errs[:len(in.reqs):len(in.reqs)], errs[len(in.reqs):]
+		}
+		return outs, nil
+	})
+}
+
+func (s *SQLStore) setTasks(ctx context.Context, reqs []flow.SetTaskRequest, now time.Time) ([]error, error) {
 	if hasPause(reqs) {
 		if err := s.pauseKeys(ctx, reqs, now); err != nil {
 			return nil, fmt.Errorf("set %d tasks: pause rate keys: %w", len(reqs), err)

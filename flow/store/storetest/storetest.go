@@ -852,6 +852,12 @@ func Run(t *testing.T, f Factory) {
 		t.Parallel()
 		StressHold(t, f, store.Options{}, 3, 8, 600)
 	})
+	// Many one-task holders on two servers: the shape whose holds and sets
+	// a store coalesces (one claim, one set batch for many callers).
+	t.Run("ManyOneTaskHolders", func(t *testing.T) {
+		t.Parallel()
+		stressHold(t, f, store.Options{}, 2, 32, 500, func(w int) int { return 1 + w%3 })
+	})
 
 	runOperator(t, f)
 	runFanOut(t, f)
@@ -867,6 +873,12 @@ func Run(t *testing.T, f Factory) {
 // stages. It fails if a task is held while another holder has it, if a
 // stage runs twice, or if a task is lost.
 func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, tasks int) {
+	stressHold(t, f, opts, servers, workers, tasks, func(int) int { return 5 })
+}
+
+// stressHold is StressHold with worker w holding up to limit(w) tasks at
+// a time; a hold that returns more fails the test.
+func stressHold(t *testing.T, f Factory, opts store.Options, servers, workers, tasks int, limit func(w int) int) {
 	ctx := context.Background()
 	p := Prefix()
 	stores := make([]store.Store, servers)
@@ -890,6 +902,7 @@ func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 		mu       sync.Mutex
 		holding  = map[string]string{} // task -> worker holding it now
 		ran      = map[string]int{}    // "task/stage" -> runs
+		by       = map[string]string{} // "task/stage" -> the worker that held it
 		finished atomic.Int64
 	)
 	deadline := time.Now().Add(90 * time.Second)
@@ -902,10 +915,22 @@ func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 				me := fmt.Sprintf("s%dw%d", si, w)
 				for finished.Load() < int64(tasks) && time.Now().Before(deadline) {
 					now := time.Now().UTC()
-					got, err := s.Hold(ctx, store.HoldParams{TaskType: "video", WorkerID: me, Limit: 5, Lease: flow.NewLease(), Now: now, LeaseExpiry: now.Add(time.Hour)})
+					lease := flow.NewLease()
+					got, err := s.Hold(ctx, store.HoldParams{TaskType: "video", WorkerID: me, Limit: limit(w), Lease: lease, Now: now, LeaseExpiry: now.Add(time.Hour)})
 					if err != nil {
 						t.Error(err)
 						return
+					}
+					if len(got) > limit(w) {
+						t.Errorf("%s asked for %d tasks, got %d", me, limit(w), len(got))
+					}
+					for _, r := range got {
+						if r.Owner != me || r.Lease != lease {
+							t.Errorf("%s got task %s with owner %q, lease %q (its lease %q)", me, r.TaskID, r.Owner, r.Lease, lease)
+						}
+						if n := len(r.ScheduleLog); n == 0 || r.ScheduleLog[n-1].Worker != me || r.ScheduleLog[n-1].Event != flow.EventHeld {
+							t.Errorf("%s got task %s whose log ends %+v", me, r.TaskID, r.ScheduleLog[max(n-1, 0):])
+						}
 					}
 					if len(got) == 0 {
 						time.Sleep(time.Millisecond) // others hold the rest; poll again
@@ -919,6 +944,7 @@ func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 						}
 						holding[r.TaskID] = me
 						ran[r.TaskID+"/"+r.TaskStage]++
+						by[r.TaskID+"/"+r.TaskStage] = me
 						req := flow.SetTaskRequest{TaskID: r.TaskID, Lease: r.Lease, Status: flow.StatusSuccess}
 						if r.TaskStage == "one" {
 							req.Status, req.TaskStage = flow.StatusPending, "two"
@@ -957,6 +983,17 @@ func StressHold(t *testing.T, f Factory, opts store.Options, servers, workers, t
 		for _, st := range []string{"one", "two"} {
 			if n := ran[r.TaskID+"/"+st]; n != 1 {
 				t.Errorf("task %s stage %s ran %d times", r.TaskID, st, n)
+			}
+		}
+		// The stored log names each stage's holder (a coalesced claim
+		// writes every holder's own).
+		got, err := stores[0].GetTask(ctx, r.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range got.ScheduleLog {
+			if l.Event == flow.EventHeld && l.Worker != by[r.TaskID+"/"+l.Stage] {
+				t.Errorf("task %s: log says stage %s held by %q, it was %q", r.TaskID, l.Stage, l.Worker, by[r.TaskID+"/"+l.Stage])
 			}
 		}
 	}
