@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,9 @@ func TestCountsFilledOnUpgrade(t *testing.T) {
 		t.Run(db.name, func(t *testing.T) {
 			ctx := context.Background()
 			dsn := db.dsn(t)
-			opts := Options{TablePrefix: "upc_" + db.name + "_"}
+			// A prefix of this run's own: another checkout's tests on the
+			// same database must not meet these tables mid-upgrade.
+			opts := Options{TablePrefix: "upc_" + db.name + "_" + strconv.FormatInt(time.Now().UnixNano()%1e12, 36) + "_"}
 			s, err := Open(ctx, dsn, opts)
 			if err != nil {
 				t.Fatal(err)
