@@ -310,11 +310,16 @@ func (d *pgDriver) claim(ctx context.Context, p HoldParams) ([]flow.Record, erro
 	if p.OmitLog {
 		q = d.q.holdNoLog
 	}
-	rows, err := d.s.w.QueryContext(ctx, q, holdArgs(p, true)...)
+	return d.claimed(ctx, p.Limit, q, holdArgs(p, true)...)
+}
+
+// claimed runs a claim statement q and reads back up to limit held tasks.
+func (d *pgDriver) claimed(ctx context.Context, limit int, q string, args ...any) ([]flow.Record, error) {
+	rows, err := d.s.w.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	out, logs, err := scanHeld(rows, p.Limit)
+	out, logs, err := scanHeld(rows, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -332,15 +337,7 @@ func (d *pgDriver) claimMany(ctx context.Context, ps []HoldParams) ([]flow.Recor
 		q = d.q.holdManyNoLog
 	}
 	owners, leases, expiries, nows, ats := slots(ps)
-	rows, err := d.s.w.QueryContext(ctx, q, append(dueArgs(all), owners, leases, expiries, nows, ats)...)
-	if err != nil {
-		return nil, err
-	}
-	out, logs, err := scanHeld(rows, all.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return d.s.parseHeldLogs(out, logs), nil
+	return d.claimed(ctx, all.Limit, q, append(dueArgs(all), owners, leases, expiries, nows, ats)...)
 }
 
 // holdKeys claims the keys' shares in one statement (the lateral join).
@@ -357,15 +354,7 @@ func (d *pgDriver) holdKeys(ctx context.Context, p HoldParams, keys []string, li
 			q = d.q.holdKeysNoLog
 		}
 		args := append(holdArgs(p, false)[:6], keys, ns, p.TaskType, us(p.Now), p.TaskType, us(p.Now)) // SET's, then the read's
-		rows, err := d.s.w.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, err
-		}
-		out, logs, err := scanHeld(rows, p.Limit)
-		if err != nil {
-			return nil, err
-		}
-		return d.s.parseHeldLogs(out, logs), nil
+		return d.claimed(ctx, p.Limit, q, args...)
 	}, nil)
 }
 
