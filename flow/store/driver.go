@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -229,10 +230,12 @@ const maxCoalesced = 256
 // group is a group commit: calls that arrive while one of the group's
 // runs is in flight wait, and the next run serves all of them at once
 // (run gets their inputs in arrival order and returns an output each).
-// At most one run of a group is in flight; a waiting call whose context
-// ends leaves the queue, one already taken into a run sees it through (a
-// statement's time) and gets its output, where returning early would
-// leave what the run did for it (tasks held under its lease) unseen.
+// At most one run of a group is in flight. A waiting call whose context
+// ends leaves: at once while queued, or, when taken into a run, before
+// the run starts (nothing was done for it). One whose context ends during
+// the run sees it through and gets its output, where returning early
+// would leave what the run did for it (tasks held under its lease) unseen;
+// the run itself ends at the latest of its calls' deadlines.
 type group[In, Out any] struct {
 	mu   sync.Mutex
 	busy bool
@@ -240,6 +243,7 @@ type group[In, Out any] struct {
 }
 
 type groupCall[In, Out any] struct {
+	ctx  context.Context
 	in   In
 	size int
 	lead chan []*groupCall[In, Out] // the calls this one runs for, as their leader
@@ -251,22 +255,25 @@ type groupOut[Out any] struct {
 	err error
 }
 
+// errGroupPanic answers the calls of a run that panicked.
+var errGroupPanic = errors.New("store: the grouped run serving this call panicked")
+
 // do runs in alone if the group is idle, else with the calls queued
 // beside it; size is in's share of a run, and a run takes at most max of
 // them (or one call, whatever its size).
 func (g *group[In, Out]) do(ctx context.Context, in In, size, max int, run func(context.Context, []In) ([]Out, error)) (Out, error) {
-	me := &groupCall[In, Out]{in: in, size: size, lead: make(chan []*groupCall[In, Out], 1), done: make(chan groupOut[Out], 1)}
+	me := &groupCall[In, Out]{ctx: ctx, in: in, size: size, lead: make(chan []*groupCall[In, Out], 1), done: make(chan groupOut[Out], 1)}
 	g.mu.Lock()
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
-		return g.lead(ctx, []*groupCall[In, Out]{me}, max, run)
+		return g.lead([]*groupCall[In, Out]{me}, max, run)
 	}
 	g.next = append(g.next, me)
 	g.mu.Unlock()
 	select {
 	case calls := <-me.lead:
-		return g.lead(ctx, calls, max, run)
+		return g.lead(calls, max, run)
 	case r := <-me.done:
 		return r.out, r.err
 	case <-ctx.Done():
@@ -282,24 +289,64 @@ func (g *group[In, Out]) do(ctx context.Context, in In, size, max int, run func(
 		g.mu.Unlock()
 		select {
 		case calls := <-me.lead:
-			return g.lead(context.WithoutCancel(ctx), calls, max, run)
+			return g.lead(calls, max, run)
 		case r := <-me.done:
 			return r.out, r.err
 		}
 	}
 }
 
-// lead runs calls (calls[0] is the caller), passes the lead to the calls
-// queued meanwhile or marks the group idle, and hands out the outputs.
-func (g *group[In, Out]) lead(ctx context.Context, calls []*groupCall[In, Out], max int, run func(context.Context, []In) ([]Out, error)) (Out, error) {
-	ins := make([]In, len(calls))
+// lead runs calls (calls[0] is the caller) but those whose context has
+// ended, passes the lead to the calls queued meanwhile or marks the group
+// idle, and hands out the outputs. A run that panics still passes the
+// lead on and answers the others (errGroupPanic); the panic goes on up
+// the caller's stack.
+func (g *group[In, Out]) lead(calls []*groupCall[In, Out], max int, run func(context.Context, []In) ([]Out, error)) (Out, error) {
+	res := make([]groupOut[Out], len(calls))
+	var live []int
 	for i, c := range calls {
-		ins[i] = c.in
+		if err := c.ctx.Err(); err != nil {
+			res[i].err = err
+		} else {
+			live = append(live, i)
+		}
 	}
-	if len(calls) > 1 {
-		ctx = context.WithoutCancel(ctx) // the run serves every call, each with a context of its own
+	ok := false
+	defer func() {
+		if !ok {
+			g.handOn(max)
+			for _, c := range calls[1:] {
+				c.done <- groupOut[Out]{err: errGroupPanic}
+			}
+		}
+	}()
+	if len(live) > 0 {
+		ins := make([]In, len(live))
+		for j, i := range live {
+			ins[j] = calls[i].in
+		}
+		ctx, cancel := runContext(calls, live)
+		outs, err := run(ctx, ins)
+		cancel()
+		for j, i := range live {
+			if err != nil {
+				res[i].err = err
+			} else {
+				res[i].out = outs[j]
+			}
+		}
 	}
-	outs, err := run(ctx, ins)
+	ok = true
+	g.handOn(max)
+	for i, c := range calls[1:] {
+		c.done <- res[i+1]
+	}
+	return res[0].out, res[0].err
+}
+
+// handOn passes the lead to the calls queued, up to max of their sizes
+// (at least one), or marks the group idle.
+func (g *group[In, Out]) handOn(max int) {
 	g.mu.Lock()
 	var next []*groupCall[In, Out]
 	n := 0
@@ -312,18 +359,26 @@ func (g *group[In, Out]) lead(ctx context.Context, calls []*groupCall[In, Out], 
 	if len(next) > 0 {
 		next[0].lead <- next
 	}
-	for i, c := range calls[1:] {
-		if err != nil {
-			c.done <- groupOut[Out]{err: err}
-		} else {
-			c.done <- groupOut[Out]{out: outs[i+1]}
+}
+
+// runContext is the context of a run for the calls at live: a lone
+// call's own; for several, none of their cancellations (the run serves
+// each) but the latest of their deadlines, or none if one has none.
+func runContext[In, Out any](calls []*groupCall[In, Out], live []int) (context.Context, context.CancelFunc) {
+	if len(live) == 1 {
+		return calls[live[0]].ctx, func() {}
+	}
+	var latest time.Time
+	for _, i := range live {
+		d, ok := calls[i].ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(calls[live[0]].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
 		}
 	}
-	if err != nil {
-		var zero Out
-		return zero, err
-	}
-	return outs[0], nil
+	return context.WithDeadline(context.WithoutCancel(calls[live[0]].ctx), latest)
 }
 
 // coalesce is a group commit for small holds. With 64 workers holding one

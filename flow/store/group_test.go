@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestGroupMergesCalls: calls that arrive while a run is in flight are
@@ -134,5 +135,120 @@ func TestGroupQueuedCallLeavesOnCancel(t *testing.T) {
 	}
 	if nils != 1 || booms != 1 {
 		t.Fatalf("errors %v", errs)
+	}
+}
+
+// TestGroupSurvivesAPanickingRun: a run that panics fails the calls it
+// served with errGroupPanic, the panic reaches the leader's caller, and
+// the group serves the next call (it was left busy, jamming every later
+// call of the type, before).
+func TestGroupSurvivesAPanickingRun(t *testing.T) {
+	var g group[int, int]
+	started, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	run := func(_ context.Context, ins []int) ([]int, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+			<-release
+			panic("a driver bug")
+		}
+		return make([]int, len(ins)), nil
+	}
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		g.do(context.Background(), 0, 1, 10, run)
+	}()
+	<-started
+	queued := make(chan error, 1)
+	go func() {
+		_, err := g.do(context.Background(), 1, 1, 10, run)
+		queued <- err
+	}()
+	for { // queued behind the run that will panic
+		g.mu.Lock()
+		q := len(g.next)
+		g.mu.Unlock()
+		if q == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	if p := <-panicked; p != "a driver bug" {
+		t.Fatalf("the leader's caller recovered %v, want the run's panic", p)
+	}
+	// The queued call was either handed the lead (and ran: no error) or
+	// served by the panicking run; it is answered either way.
+	if err := <-queued; err != nil && !errors.Is(err, errGroupPanic) {
+		t.Fatalf("queued call: %v", err)
+	}
+	if _, err := g.do(context.Background(), 2, 1, 10, run); err != nil {
+		t.Fatalf("a call after the panic: %v", err)
+	}
+}
+
+// TestGroupSkipsEndedCalls: a call whose context has ended before its
+// run starts is answered with its context's error and nothing is run for
+// it (a hold would otherwise claim tasks under a lease nobody reads).
+func TestGroupSkipsEndedCalls(t *testing.T) {
+	var g group[int, int]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	_, err := g.do(ctx, 1, 1, 10, func(context.Context, []int) ([]int, error) { ran = true; return []int{0}, nil })
+	if !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("ended call: err %v, ran %v; want context.Canceled and no run", err, ran)
+	}
+	if g.busy {
+		t.Fatal("group left busy")
+	}
+}
+
+// TestGroupRunEndsAtTheLatestDeadline: a run of several calls is not
+// cancelled with one of them, but ends at the latest of their deadlines.
+func TestGroupRunEndsAtTheLatestDeadline(t *testing.T) {
+	var g group[int, int]
+	started, release := make(chan struct{}), make(chan struct{})
+	var deadline atomic.Value
+	var calls atomic.Int32
+	run := func(ctx context.Context, ins []int) ([]int, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+			<-release
+		} else {
+			d, _ := ctx.Deadline()
+			deadline.Store(d)
+		}
+		return make([]int, len(ins)), nil
+	}
+	go g.do(context.Background(), 0, 1, 10, run)
+	<-started
+	base := time.Now().Add(time.Hour)
+	var wg sync.WaitGroup
+	for i := 1; i <= 2; i++ {
+		ctx, cancel := context.WithDeadline(context.Background(), base.Add(time.Duration(i)*time.Minute))
+		defer cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := g.do(ctx, i, 1, 10, run); err != nil {
+				t.Errorf("call %d: %v", i, err)
+			}
+		}()
+	}
+	for {
+		g.mu.Lock()
+		q := len(g.next)
+		g.mu.Unlock()
+		if q == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	if got, _ := deadline.Load().(time.Time); !got.Equal(base.Add(2 * time.Minute)) {
+		t.Fatalf("the merged run's deadline %v, want the later call's %v", got, base.Add(2*time.Minute))
 	}
 }
