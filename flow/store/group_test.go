@@ -59,15 +59,7 @@ func TestGroupMergesCalls(t *testing.T) {
 			}
 		}()
 	}
-	for { // all queued
-		g.mu.Lock()
-		q := len(g.next)
-		g.mu.Unlock()
-		if q == n {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&g, n)
 	close(release)
 	wg.Wait()
 	if merged.Load() == 0 || runs.Load() > 1+n/5+1 {
@@ -104,15 +96,7 @@ func TestGroupQueuedCallLeavesOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, err := g.do(ctx, 1, 1, 10, run); done <- err }()
 	go func() { _, err := g.do(context.Background(), 2, 1, 10, run); done <- err }()
-	for {
-		g.mu.Lock()
-		q := len(g.next)
-		g.mu.Unlock()
-		if q == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&g, 2)
 	cancel()
 	var errs []error
 	errs = append(errs, <-done) // the cancelled call leaves at once
@@ -165,15 +149,7 @@ func TestGroupSurvivesAPanickingRun(t *testing.T) {
 		_, err := g.do(context.Background(), 1, 1, 10, run)
 		queued <- err
 	}()
-	for { // queued behind the run that will panic
-		g.mu.Lock()
-		q := len(g.next)
-		g.mu.Unlock()
-		if q == 1 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&g, 1)
 	close(release)
 	if p := <-panicked; p != "a driver bug" {
 		t.Fatalf("the leader's caller recovered %v, want the run's panic", p)
@@ -237,18 +213,23 @@ func TestGroupRunEndsAtTheLatestDeadline(t *testing.T) {
 			}
 		}()
 	}
-	for {
-		g.mu.Lock()
-		q := len(g.next)
-		g.mu.Unlock()
-		if q == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&g, 2)
 	close(release)
 	wg.Wait()
 	if got, _ := deadline.Load().(time.Time); !got.Equal(base.Add(2 * time.Minute)) {
 		t.Fatalf("the merged run's deadline %v, want the later call's %v", got, base.Add(2*time.Minute))
+	}
+}
+
+// waitQueued returns once n calls wait in g's queue.
+func waitQueued[In, Out any](g *group[In, Out], n int) {
+	for {
+		g.mu.Lock()
+		q := len(g.next)
+		g.mu.Unlock()
+		if q == n {
+			return
+		}
+		runtime.Gosched()
 	}
 }
