@@ -537,8 +537,14 @@ func TestHandshakeBoundedAgainstFrozenSupervisor(t *testing.T) {
 	if !strings.Contains(logs.String(), "no answer to the WebSocket handshake") {
 		t.Fatalf("the frozen supervisor was not left by the handshake bound; log:\n%s", logs.String())
 	}
-	if st := w.Stats(); st.Connects != 1 {
-		t.Fatalf("connects %d, want 1", st.Connects)
+	// The supervisor counts the connection before the worker's side of the
+	// handshake returns, so await the worker's count too.
+	testenv.Eventually(t, "the worker's one connection counted", func() bool { return w.Stats().Connects == 1 })
+	next.mu.Lock()
+	conns := next.conns
+	next.mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("the next supervisor saw %d connections, want 1", conns)
 	}
 }
 
