@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,6 +85,10 @@ type evloop struct {
 	idle   map[*pool][]*lconn // keep-alive target connections, this loop's own
 	free   []*lconn
 	sweep  time.Time
+
+	// clients counts the client connections this loop serves, or was
+	// handed and has not registered yet: place reads it from every loop.
+	clients atomic.Int32
 
 	mu    sync.Mutex
 	inbox []func(*evloop)
@@ -506,9 +512,9 @@ func (l *evloop) event(c *lconn, ev uint32) {
 	}
 }
 
-// accept takes every connection the backlog holds.
+// accept takes every connection the backlog holds, and places each on
+// the loop that serves the fewest (place).
 func (l *evloop) accept() {
-	cfg := l.g.cfg()
 	for {
 		fd, sa, err := unix.Accept4(l.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
@@ -517,39 +523,80 @@ func (l *evloop) accept() {
 			}
 			return // EAGAIN: the backlog is empty
 		}
-		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		c := l.newConn(fd, int(cfg.MaxHeaderSize))
-		cc := c.cc
-		cc.ip = cc.ip[:0]
-		cc.ipStr = ""
-		switch a := sa.(type) {
-		case *unix.SockaddrInet4:
-			cc.ip = netip.AddrFrom4(a.Addr).AppendTo(cc.ip)
-		case *unix.SockaddrInet6:
-			cc.ip = netip.AddrFrom16(a.Addr).Unmap().AppendTo(cc.ip)
-		}
-		c.q.reset(cfg)
-		// Counted under connMu, as newClientConn does: Shutdown takes it
-		// after it sets draining, so no Add comes after its Wait began.
-		l.g.connMu.Lock()
-		if l.g.draining.Load() {
-			l.g.connMu.Unlock()
-			_ = unix.Close(fd)
-			l.freeConn(c)
+		t := l.g.place(l)
+		if t == l {
+			l.accepted(fd, sa)
 			continue
 		}
-		l.g.connWG.Add(1)
-		l.g.connMu.Unlock()
-		if err := l.register(c); err != nil {
-			_ = unix.Close(fd)
-			l.g.connWG.Done()
-			l.freeConn(c)
-			continue
+		if !t.post(func(t *evloop) { t.accepted(fd, sa) }) {
+			t.clients.Add(-1)
+			_ = unix.Close(fd) // the loop is gone: so is the gateway
 		}
-		l.g.loopConns.Add(1)
-		c.state = csHead
-		l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 	}
+}
+
+// place picks the loop for a new client connection and counts it there:
+// the one serving the fewest, l (the accepting loop) unless another
+// serves at least two fewer. SO_REUSEPORT spreads connections by a hash
+// of their addresses, so 64 keep-alive connections landed 38 and 26 on
+// two loops, and the busier loop's requests waited longer (the p99) while
+// the other had time to spare; HAProxy likewise hands an accepted
+// connection to its least loaded thread. The margin keeps a loop's own
+// connections local while the counts are near even, which is the usual
+// case under churn: a move costs a post to the other loop.
+// With l nil (a TLS connection after its handshake) it is the one
+// serving the fewest.
+func (g *Gateway) place(l *evloop) *evloop {
+	best, bn := l, int32(math.MaxInt32)
+	if l != nil {
+		bn = l.clients.Load() - 1
+	}
+	for _, o := range g.loops {
+		if m := o.clients.Load(); m < bn {
+			best, bn = o, m
+		}
+	}
+	best.clients.Add(1)
+	return best
+}
+
+// accepted serves a connection accept took, counted in l.clients.
+func (l *evloop) accepted(fd int, sa unix.Sockaddr) {
+	cfg := l.g.cfg()
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	c := l.newConn(fd, int(cfg.MaxHeaderSize))
+	cc := c.cc
+	cc.ip = cc.ip[:0]
+	cc.ipStr = ""
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		cc.ip = netip.AddrFrom4(a.Addr).AppendTo(cc.ip)
+	case *unix.SockaddrInet6:
+		cc.ip = netip.AddrFrom16(a.Addr).Unmap().AppendTo(cc.ip)
+	}
+	c.q.reset(cfg)
+	// Counted under connMu, as newClientConn does: Shutdown takes it
+	// after it sets draining, so no Add comes after its Wait began.
+	l.g.connMu.Lock()
+	if l.g.draining.Load() || l.draining {
+		l.g.connMu.Unlock()
+		_ = unix.Close(fd)
+		l.clients.Add(-1)
+		l.freeConn(c)
+		return
+	}
+	l.g.connWG.Add(1)
+	l.g.connMu.Unlock()
+	if err := l.register(c); err != nil {
+		_ = unix.Close(fd)
+		l.clients.Add(-1)
+		l.g.connWG.Done()
+		l.freeConn(c)
+		return
+	}
+	l.g.loopConns.Add(1)
+	c.state = csHead
+	l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 }
 
 func (l *evloop) newConn(fd, inSize int) *lconn {
@@ -1515,6 +1562,7 @@ func (l *evloop) closeClient(c *lconn) {
 		c.cc.logLine(&c.line, c.res.status)
 	}
 	c.q.release()
+	l.clients.Add(-1)
 	l.g.loopConns.Add(-1)
 	l.g.connWG.Done()
 	l.freeConn(c)
@@ -1580,6 +1628,7 @@ func (l *evloop) handOff(c *lconn) {
 	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
 	l.unregister(c)
 	c.q.release()
+	l.clients.Add(-1)
 	l.g.loopConns.Add(-1)
 	l.g.connWG.Done()
 	l.freeConn(c)

@@ -186,8 +186,9 @@ func (g *Gateway) adoptTLS(cc *clientConn) bool {
 	_ = t.TCPConn.Close() // the loop holds the socket's duplicate
 	t.fd = fd
 	ip := append([]byte(nil), cc.ip...)
-	l := g.loops[fd%len(g.loops)]
+	l := g.place(nil)
 	if !l.post(func(l *evloop) { l.adopt(fd, tc, t, ip) }) {
+		l.clients.Add(-1)
 		_ = unix.Close(fd) // the loop is gone: so is the gateway
 		g.connWG.Done()
 	}
@@ -205,6 +206,7 @@ func (l *evloop) adopt(fd int, tc *tls.Conn, t *tlsIO, ip []byte) {
 	c.q.reset(cfg)
 	if l.draining || l.g.draining.Load() || l.register(c) != nil {
 		_ = unix.Close(fd)
+		l.clients.Add(-1)
 		l.g.connWG.Done()
 		l.freeConn(c)
 		return
