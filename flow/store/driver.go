@@ -410,17 +410,26 @@ func (s *SQLStore) coalesce(ctx context.Context, p HoldParams, many func(context
 		if len(ps) == 1 {
 			return [][]flow.Record{recs}, nil
 		}
-		// Split by lease: each hold's is its own.
-		byLease := make(map[string][]flow.Record, len(ps))
-		for _, r := range recs {
-			byLease[r.Lease] = append(byLease[r.Lease], r)
-		}
-		outs := make([][]flow.Record, len(ps))
-		for i, p := range ps {
-			outs[i] = byLease[p.Lease]
-		}
-		return outs, nil
+		return splitByLease(ps, recs), nil
 	})
+}
+
+// splitByLease hands a coalesced claim's rows to its holds, each the rows
+// claimed under its lease, at most its limit: holds that were given one
+// lease (the server makes a new one per hold; a caller of the store may
+// not) still get each task once.
+func splitByLease(ps []HoldParams, recs []flow.Record) [][]flow.Record {
+	byLease := make(map[string][]flow.Record, len(ps))
+	for _, r := range recs {
+		byLease[r.Lease] = append(byLease[r.Lease], r)
+	}
+	outs := make([][]flow.Record, len(ps))
+	for i, p := range ps {
+		rs := byLease[p.Lease]
+		k := min(max(p.Limit, 0), len(rs))
+		outs[i], byLease[p.Lease] = rs[:k:k], rs[k:]
+	}
+	return outs
 }
 
 // slots are a coalesced claim's per-task values: holder i's owner, lease,

@@ -3,11 +3,14 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
 // TestGroupMergesCalls: calls that arrive while a run is in flight are
@@ -231,5 +234,37 @@ func waitQueued[In, Out any](g *group[In, Out], n int) {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestSplitByLeaseGivesEachTaskOnce: a coalesced claim's rows go to the
+// holds by lease, at most each hold's limit, so two holds given one lease
+// never get the same task.
+func TestSplitByLeaseGivesEachTaskOnce(t *testing.T) {
+	ps := []HoldParams{{Lease: "a", Limit: 2}, {Lease: "b", Limit: 1}, {Lease: "a", Limit: 2}}
+	var recs []flow.Record
+	for i, l := range []string{"a", "b", "a", "a"} {
+		recs = append(recs, flow.Record{Task: flow.Task{TaskID: fmt.Sprint(i), Lease: l}})
+	}
+	outs := splitByLease(ps, recs)
+	seen := map[string]int{}
+	for i, out := range outs {
+		if len(out) > ps[i].Limit {
+			t.Fatalf("hold %d got %d tasks, limit %d", i, len(out), ps[i].Limit)
+		}
+		for _, r := range out {
+			if r.Lease != ps[i].Lease {
+				t.Fatalf("hold %d (lease %s) got a task of lease %s", i, ps[i].Lease, r.Lease)
+			}
+			seen[r.TaskID]++
+		}
+	}
+	if len(seen) != len(recs) {
+		t.Fatalf("%d of %d tasks handed out: %v", len(seen), len(recs), outs)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("task %s handed to %d holds", id, n)
+		}
 	}
 }
