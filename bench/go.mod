@@ -21,6 +21,7 @@ require (
 	github.com/smallnest/weighted v0.0.0-20230419055410-36b780e40a7a
 	github.com/zeromicro/go-zero v1.10.3
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/net v0.61.0
 	golang.org/x/sys v0.49.0
 	stathat.com/c/consistent v1.0.0
 )

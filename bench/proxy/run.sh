@@ -15,9 +15,10 @@
 #                                      # switches per request
 #   PROTO=tls bench/proxy/run.sh       # HTTP/1.1 over TLS (wrk https, keep-alive)
 #   PROTO=h2 bench/proxy/run.sh        # HTTP/2 over TLS (h2load -cCONNS -mSTREAMS -tTHREADS)
-#   PROTO=h2 ONLY="fulcrum nginx gobare nginxbare" BASE=nginx COUNTS=1 bench/proxy/run.sh
-#                                      # with the floors: net/http's server and
-#                                      # nginx each answering by themselves
+#   PROTO=h2 ONLY="fulcrum nginx gobare nginxbare h2own" BASE=nginx COUNTS=1 bench/proxy/run.sh
+#                                      # with the floors: net/http's server,
+#                                      # nginx and a server of our own each
+#                                      # answering by themselves
 #
 # PROTO=tls and PROTO=h2 serve TLS on every proxy's port with one
 # self-signed P-256 certificate made in the temp dir, TLS 1.3 and one
@@ -34,7 +35,9 @@
 # net/http's server (HTTP/2 over TLS under PROTO=h2) answering every
 # request itself, no proxying (bench/proxy/gobare): the floor of what a
 # proxy behind that server spends; nginxbare = nginx answering itself
-# (`return 200`), nginx's floor; fulcrum =
+# (`return 200`), nginx's floor; h2own = an HTTP/2 server without a
+# goroutine or channel per stream (bench/proxy/h2own, PROTO=h2 only)
+# answering itself: the floor of an HTTP/2 server of our own; fulcrum =
 # default settings (GOMAXPROCS = CPUs, GOGC 400); fulcrum-1p = GOMAXPROCS=1
 # (one event loop, as the proxy's share of a 2-core box shared with wrk and
 # the upstreams is about one core); stdproxy = httputil.ReverseProxy;
@@ -74,7 +77,10 @@ tls | h2) ONLY=${ONLY:-"fulcrum nginx haproxy"} scheme=https ;;
 esac
 if [ "$PROTO" != http ]; then
 	for p in $ONLY; do
-		case $p in fulcrum | fulcrum-1p | before | goroutines | nginx | haproxy | gobare | nginxbare) ;; *) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;; esac
+		case $p in fulcrum | fulcrum-1p | before | goroutines | nginx | haproxy | gobare | nginxbare) ;;
+		h2own) [ "$PROTO" = h2 ] || { echo "PROTO=$PROTO: h2own speaks HTTP/2 only" >&2; exit 1; } ;;
+		*) echo "PROTO=$PROTO: no TLS config for $p" >&2; exit 1 ;;
+		esac
 	done
 fi
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
@@ -136,13 +142,13 @@ export PATH=$PATH:/usr/sbin
 
 echo "building fulcrum and stdproxy" >&2
 (cd "$root" && go build -o "$work/fulcrum" ./cmd/fulcrum)
-(cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy && go build -o "$work/gobare" ./proxy/gobare)
+(cd "$root/bench" && go build -o "$work/stdproxy" ./proxy/stdproxy && go build -o "$work/gobare" ./proxy/gobare && go build -o "$work/h2own" ./proxy/h2own)
 
 port_of() {
 	local p
 	case $1 in
 	direct) p=19001 ;; fulcrum | fulcrum-1p | before | goroutines) p=18080 ;; nginx) p=18081 ;;
-	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;; gobare) p=18085 ;; nginxbare) p=18086 ;;
+	haproxy) p=18082 ;; caddy) p=18083 ;; stdproxy) p=18084 ;; gobare) p=18085 ;; nginxbare) p=18086 ;; h2own) p=18087 ;;
 	esac
 	echo $((p + PORT_OFFSET))
 }
@@ -293,6 +299,7 @@ start() {
 		[ "$PROTO" != http ] && tls=(-cert "$work/cert.pem" -key "$work/key.pem")
 		"${pin[@]}" "${gmp[@]}" "$work/gobare" -listen "127.0.0.1:$(port_of gobare)" "${tls[@]}" >"$work/gobare.log" 2>&1 &
 		;;
+	h2own) "${pin[@]}" "${gmp[@]}" "$work/h2own" -listen "127.0.0.1:$(port_of h2own)" -cert "$work/cert.pem" -key "$work/key.pem" >"$work/h2own.log" 2>&1 & ;;
 	goroutines) "${pin[@]}" "${gmp[@]}" env FULCRUM_GATEWAY_EVENT_LOOP=off "$work/fulcrum" gateway --config "$work/fulcrum.yaml" >"$work/goroutines.log" 2>&1 & ;;
 	esac
 	cur=$!
