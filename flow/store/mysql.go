@@ -86,7 +86,8 @@ var myMigrations = [][]string{{
 	// or a set then moves the entries of the two indexes whose value
 	// changes from or to NULL (and list_idx's), where every status-led
 	// index moved its entry (and purge removed the old one) on every
-	// status change: MariaDB's CPU per task end to end 333 -> 314 µs (docs/benchmarks.md).
+	// status change (with the set fast path, MariaDB's CPU per task end to end
+	// 0.89x: docs/benchmarks.md).
 	`ALTER TABLE {p}tasks ADD COLUMN pending_at BIGINT AS (CASE WHEN status = 1 THEN order_time END) STORED,
 		ADD COLUMN lease_at BIGINT AS (CASE WHEN status = 2 THEN lease_expiry END) STORED,
 		ADD COLUMN ended_at BIGINT AS (CASE WHEN status IN (3, 4, 5) THEN modify_time END) STORED,
