@@ -214,7 +214,10 @@ type qparts struct {
 	dueFair  string // due for one fairness key, which it binds after the type (fair.go)
 	// dueKeys is due for the key k.key, LIMIT k.n, of a lateral join over
 	// the hold's keys (PostgreSQL's claim of several keys, fair.go)
-	dueKeys   string
+	dueKeys string
+	// dueOn is due with the driver's own condition (cond binds the due
+	// time) and order (MySQL: a generated column, see mysql.go)
+	dueOn     func(cond, order, limit string) string
 	redisLock bool // holds take turns under a Redis lock: no SKIP LOCKED, a status guard instead
 	// statuses rendered from the flow constants
 	pending, proc, live, ended string
@@ -236,9 +239,12 @@ func buildQueries(d driver, p string, redisLock bool) queries {
 	// pause committed through any server stops every later hold; it is
 	// uncorrelated, so the database evaluates it once per claim (and a
 	// locking read does not lock the type row it reads).
+	b.dueOn = func(cond, order, limit string) string {
+		return "task_type = ? AND " + cond + " AND NOT EXISTS (SELECT 1 FROM " + p +
+			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY " + order + " LIMIT " + limit
+	}
 	due := func(pending, limit string) string {
-		return "task_type = ? AND " + pending + " AND order_time <= ? AND NOT EXISTS (SELECT 1 FROM " + p +
-			"task_types WHERE task_type = ? AND paused <> 0)" + keysDue(p, t, d.keys()) + " ORDER BY order_time LIMIT " + limit
+		return b.dueOn(pending+" AND order_time <= ?", "order_time", limit)
 	}
 	f := d.fair()
 	b.due, b.dueFair = due("status = "+b.pending, "?"), due(f.pending("")+" = ? AND "+f.keyed(""), "?")
