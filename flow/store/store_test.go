@@ -15,11 +15,16 @@ import (
 // factory opens SQLStores on dsn and drops each prefix's tables when the
 // test that first used it ends.
 func factory(dsn func(t testing.TB) string) storetest.Factory {
+	return prefixFactory(func(t testing.TB, _ string) string { return dsn(t) })
+}
+
+// prefixFactory is factory with a DSN per table prefix.
+func prefixFactory(dsn func(t testing.TB, prefix string) string) storetest.Factory {
 	var mu sync.Mutex
 	dropped := map[string]bool{}
 	return storetest.Factory{Open: func(t testing.TB, prefix string, opts store.Options) store.Store {
 		t.Helper()
-		s, err := store.Open(context.Background(), dsn(t), withPrefix(opts, prefix))
+		s, err := store.Open(context.Background(), dsn(t, prefix), withPrefix(opts, prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,9 +47,13 @@ func withPrefix(o store.Options, p string) store.Options { o.TablePrefix = p; re
 func TestSQLite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	storetest.Run(t, factory(func(t testing.TB) string {
-		// One file per prefix would also do; one per test keeps them apart.
-		return "sqlite://" + filepath.Join(dir, "flow.db")
+	storetest.Run(t, prefixFactory(func(_ testing.TB, prefix string) string {
+		// A file per prefix: a subtest's stores (its "servers") share
+		// one, and the parallel subtests do not queue on each other's
+		// writes, as they did on one file for all: on a starved machine
+		// some waited past busy_timeout (SQLITE_BUSY in five subtests of
+		// one run).
+		return "sqlite://" + filepath.Join(dir, prefix+"flow.db")
 	}))
 }
 
