@@ -587,16 +587,25 @@ func (l *evloop) accepted(fd int, sa unix.Sockaddr) {
 	}
 	l.g.connWG.Add(1)
 	l.g.connMu.Unlock()
-	if err := l.register(c); err != nil {
-		_ = unix.Close(fd)
+	l.admit(c, true)
+}
+
+// admit starts serving a new client connection, counted in l.clients and
+// in connWG: registered, waiting for its first head within read_header.
+// With ok false, or when it cannot be registered, it is closed and
+// uncounted instead; admit reports which.
+func (l *evloop) admit(c *lconn, ok bool) bool {
+	if !ok || l.register(c) != nil {
+		_ = unix.Close(c.fd)
 		l.clients.Add(-1)
 		l.g.connWG.Done()
 		l.freeConn(c)
-		return
+		return false
 	}
 	l.g.loopConns.Add(1)
 	c.state = csHead
-	l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
+	l.arm(c, tmIdle, l.now.Add(l.g.cfg().Timeouts.ReadHeader.D()))
+	return true
 }
 
 func (l *evloop) newConn(fd, inSize int) *lconn {

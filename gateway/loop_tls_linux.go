@@ -204,16 +204,9 @@ func (l *evloop) adopt(fd int, tc *tls.Conn, t *tlsIO, ip []byte) {
 	c.cc.ip = append(c.cc.ip[:0], ip...)
 	c.cc.ipStr = ""
 	c.q.reset(cfg)
-	if l.draining || l.g.draining.Load() || l.register(c) != nil {
-		_ = unix.Close(fd)
-		l.clients.Add(-1)
-		l.g.connWG.Done()
-		l.freeConn(c)
+	if !l.admit(c, !l.draining && !l.g.draining.Load()) {
 		return
 	}
-	l.g.loopConns.Add(1)
-	c.state = csHead
-	l.arm(c, tmIdle, l.now.Add(cfg.Timeouts.ReadHeader.D()))
 	// The client may have sent its first request with its last handshake
 	// flight: crypto/tls may hold it already, and no event would say so.
 	// The first Read that would block tells how many records the
