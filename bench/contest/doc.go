@@ -37,7 +37,9 @@
 // says what the scenario alone forces on a balancer that refuses
 // nothing (Scenario.ForcedWait): by Little's law the connections beyond
 // the permits wait in its queue, so many milliseconds a success, and
-// what that wait, spread evenly, does to the p99 against a sprayer's.
+// what that wait, spread evenly, does to the p99 against a sprayer's;
+// open loop, the arrivals beyond the rate every permit completes (a
+// spike) queue first come, first served and drain after it.
 //
 // A stage may instead give a fault: fast 500s or 503s (no permit, no
 // wait: a latency-only picker takes them for a fast provider) or a black

@@ -60,9 +60,13 @@ func queueingLine(rep *Report) string {
 	if q.MeanWait <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("Little's law: a balancer that refuses nothing holds the connections beyond the permits in its queue, "+
+	what := "the connections beyond the permits"
+	if rep.Scenario.Load.open() {
+		what = "the arrivals beyond the permits' rate (first come, first served, those that would wait past the timeout failed)"
+	}
+	return fmt.Sprintf("Little's law: a balancer that refuses nothing holds %s in its queue, "+
 		"%.1f ms a success here; spread evenly, that puts the p99 at %.1f ms against %.1f ms with no wait (+%.1f ms)",
-		ms(q.MeanWait.D()), ms(q.P99Spread.D()), ms(q.P99.D()), ms(q.P99Spread.D()-q.P99.D()))
+		what, ms(q.MeanWait.D()), ms(q.P99Spread.D()), ms(q.P99.D()), ms(q.P99Spread.D()-q.P99.D()))
 }
 
 // pct writes a share as a percentage, or "-" when unknown (0).

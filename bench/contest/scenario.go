@@ -496,28 +496,81 @@ type Queueing struct {
 // the oracle's included. Concentrating the wait on fewer requests
 // (newest first) leaves those few waiting for seconds, which the p99
 // counts too once they exceed a percent of the successes, unless they
-// are failed. Open loop there is no such figure: arrivals beyond the
-// permits' rate pile up without bound until they time out.
+// are failed. Open loop, see openParts.
 func (sc *Scenario) ForcedWait() Queueing {
-	if sc.Load.open() {
-		return Queueing{}
-	}
-	type part struct{ weight, wait, mean float64 } // successes, s, s
-	var parts []part
+	var parts []waitPart
 	var waited, served float64
-	from := sc.Load.Warmup.D()
-	sc.spans(from, from+sc.Load.Duration.D(), func(at, d time.Duration) {
-		busy, left := sc.fill(at)
-		var x float64 // successes a second
-		for _, h := range busy {
-			x += h.rate()
+	if sc.Load.open() {
+		parts, waited, served = sc.openParts()
+	} else {
+		from := sc.Load.Warmup.D()
+		sc.spans(from, from+sc.Load.Duration.D(), func(at, d time.Duration) {
+			busy, left := sc.fill(at)
+			var x float64 // successes a second
+			for _, h := range busy {
+				x += h.rate()
+			}
+			for _, h := range busy {
+				parts = append(parts, waitPart{weight: h.rate() * d.Seconds(), wait: float64(left) / x, mean: h.rtt.Seconds()})
+			}
+			waited += float64(left) * d.Seconds()
+			served += x * d.Seconds()
+		})
+	}
+	return queueing(parts, waited, served)
+}
+
+// waitPart is a share of the successes: how many, the wait each had
+// before a permit, and the mean of their exponential service time (s).
+type waitPart struct{ weight, wait, mean float64 }
+
+// openParts is ForcedWait open loop: arrivals beyond the rate every
+// permit busy completes (serviceRate) queue, first come, first served,
+// and the queue drains at that rate once the arrivals fall below it (a
+// spike). A request arriving to a queue of Q waits Q/rate; one that
+// would wait past the load's timeout fails (it is no success, and never
+// joins the queue, which flatters the queue: abandoned requests ahead of
+// others would hold it longer). Each success's service is drawn from
+// the providers in proportion to their rates. Stepped a millisecond at a
+// time from the start, so a queue built during the warm-up counts.
+func (sc *Scenario) openParts() (parts []waitPart, waited, served float64) {
+	const dt = time.Millisecond
+	from, to := sc.Load.Warmup.D(), sc.Load.Warmup.D()+sc.Load.Duration.D()
+	timeout := sc.Load.timeout().Seconds()
+	var q float64 // requests waiting for a permit
+	for at := time.Duration(0); at < to; at += dt {
+		lambda, mu := sc.Load.rateAt(at), sc.serviceRate(at)
+		arrived := lambda * dt.Seconds()
+		wait := math.Inf(1)
+		if mu > 0 {
+			wait = q / mu
 		}
-		for _, h := range busy {
-			parts = append(parts, part{weight: h.rate() * d.Seconds(), wait: float64(left) / x, mean: h.rtt.Seconds()})
+		joined := 0.0
+		if wait < timeout {
+			joined = arrived
 		}
-		waited += float64(left) * d.Seconds()
-		served += x * d.Seconds()
-	})
+		// The permits take arrivals at once while the queue is empty and
+		// they keep up; otherwise arrivals queue and the permits drain it.
+		q = max(0, q+joined-mu*dt.Seconds())
+		if at < from || joined == 0 {
+			continue
+		}
+		for i := range sc.Providers {
+			s := sc.Providers[i].stageAt(at)
+			if s.capacity() == 0 {
+				continue
+			}
+			share := held{s.capacity(), s.AvgRTT.D()}.rate() / mu
+			parts = append(parts, waitPart{weight: joined * share, wait: wait, mean: s.AvgRTT.D().Seconds()})
+		}
+		waited += joined * wait
+		served += joined
+	}
+	return parts, waited, served
+}
+
+// queueing turns the successes' parts into Queueing.
+func queueing(parts []waitPart, waited, served float64) Queueing {
 	if served == 0 {
 		return Queueing{}
 	}

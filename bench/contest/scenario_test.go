@@ -144,6 +144,57 @@ func TestForcedWait(t *testing.T) {
 	}
 }
 
+// TestForcedWaitOpenLoop checks the open-loop queue against figures
+// worked by hand: a spike past the permits' rate builds a queue that
+// drains after it, arrivals below that rate wait for nothing, and one
+// that would wait past the timeout fails rather than waiting.
+func TestForcedWaitOpenLoop(t *testing.T) {
+	ms := time.Millisecond
+	open := func(timeout time.Duration, rates ...RateStage) *Scenario {
+		return &Scenario{
+			Load:      Load{Rate: rates, Timeout: Duration(timeout), Duration: Duration(4 * time.Second)},
+			Providers: []Provider{{Name: "p", Stages: []Stage{{Permits: 100, AvgRTT: Duration(100 * ms)}}}},
+		}
+	}
+	rs := func(at time.Duration, rps float64) RateStage { return RateStage{At: Duration(at), RPS: rps} }
+	// 100 permits of 100 ms complete 1,000 a second.
+
+	// 500 a second: nothing waits.
+	if q := open(time.Second, rs(0, 500)).ForcedWait(); q.MeanWait != 0 || q.P99Spread != q.P99 {
+		t.Errorf("under the rate: %+v, want no wait", q)
+	}
+
+	// 2,000 a second for 1 s, then 0: the queue grows by 1,000 a second
+	// to 1,000, so the arrival at time s waits s (its 2,000s requests
+	// ahead, less the 1,000s served, at 1,000 a second): a mean of
+	// 500 ms, and the p99's latency past 990 ms of wait.
+	q := open(10*time.Second, rs(0, 2000), rs(time.Second, 0)).ForcedWait()
+	if g := q.MeanWait.D(); g < 495*ms || g > 505*ms {
+		t.Errorf("spike: mean wait %v, want 500ms", g)
+	}
+	if q.P99Spread.D() < 990*ms {
+		t.Errorf("spike: p99 %v, want past 990ms", q.P99Spread.D())
+	}
+
+	// The same with a 250 ms timeout: the queue stops at 250 ms of wait;
+	// those after fail, and the successes wait about 250 ms at most.
+	q = open(250*ms, rs(0, 2000), rs(time.Second, 0)).ForcedWait()
+	if q.P99Spread.D()-q.P99.D() > 251*ms || q.MeanWait.D() > 251*ms || q.MeanWait.D() < 150*ms {
+		t.Errorf("spike under a timeout: %+v, want waits up to 250ms", q)
+	}
+
+	// The shipped spike: a queue, with an allowance of a few hundred ms.
+	sc, err := LoadScenario("scenarios/spike.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q = sc.ForcedWait()
+	t.Logf("spike.yaml: mean wait %v, p99 %v against %v with no wait", q.MeanWait.D(), q.P99Spread.D(), q.P99.D())
+	if q.MeanWait.D() <= 0 || q.P99Spread.D()-q.P99.D() < 100*ms {
+		t.Errorf("spike.yaml: %+v, want a queue", q)
+	}
+}
+
 func TestScenarioErrorsNameTheField(t *testing.T) {
 	base := `load: {connections: 10, warmup: 1s, duration: 5s}
 providers:
