@@ -39,7 +39,7 @@
 // the permits wait in its queue, so many milliseconds a success, and
 // what that wait, spread evenly, does to the p99 against a sprayer's;
 // open loop, the arrivals beyond the rate every permit completes (a
-// spike) queue first come, first served and drain after it.
+// spike) queue first come, first served and drain after it (simulated).
 //
 // A stage may instead give a fault: fast 500s or 503s (no permit, no
 // wait: a latency-only picker takes them for a fast provider) or a black

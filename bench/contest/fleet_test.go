@@ -65,8 +65,11 @@ providers:
 	if !sc.OverloadedAt(2500*time.Millisecond) || sc.OverloadedAt(time.Second) {
 		t.Error("overloaded: want only while the arrivals exceed the permits' rate")
 	}
-	if q := sc.ForcedWait(); q.MeanWait != 0 {
-		t.Errorf("open loop forces no bounded wait, got %v", q.MeanWait.D())
+	// 2-4 s the arrivals outrun the permits by 700-900 a second: a queue
+	// that refuses nothing grows for the rest of the run (the default
+	// 30 s timeout never empties it), seconds of wait a success.
+	if q := sc.ForcedWait(); q.MeanWait.D() < time.Second {
+		t.Errorf("open loop past the permits: mean forced wait %v, want seconds", q.MeanWait.D())
 	}
 }
 

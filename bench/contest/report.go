@@ -62,7 +62,7 @@ func queueingLine(rep *Report) string {
 	}
 	what := "the connections beyond the permits"
 	if rep.Scenario.Load.open() {
-		what = "the arrivals beyond the permits' rate (first come, first served, those that would wait past the timeout failed)"
+		what = "the arrivals beyond the permits' rate (simulated: first come, first served, waiters leaving at the timeout)"
 	}
 	return fmt.Sprintf("Little's law: a balancer that refuses nothing holds %s in its queue, "+
 		"%.1f ms a success here; spread evenly, that puts the p99 at %.1f ms against %.1f ms with no wait (+%.1f ms)",

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
@@ -496,27 +499,26 @@ type Queueing struct {
 // the oracle's included. Concentrating the wait on fewer requests
 // (newest first) leaves those few waiting for seconds, which the p99
 // counts too once they exceed a percent of the successes, unless they
-// are failed. Open loop, see openParts.
+// are failed. Open loop, see openQueueing.
 func (sc *Scenario) ForcedWait() Queueing {
+	if sc.Load.open() {
+		return sc.openQueueing()
+	}
 	var parts []waitPart
 	var waited, served float64
-	if sc.Load.open() {
-		parts, waited, served = sc.openParts()
-	} else {
-		from := sc.Load.Warmup.D()
-		sc.spans(from, from+sc.Load.Duration.D(), func(at, d time.Duration) {
-			busy, left := sc.fill(at)
-			var x float64 // successes a second
-			for _, h := range busy {
-				x += h.rate()
-			}
-			for _, h := range busy {
-				parts = append(parts, waitPart{weight: h.rate() * d.Seconds(), wait: float64(left) / x, mean: h.rtt.Seconds()})
-			}
-			waited += float64(left) * d.Seconds()
-			served += x * d.Seconds()
-		})
-	}
+	from := sc.Load.Warmup.D()
+	sc.spans(from, from+sc.Load.Duration.D(), func(at, d time.Duration) {
+		busy, left := sc.fill(at)
+		var x float64 // successes a second
+		for _, h := range busy {
+			x += h.rate()
+		}
+		for _, h := range busy {
+			parts = append(parts, waitPart{weight: h.rate() * d.Seconds(), wait: float64(left) / x, mean: h.rtt.Seconds()})
+		}
+		waited += float64(left) * d.Seconds()
+		served += x * d.Seconds()
+	})
 	return queueing(parts, waited, served)
 }
 
@@ -524,49 +526,142 @@ func (sc *Scenario) ForcedWait() Queueing {
 // before a permit, and the mean of their exponential service time (s).
 type waitPart struct{ weight, wait, mean float64 }
 
-// openParts is ForcedWait open loop: arrivals beyond the rate every
-// permit busy completes (serviceRate) queue, first come, first served,
-// and the queue drains at that rate once the arrivals fall below it (a
-// spike). A request arriving to a queue of Q waits Q/rate; one that
-// would wait past the load's timeout fails (it is no success, and never
-// joins the queue, which flatters the queue: abandoned requests ahead of
-// others would hold it longer). Each success's service is drawn from
-// the providers in proportion to their rates. Stepped a millisecond at a
-// time from the start, so a queue built during the warm-up counts.
-func (sc *Scenario) openParts() (parts []waitPart, waited, served float64) {
-	const dt = time.Millisecond
-	from, to := sc.Load.Warmup.D(), sc.Load.Warmup.D()+sc.Load.Duration.D()
+// openQueueing is ForcedWait open loop, where arrivals are random and a
+// spike past the rate every permit completes builds a queue that drains
+// after it: no closed form fits, so it simulates the queue the oracle
+// would keep. Poisson arrivals at the scenario's rates; each takes a
+// free permit, the fastest provider's first, or waits first come, first
+// served; a waiter still waiting at the load's timeout leaves (an
+// error), as does a success that would end past it. Service is
+// exponential with the provider's mean. P99 is the successes' service
+// alone (a sprayer's, whose excess bounces), P99Spread their whole
+// latency. Pooled over simRuns fixed seeds, so a scenario gives one
+// figure.
+func (sc *Scenario) openQueueing() Queueing {
+	const simRuns = 10
+	var lat, svc []float64
+	var waited float64
+	for seed := range uint64(simRuns) {
+		sc.simulateOpen(rand.New(rand.NewPCG(seed, 0x5eed)), func(wait, service float64) {
+			lat = append(lat, wait+service)
+			svc = append(svc, service)
+			waited += wait
+		})
+	}
+	if len(lat) == 0 {
+		return Queueing{}
+	}
+	p99 := func(xs []float64) Duration {
+		slices.Sort(xs)
+		return Duration(time.Duration(xs[min(len(xs)-1, int(0.99*float64(len(xs))))] * float64(time.Second)))
+	}
+	return Queueing{
+		MeanWait:  Duration(time.Duration(waited / float64(len(lat)) * float64(time.Second))),
+		P99:       p99(svc),
+		P99Spread: p99(lat),
+	}
+}
+
+// simulateOpen runs one open-loop queue (openQueueing) and calls success
+// for each request of the measured phase that succeeds, with its wait
+// and service in seconds.
+func (sc *Scenario) simulateOpen(rng *rand.Rand, success func(wait, service float64)) {
+	from, to := sc.Load.Warmup.D().Seconds(), (sc.Load.Warmup.D() + sc.Load.Duration.D()).Seconds()
 	timeout := sc.Load.timeout().Seconds()
-	var q float64 // requests waiting for a permit
-	for at := time.Duration(0); at < to; at += dt {
-		lambda, mu := sc.Load.rateAt(at), sc.serviceRate(at)
-		arrived := lambda * dt.Seconds()
-		wait := math.Inf(1)
-		if mu > 0 {
-			wait = q / mu
+	at := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	busy := make([]int, len(sc.Providers))
+	// order is the providers fastest first at offset t.
+	order := func(t float64) []int {
+		idx := make([]int, len(sc.Providers))
+		for i := range idx {
+			idx[i] = i
 		}
-		joined := 0.0
-		if wait < timeout {
-			joined = arrived
+		slices.SortStableFunc(idx, func(a, b int) int {
+			return cmp.Compare(sc.Providers[a].stageAt(at(t)).AvgRTT, sc.Providers[b].stageAt(at(t)).AvgRTT)
+		})
+		return idx
+	}
+	var ends endHeap    // services in progress
+	var queue []float64 // waiters' arrival times, oldest first
+	start := func(p int, arrived, now float64) {
+		mean := sc.Providers[p].stageAt(at(now)).AvgRTT.D().Seconds()
+		service := rng.ExpFloat64() * mean
+		busy[p]++
+		heap.Push(&ends, end{now + service, p})
+		if arrived >= from && now-arrived+service <= timeout {
+			success(now-arrived, service)
 		}
-		// The permits take arrivals at once while the queue is empty and
-		// they keep up; otherwise arrivals queue and the permits drain it.
-		q = max(0, q+joined-mu*dt.Seconds())
-		if at < from || joined == 0 {
+	}
+	free := func(now float64) int { // a provider with a free permit, fastest first; -1: none
+		for _, p := range order(now) {
+			if busy[p] < sc.Providers[p].stageAt(at(now)).capacity() {
+				return p
+			}
+		}
+		return -1
+	}
+	// next is the next arrival after t: exponential gaps at the rate in
+	// force, drawn again from a stage's start where the rate changes.
+	next := func(t float64) float64 {
+		for t < to {
+			r := sc.Load.rateAt(at(t))
+			bound := to
+			for _, st := range sc.Load.Rate {
+				if b := st.At.D().Seconds(); b > t && b < bound {
+					bound = b
+				}
+			}
+			if r > 0 {
+				if gap := rng.ExpFloat64() / r; t+gap < bound {
+					return t + gap
+				}
+			}
+			t = bound
+		}
+		return math.Inf(1)
+	}
+	arrival := next(0)
+	for arrival < to || len(ends) > 0 {
+		if len(ends) > 0 && ends[0].t <= arrival {
+			e := heap.Pop(&ends).(end)
+			busy[e.p]--
+			for len(queue) > 0 && e.t-queue[0] >= timeout {
+				queue = queue[1:] // left at its timeout
+			}
+			if len(queue) > 0 {
+				if p := free(e.t); p >= 0 {
+					start(p, queue[0], e.t)
+					queue = queue[1:]
+				}
+			}
 			continue
 		}
-		for i := range sc.Providers {
-			s := sc.Providers[i].stageAt(at)
-			if s.capacity() == 0 {
-				continue
-			}
-			share := held{s.capacity(), s.AvgRTT.D()}.rate() / mu
-			parts = append(parts, waitPart{weight: joined * share, wait: wait, mean: s.AvgRTT.D().Seconds()})
+		if p := free(arrival); p >= 0 && len(queue) == 0 {
+			start(p, arrival, arrival)
+		} else {
+			queue = append(queue, arrival)
 		}
-		waited += joined * wait
-		served += joined
+		arrival = next(arrival)
 	}
-	return parts, waited, served
+}
+
+// end is a service's end: when, and the provider whose permit it frees.
+type end struct {
+	t float64
+	p int
+}
+
+type endHeap []end
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i].t < h[j].t }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(end)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // queueing turns the successes' parts into Queueing.
