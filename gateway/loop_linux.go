@@ -663,7 +663,14 @@ func (l *evloop) register(c *lconn) error {
 		l.conns = append(l.conns, make([]*lconn, len(l.conns))...)
 	}
 	l.conns[c.fd] = c
-	return unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: evMask, Fd: int32(c.fd), Pad: c.id})
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: evMask, Fd: int32(c.fd), Pad: c.id}); err != nil {
+		// The caller closes the fd and frees c: a slot left pointing at
+		// it would be closed again at drain (another connection's fd by
+		// then, and connWG counted down twice).
+		l.conns[c.fd] = nil
+		return err
+	}
+	return nil
 }
 
 func (l *evloop) unregister(c *lconn) {
@@ -1726,6 +1733,18 @@ func (l *evloop) shutdown() {
 		}
 	}
 	l.closeFDs()
+	// What another goroutine posted after the last drainInbox and before
+	// closeFDs (a connection another loop handed over, a permit, a dial)
+	// runs now, so it is closed and uncounted: a handed-over connection's
+	// register fails on the closed epoll fd, and the rest find their
+	// connection gone.
+	l.mu.Lock()
+	late := l.inbox
+	l.inbox = nil
+	l.mu.Unlock()
+	for _, fn := range late {
+		fn(l)
+	}
 }
 
 // closeLoops closes loops that never ran.

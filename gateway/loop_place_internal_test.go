@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
@@ -60,4 +62,55 @@ func TestLoopsShareConnectionsEvenly(t *testing.T) {
 		c.Close()
 	}
 	testenv.Eventually(t, "every loop's count back to zero", func() bool { lo, hi := spread(); return lo == 0 && hi == 0 })
+}
+
+// A connection the loop cannot register in epoll (here: the fd is there
+// already, EEXIST) is closed and uncounted, and leaves no slot behind:
+// a stale slot was closed again at Shutdown, another connection's fd by
+// then, and counted connWG down twice (a panic).
+func TestRegisterFailureLeavesNoSlot(t *testing.T) {
+	g := startTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://127.0.0.1:1\"}]\n")
+	if len(g.loops) == 0 {
+		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pair[1])
+	got := make(chan string, 1)
+	l := g.loops[0]
+	before := l.clients.Load()
+	posted := l.post(func(l *evloop) {
+		fd := pair[0]
+		if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			got <- "setup: " + err.Error()
+			return
+		}
+		l.clients.Add(1)
+		l.g.connWG.Add(1)
+		switch {
+		case l.admit(l.newConn(fd, 4096), true):
+			got <- "admitted a connection epoll refused"
+		case fd < len(l.conns) && l.conns[fd] != nil:
+			got <- "a slot still points at the freed connection"
+		default:
+			got <- ""
+		}
+	})
+	if !posted {
+		t.Fatal("the loop has ended")
+	}
+	if msg := <-got; msg != "" {
+		t.Fatal(msg)
+	}
+	if n := l.clients.Load(); n != before {
+		t.Errorf("the loop counts %d clients, want %d", n, before)
+	}
+	// The fd was closed: the socket's peer reads EOF.
+	var b [1]byte
+	_ = unix.SetNonblock(pair[1], false)
+	if n, err := unix.Read(pair[1], b[:]); n != 0 || err != nil {
+		t.Errorf("peer read %d, %v: want EOF (the refused fd closed)", n, err)
+	}
 }

@@ -415,19 +415,24 @@ func (s *SQLStore) coalesce(ctx context.Context, p HoldParams, many func(context
 }
 
 // splitByLease hands a coalesced claim's rows to its holds, each the rows
-// claimed under its lease, at most its limit: holds that were given one
-// lease (the server makes a new one per hold; a caller of the store may
-// not) still get each task once.
+// claimed under its lease and owner, at most its limit: holds that were
+// given one lease (the server makes a new one per hold; a caller of the
+// store may not) still get each task once, and each the rows written
+// with its own owner (a heartbeat renews by owner; RETURNING's order is
+// unspecified).
 func splitByLease(ps []HoldParams, recs []flow.Record) [][]flow.Record {
-	byLease := make(map[string][]flow.Record, len(ps))
+	type holder struct{ lease, owner string }
+	byHolder := make(map[holder][]flow.Record, len(ps))
 	for _, r := range recs {
-		byLease[r.Lease] = append(byLease[r.Lease], r)
+		h := holder{r.Lease, r.Owner}
+		byHolder[h] = append(byHolder[h], r)
 	}
 	outs := make([][]flow.Record, len(ps))
 	for i, p := range ps {
-		rs := byLease[p.Lease]
+		h := holder{p.Lease, p.WorkerID}
+		rs := byHolder[h]
 		k := min(max(p.Limit, 0), len(rs))
-		outs[i], byLease[p.Lease] = rs[:k:k], rs[k:]
+		outs[i], byHolder[h] = rs[:k:k], rs[k:]
 	}
 	return outs
 }

@@ -238,13 +238,15 @@ func waitQueued[In, Out any](g *group[In, Out], n int) {
 }
 
 // TestSplitByLeaseGivesEachTaskOnce: a coalesced claim's rows go to the
-// holds by lease, at most each hold's limit, so two holds given one lease
-// never get the same task.
+// holds by lease and owner, at most each hold's limit, so two holds given
+// one lease never get the same task, nor a row written with the other's
+// owner (whose heartbeat would not renew it), whatever order the
+// database returned the rows in.
 func TestSplitByLeaseGivesEachTaskOnce(t *testing.T) {
-	ps := []HoldParams{{Lease: "a", Limit: 2}, {Lease: "b", Limit: 1}, {Lease: "a", Limit: 2}}
+	ps := []HoldParams{{Lease: "a", WorkerID: "w0", Limit: 2}, {Lease: "b", WorkerID: "w1", Limit: 1}, {Lease: "a", WorkerID: "w2", Limit: 2}}
 	var recs []flow.Record
-	for i, l := range []string{"a", "b", "a", "a"} {
-		recs = append(recs, flow.Record{Task: flow.Task{TaskID: fmt.Sprint(i), Lease: l}})
+	for i, h := range [][2]string{{"a", "w2"}, {"b", "w1"}, {"a", "w0"}, {"a", "w2"}} {
+		recs = append(recs, flow.Record{Task: flow.Task{TaskID: fmt.Sprint(i), Lease: h[0], Owner: h[1]}})
 	}
 	outs := splitByLease(ps, recs)
 	seen := map[string]int{}
@@ -253,8 +255,8 @@ func TestSplitByLeaseGivesEachTaskOnce(t *testing.T) {
 			t.Fatalf("hold %d got %d tasks, limit %d", i, len(out), ps[i].Limit)
 		}
 		for _, r := range out {
-			if r.Lease != ps[i].Lease {
-				t.Fatalf("hold %d (lease %s) got a task of lease %s", i, ps[i].Lease, r.Lease)
+			if r.Lease != ps[i].Lease || r.Owner != ps[i].WorkerID {
+				t.Fatalf("hold %d (lease %s, owner %s) got a task of lease %s, owner %s", i, ps[i].Lease, ps[i].WorkerID, r.Lease, r.Owner)
 			}
 			seen[r.TaskID]++
 		}

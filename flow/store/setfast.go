@@ -9,10 +9,12 @@ import (
 	"github.com/fulcrum-lb/fulcrum/flow"
 )
 
-// The set fast path (each driver's setFast; PostgreSQL and SQLite have
-// one): a batch whose outcome does not depend on the task's retry counters
-// is applied by one UPDATE, in one round trip and one commit, with no row
-// read into Go and no transaction left open while the client talks. That
+// The set fast path (each driver's setFast): a batch whose outcome does
+// not depend on the task's retry counters is applied by one UPDATE
+// (PostgreSQL, SQLite: one round trip and one commit, no row read into
+// Go; MySQL: a narrow locking read of the rows' status and lease first,
+// in the same transaction), with no transaction left open while the
+// client talks. That
 // covers what workers send almost always: success, failed without an
 // error, and pending without an error (next stage or the same stage
 // again). A set carrying an error (a retry with backoff) and a

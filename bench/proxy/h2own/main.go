@@ -160,6 +160,11 @@ func (c *conn) handle(f http2.Frame) bool {
 		if f.StreamEnded() {
 			return c.respond(f.StreamID)
 		}
+		// And the stream's window, or a body past its initial 64 KiB
+		// would stall (the load's GETs send none).
+		if f.Length > 0 && c.fr.WriteWindowUpdate(f.StreamID, f.Length) != nil {
+			return false
+		}
 		return true
 	case *http2.RSTStreamFrame:
 		delete(c.win, f.StreamID)
