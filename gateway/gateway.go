@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
-	"github.com/fulcrum-lb/fulcrum/gateway/internal/h2srv"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h2srv"
 )
 
 // Options are the gateway's process-level settings.
