@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,9 +274,24 @@ func (c *conn) lockWrite() {
 }
 
 func (c *conn) unlockWrite() {
-	if c.waiters.Load() == 0 && !c.readerBusy {
-		c.flushLocked()
+	if !c.dirty || c.waiters.Load() != 0 || c.readerBusy {
+		c.mu.Unlock()
+		return
 	}
+	if c.handlers > 1 {
+		// Other streams' handlers are running, and those whose target
+		// has answered are runnable: yield once so that they write
+		// their responses first, and the last of them flushes them all
+		// in one write, rather than a write each.
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+		if c.waiters.Load() != 0 || c.readerBusy {
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.flushLocked()
 	c.mu.Unlock()
 }
 

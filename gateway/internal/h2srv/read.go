@@ -275,7 +275,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	c.streams[id] = st
 	c.opened++
 	c.handlers++
-	go c.runHandler(st)
+	c.srv.dispatch(st)
 	return true
 }
 
