@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -23,7 +24,8 @@ import (
 // write their frames.
 type conn struct {
 	srv      *Server
-	nc       *tls.Conn
+	nc       net.Conn // the TLS connection: frames are read and written through it
+	raw      net.Conn // the connection under it, closed to end this one
 	o        ConnOptions
 	tlsState *tls.ConnectionState
 	remote   string
@@ -60,16 +62,15 @@ type conn struct {
 	headerList uint32
 }
 
-func newConn(s *Server, tc *tls.Conn, o ConnOptions) *conn {
+func newConn(s *Server, nc, raw net.Conn, st *tls.ConnectionState, o ConnOptions) *conn {
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = defaultMaxStreams
 	}
 	if o.MaxHeaderList == 0 {
 		o.MaxHeaderList = defaultHeaderList
 	}
-	st := tc.ConnectionState()
-	c := &conn{srv: s, nc: tc, o: o, tlsState: &st, remote: tc.RemoteAddr().String(),
-		br: newReader(tc), bw: bufio.NewWriterSize(tc, writeBufSize),
+	c := &conn{srv: s, nc: nc, raw: raw, o: o, tlsState: st, remote: nc.RemoteAddr().String(),
+		br: newReader(nc), bw: bufio.NewWriterSize(nc, writeBufSize),
 		streams: map[uint32]*stream{}, sendWin: initialPeerWindow, peerInit: initialPeerWindow,
 		recvWin: recvWindow, maxStreams: o.MaxConcurrentStreams, headerList: o.MaxHeaderList}
 	c.cond.L = &c.mu
@@ -225,7 +226,7 @@ func (c *conn) close() {
 	c.cancel()
 	// The TCP connection, not the TLS one: tls.Conn.Close would write a
 	// close_notify alert, which can wait on a client that stopped reading.
-	_ = c.nc.NetConn().Close()
+	_ = c.raw.Close()
 }
 
 // fail ends the connection after a write error (under mu).
@@ -233,7 +234,7 @@ func (c *conn) failLocked() {
 	if !c.closed {
 		c.closed = true
 		c.cond.Broadcast()
-		_ = c.nc.NetConn().Close() // wakes the reader
+		_ = c.raw.Close() // wakes the reader
 	}
 }
 

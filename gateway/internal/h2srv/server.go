@@ -16,7 +16,6 @@ package h2srv
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
@@ -118,9 +117,15 @@ const (
 // returns once the connection's reader is done; handlers still running
 // see their contexts cancelled, and tc is closed.
 func (s *Server) ServeConn(tc *tls.Conn, o ConnOptions) {
-	c := newConn(s, tc, o)
+	st := tc.ConnectionState()
+	s.serve(tc, tc.NetConn(), &st, o)
+}
+
+// serve serves nc (raw: the connection under it, closed to end it).
+func (s *Server) serve(nc, raw net.Conn, st *tls.ConnectionState, o ConnOptions) {
+	c := newConn(s, nc, raw, st, o)
 	if !s.track(c, true) {
-		tc.Close()
+		raw.Close()
 		return
 	}
 	defer s.track(c, false)
@@ -194,5 +199,3 @@ var (
 
 // bufConn is what the reader reads: the TLS connection through a buffer.
 func newReader(c net.Conn) *bufio.Reader { return bufio.NewReaderSize(c, readBufSize) }
-
-var _ context.Context // (context is used by conn.go)
