@@ -38,8 +38,9 @@ type Server struct {
 	conns    map[*conn]struct{}
 	draining bool
 
-	wmu  sync.Mutex
-	idle []*worker // parked handler goroutines, last parked first
+	wmu     sync.Mutex
+	idle    []*worker // parked handler goroutines, last parked first
+	retired bool      // Shutdown: workers end after their stream
 }
 
 // worker is a handler goroutine kept between streams: a new goroutine's
@@ -70,13 +71,15 @@ func (w *worker) run(s *Server, st *stream) {
 	for {
 		st.c.runHandler(st)
 		s.wmu.Lock()
-		if len(s.idle) >= maxIdleWorkers {
+		if len(s.idle) >= maxIdleWorkers || s.retired {
 			s.wmu.Unlock()
 			return
 		}
 		s.idle = append(s.idle, w)
 		s.wmu.Unlock()
-		st = <-w.next
+		if st = <-w.next; st == nil {
+			return
+		}
 	}
 }
 
@@ -163,6 +166,15 @@ func (s *Server) Shutdown() {
 	s.mu.Unlock()
 	for _, c := range cs {
 		c.goAway(http2.ErrCodeNo, true)
+	}
+	// Parked workers end; streams still running keep theirs to the end.
+	s.wmu.Lock()
+	s.retired = true
+	idle := s.idle
+	s.idle = nil
+	s.wmu.Unlock()
+	for _, w := range idle {
+		w.next <- nil
 	}
 }
 
