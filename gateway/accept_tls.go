@@ -24,7 +24,7 @@ type handshakeOutcome int
 
 const (
 	handshakeHTTP1  handshakeOutcome = iota // serve on the fast path
-	handshakeH2                             // ALPN chose h2: net/http's
+	handshakeH2                             // ALPN chose h2: h2srv's, or net/http's
 	handshakeFailed                         // or timed out: close
 )
 

@@ -598,7 +598,9 @@ func (w *responseWriter) write100() {
 	c := w.st.c
 	c.lockWrite()
 	defer c.unlockWrite()
-	if w.headerSent || w.checkLocked() != nil {
+	// Not checkLocked: the body may be read on another goroutine than
+	// the handler's (http.Transport's writer), and w.err is the handler's.
+	if w.headerSent || c.closed || w.st.reset {
 		return
 	}
 	c.hbuf.Reset()
