@@ -44,6 +44,7 @@ type conn struct {
 	readerBusy bool // the reader has input to process: it flushes before it waits
 	dirty      bool // bw holds frames not flushed
 	closed     bool // writes fail from here on
+	linger     bool // closed after an error GOAWAY: close lingers
 	wdeadline  time.Time
 	rdeadline  time.Time
 	hbuf       bytes.Buffer
@@ -224,9 +225,30 @@ func (c *conn) close() {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
+	if c.linger {
+		// After an error GOAWAY: half-close, and throw away what the
+		// client still sends for a while (at most 1 s, 1 MiB), as
+		// lingering closes do.
+		if cw, ok := c.raw.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = c.raw.SetReadDeadline(time.Now().Add(time.Second))
+			_, _ = io.CopyN(io.Discard, c.raw, 1<<20)
+		}
+	}
 	// The TCP connection, not the TLS one: tls.Conn.Close would write a
 	// close_notify alert, which can wait on a client that stopped reading.
 	_ = c.raw.Close()
+}
+
+// endLocked ends the connection after the reader sent an error GOAWAY:
+// writes fail from here on, and the reader, returning, closes it with a
+// lingering close (close), so the client reads the GOAWAY rather than a
+// reset from input left unread.
+func (c *conn) endLocked() {
+	if !c.closed {
+		c.closed = true
+		c.linger = true
+		c.cond.Broadcast()
+	}
 }
 
 // fail ends the connection after a write error (under mu).
@@ -316,7 +338,7 @@ func (c *conn) goAway(code http2.ErrCode, graceful bool) {
 	defer c.mu.Unlock()
 	c.writeGoAwayLocked(code)
 	if !graceful {
-		c.failLocked()
+		c.endLocked()
 		return
 	}
 	if len(c.streams) == 0 {

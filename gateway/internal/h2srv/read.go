@@ -81,7 +81,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) bool {
 	})
 	if bad != 0 {
 		c.writeGoAwayLocked(bad)
-		c.failLocked()
+		c.endLocked()
 		return false
 	}
 	if !c.closed {
@@ -99,7 +99,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) bool {
 	if f.StreamID == 0 {
 		if c.sendWin += inc; c.sendWin > maxWindow {
 			c.writeGoAwayLocked(http2.ErrCodeFlowControl)
-			c.failLocked()
+			c.endLocked()
 			return false
 		}
 	} else if st := c.streams[f.StreamID]; st != nil {
@@ -108,7 +108,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) bool {
 		}
 	} else if f.StreamID > c.lastID {
 		c.writeGoAwayLocked(http2.ErrCodeProtocol) // an idle stream
-		c.failLocked()
+		c.endLocked()
 		return false
 	}
 	c.cond.Broadcast()
@@ -123,7 +123,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) bool {
 	if st == nil {
 		if f.StreamID > c.lastID { // an idle stream (RFC 9113 6.4)
 			c.writeGoAwayLocked(http2.ErrCodeProtocol)
-			c.failLocked()
+			c.endLocked()
 			return false
 		}
 		return true
@@ -136,7 +136,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) bool {
 		c.resets++
 		if c.resets > rapidResetMin && 2*c.resets > c.opened {
 			c.writeGoAwayLocked(http2.ErrCodeEnhanceYourCalm)
-			c.failLocked()
+			c.endLocked()
 			return false
 		}
 	}
@@ -151,7 +151,7 @@ func (c *conn) onData(f *http2.DataFrame) bool {
 	n := int64(f.Length) // padding included: it counts against the windows
 	if n > c.recvWin {
 		c.writeGoAwayLocked(http2.ErrCodeFlowControl)
-		c.failLocked()
+		c.endLocked()
 		return false
 	}
 	c.recvWin -= n
@@ -160,7 +160,7 @@ func (c *conn) onData(f *http2.DataFrame) bool {
 	if st == nil || !st.recvOpen {
 		if id > c.lastID { // an idle stream
 			c.writeGoAwayLocked(http2.ErrCodeProtocol)
-			c.failLocked()
+			c.endLocked()
 			return false
 		}
 		// A stream already closed or reset (frames in flight when it
@@ -221,7 +221,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	c.readerBusy = true
 	if id%2 == 0 {
 		c.writeGoAwayLocked(http2.ErrCodeProtocol)
-		c.failLocked()
+		c.endLocked()
 		c.mu.Unlock()
 		return false
 	}
@@ -232,7 +232,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 	}
 	if id <= c.lastID { // a closed stream cannot open again
 		c.writeGoAwayLocked(http2.ErrCodeStreamClosed)
-		c.failLocked()
+		c.endLocked()
 		c.mu.Unlock()
 		return false
 	}
@@ -250,7 +250,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) bool {
 		// streams may be open: a client resetting faster than handlers
 		// end (CVE-2023-44487).
 		c.writeGoAwayLocked(http2.ErrCodeEnhanceYourCalm)
-		c.failLocked()
+		c.endLocked()
 		c.mu.Unlock()
 		return false
 	case f.Truncated:

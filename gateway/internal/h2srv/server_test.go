@@ -637,10 +637,11 @@ func TestOversizedHeaders(t *testing.T) {
 func TestRapidReset(t *testing.T) {
 	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }), ConnOptions{})
 	r := ts.raw(t)
-	go func() {
+	blk := r.block(":method", "GET", ":scheme", "https", ":path", "/", ":authority", "x")
+	go func() { // until the server closes the connection
 		for id := uint32(1); id < 20000; id += 2 {
-			r.get(id, "/")
-			if r.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk, EndStream: true, EndHeaders: true}) != nil ||
+				r.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
 				return
 			}
 		}
