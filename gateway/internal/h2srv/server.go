@@ -165,7 +165,9 @@ func (s *Server) Shutdown() {
 	}
 	s.mu.Unlock()
 	for _, c := range cs {
-		c.goAway(http2.ErrCodeNo, true)
+		// Concurrently: a client that stopped reading holds its GOAWAY's
+		// write (up to the send timeout), not every other connection's.
+		go c.goAway(http2.ErrCodeNo, true)
 	}
 	// Parked workers end; streams still running keep theirs to the end.
 	s.wmu.Lock()

@@ -740,3 +740,28 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// SETTINGS may shrink the window below zero mid-response (RFC 9113
+// 6.9.2): the response waits, and its END_STREAM, which needs no
+// window, still goes.
+func TestWindowBelowZero(t *testing.T) {
+	release := make(chan struct{})
+	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("x"), 1000))
+		w.(http.Flusher).Flush()
+		<-release
+	}), ConnOptions{})
+	r := ts.raw(t, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1000})
+	r.get(1, "/")
+	d := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame)
+	if len(d.Data()) != 1000 || d.StreamEnded() {
+		t.Fatalf("first DATA: %d bytes, end %v", len(d.Data()), d.StreamEnded())
+	}
+	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}) // the stream's window: -1000
+	r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() })
+	close(release)
+	d = r.next(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame)
+	if len(d.Data()) != 0 || !d.StreamEnded() {
+		t.Errorf("last DATA: %d bytes, end %v", len(d.Data()), d.StreamEnded())
+	}
+}

@@ -45,22 +45,27 @@ type stream struct {
 // runHandler runs the handler for st on its own goroutine, then ends the
 // response (or resets the stream when the handler panicked).
 func (c *conn) runHandler(st *stream) {
+	c.handlerDone(st, !c.serveStream(st))
+}
+
+// serveStream runs the handler and ends the response; false when either
+// panicked. The response's end is inside the recover too: a fault of
+// ours there resets a stream rather than ending the process.
+func (c *conn) serveStream(st *stream) (ok bool) {
 	defer func() {
-		abort := false
 		if e := recover(); e != nil {
-			abort = true
+			ok = false
 			if e != http.ErrAbortHandler { // the handler's way to cut a response: no log
 				buf := make([]byte, 16<<10)
 				buf = buf[:runtime.Stack(buf, false)]
 				c.srv.log().Error("http2: handler panic", "client", c.remote, "uri", st.req.RequestURI,
 					"panic", fmt.Sprint(e), "stack", string(buf))
 			}
-		} else {
-			st.rw.finish()
 		}
-		c.handlerDone(st, abort)
 	}()
 	c.srv.Handler.ServeHTTP(&st.rw, st.req)
+	st.rw.finish()
+	return true
 }
 
 func (c *conn) handlerDone(st *stream, abort bool) {
@@ -415,13 +420,21 @@ func (w *responseWriter) checkLocked() error {
 func (w *responseWriter) dataLocked(b []byte, end bool) error {
 	st := w.st
 	c := st.c
+	if len(b) == 0 { // END_STREAM alone: no window needed (it may be negative)
+		if err := w.checkLocked(); err != nil {
+			return err
+		}
+		c.beginFrames()
+		_ = c.fr.WriteData(st.id, end, nil)
+		return nil
+	}
 	var dflt time.Time
 	for {
 		if err := w.checkLocked(); err != nil {
 			return err
 		}
 		n := min(int64(len(b)), maxFrame, st.sendWin, c.sendWin)
-		if n <= 0 && len(b) > 0 {
+		if n <= 0 {
 			// Out of window: what is written goes out first (the client
 			// may be waiting on it to send its WINDOW_UPDATE).
 			c.flushLocked()
