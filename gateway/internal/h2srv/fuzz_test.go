@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func FuzzH2Server(f *testing.F) {
 	_ = fr.WritePing(false, [8]byte{})
 	f.Add(bytes.Clone(buf.Bytes()))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		s := &Server{Handler: hello, Log: discardLog()}
+		s := &Server{Handler: echo, Log: discardLog()}
 		cli, srv := net.Pipe()
 		done := make(chan struct{})
 		go func() {
@@ -54,3 +55,14 @@ func FuzzH2Server(f *testing.F) {
 		s.Shutdown() // its parked workers end
 	})
 }
+
+// echo exercises the response paths too: a body read, written twice
+// around a flush (windows, frames), a trailer.
+var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Trailer", "X-T")
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	_, _ = w.Write(b)
+	w.(http.Flusher).Flush()
+	_, _ = w.Write(b)
+	w.Header().Set("X-T", "1")
+})

@@ -109,10 +109,10 @@ const (
 	creditThreshold    = 16 << 10
 	initialPeerWindow  = 65535
 	maxWindow          = 1<<31 - 1
-	rapidResetMin      = 100 // resets tolerated before the ratio applies
-	readBufSize        = 32 << 10
-	writeBufSize       = 32 << 10
-	maxPendingHandlers = 2 // × MaxConcurrentStreams: handlers still running after their stream was reset
+	rapidResetMin      = 100      // resets tolerated before the ratio applies
+	readBufSize        = 16 << 10 // per connection, idle ones too: a frame larger than it is read through
+	writeBufSize       = 16 << 10 // a TLS record's worth: a larger buffer is written as several records anyway
+	maxPendingHandlers = 2        // × MaxConcurrentStreams: handlers still running after their stream was reset
 )
 
 // ServeConn serves HTTP/2 on tc, whose handshake negotiated "h2", until
