@@ -400,7 +400,7 @@ func (c *conn) newStream(f *http2.MetaHeadersFrame) (*stream, bool) {
 		r.ContentLength = 0
 	} else {
 		r.ContentLength = cl
-		st.body = &reqBody{st: st}
+		st.body = &reqBody{st: st, gap: c.o.Idle}
 		st.body.cond.L = &st.body.mu
 		if v := hdr["Expect"]; len(v) == 1 && strings.EqualFold(v[0], "100-continue") {
 			st.body.expect = true

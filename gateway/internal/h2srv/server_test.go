@@ -765,3 +765,22 @@ func TestWindowBelowZero(t *testing.T) {
 		t.Errorf("last DATA: %d bytes, end %v", len(d.Data()), d.StreamEnded())
 	}
 }
+
+// A body that stops coming fails the handler's read at the idle timeout,
+// and the stream is reset.
+func TestStalledBodyBoundedByIdle(t *testing.T) {
+	rerr := make(chan error, 1)
+	ts := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		rerr <- err
+	}), ConnOptions{Idle: 50 * time.Millisecond})
+	r := ts.raw(t)
+	r.headers(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
+	r.fr.WriteData(1, false, []byte("a little, then nothing"))
+	if code := r.reset(1); code != http2.ErrCodeCancel {
+		t.Errorf("reset with %v", code)
+	}
+	if err := <-rerr; !errors.Is(err, errBodyTimeout) {
+		t.Errorf("the handler's read: %v", err)
+	}
+}

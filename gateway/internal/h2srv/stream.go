@@ -107,10 +107,14 @@ type reqBody struct {
 	cond   sync.Cond
 	buf    []byte
 	off    int
-	err    error // io.EOF at END_STREAM
-	closed bool  // the handler is done with it: data is thrown away
-	expect bool  // Expect: 100-continue, not answered yet
+	err    error         // io.EOF at END_STREAM
+	closed bool          // the handler is done with it: data is thrown away
+	expect bool          // Expect: 100-continue, not answered yet
+	gap    time.Duration // the longest wait for the client's next DATA (Idle; 0: none)
+	timer  *time.Timer   // wakes a Read at gap
 }
+
+var errBodyTimeout = errors.New("h2srv: request body: no data within the idle timeout")
 
 // push adds data (under c.mu); false when no one will read it.
 func (b *reqBody) push(p []byte) bool {
@@ -160,8 +164,30 @@ func (b *reqBody) Read(p []byte) (int, error) {
 		b.st.rw.write100()
 	}
 	b.mu.Lock()
+	var deadline time.Time
 	for b.off == len(b.buf) && b.err == nil {
+		// A client that opens a body and stops sending holds a handler
+		// (and a target's permit) no longer than the idle timeout, as
+		// on HTTP/1.1: the stream is reset.
+		if b.gap > 0 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(b.gap)
+			} else if !now.Before(deadline) {
+				b.mu.Unlock()
+				b.st.c.bodyTimedOut(b.st)
+				return 0, errBodyTimeout
+			}
+			if b.timer == nil {
+				b.timer = time.AfterFunc(deadline.Sub(now), b.wake)
+			} else {
+				b.timer.Reset(deadline.Sub(now))
+			}
+		}
 		b.cond.Wait()
+	}
+	if b.timer != nil {
+		b.timer.Stop()
 	}
 	if b.off == len(b.buf) {
 		err := b.err
@@ -175,6 +201,21 @@ func (b *reqBody) Read(p []byte) (int, error) {
 		b.st.c.consumed(b.st, int64(n))
 	}
 	return n, nil
+}
+
+func (b *reqBody) wake() {
+	b.mu.Lock()
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// bodyTimedOut resets a stream whose body stalled past the idle timeout.
+func (c *conn) bodyTimedOut(st *stream) {
+	c.lockWrite()
+	defer c.unlockWrite()
+	if !st.reset {
+		c.resetLocked(st.id, st, http2.ErrCodeCancel)
+	}
 }
 
 func (b *reqBody) Close() error {
