@@ -260,6 +260,7 @@ type responseWriter struct {
 	declCL      int64 // the handler's Content-Length, -1: none
 	written     int64
 	buf         []byte
+	bufp        *[]byte // buf's home in bodyBufs (kept: putting &buf back would allocate)
 	trailers    []string // declared in the Trailer header
 	err         error    // a write failed: the stream is gone
 }
@@ -324,7 +325,8 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	}
 	w.written += int64(len(p))
 	if w.buf == nil {
-		w.buf = (*bodyBufs.Get().(*[]byte))[:0]
+		w.bufp = bodyBufs.Get().(*[]byte)
+		w.buf = (*w.bufp)[:0]
 	}
 	if len(w.buf)+len(p) <= cap(w.buf) {
 		w.buf = append(w.buf, p...)
@@ -382,10 +384,10 @@ func (w *responseWriter) finish() {
 }
 
 func (w *responseWriter) release() {
-	if w.buf != nil {
-		b := w.buf[:0]
+	if w.bufp != nil {
 		w.buf = nil
-		bodyBufs.Put(&b)
+		bodyBufs.Put(w.bufp) // buf only ever grew within its capacity: the same array
+		w.bufp = nil
 	}
 }
 
