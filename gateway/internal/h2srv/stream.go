@@ -276,6 +276,11 @@ func (w *responseWriter) Header() http.Header {
 	return w.hdr
 }
 
+// WriteHeader decides the status; the head is encoded when it is first
+// sent (the first frames out: a full buffer, a flush, the handler's
+// return), so that a small response goes out as HEADERS and DATA under
+// one lock. Unlike net/http, fields set between WriteHeader and then are
+// sent too; trailers are kept out of the head either way.
 func (w *responseWriter) WriteHeader(code int) {
 	if w.wroteHeader {
 		return
