@@ -217,6 +217,10 @@ func (g *Gateway) serveConn(cc *clientConn) {
 		case handshakeFailed:
 			return
 		case handshakeH2:
+			if g.h2 != nil { // our own server, on this goroutine (accept_tls.go)
+				g.serveH2(tc, cfg)
+				return
+			}
 			// The *tls.Conn itself, unwrapped: net/http recognises it
 			// and runs its HTTP/2 server (TLSNextProto) on it.
 			handedOff = g.handoff.give(cc.c)

@@ -5,13 +5,18 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"os"
 	"time"
+
+	"github.com/fulcrum-lb/fulcrum/gateway/config"
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h2srv"
 )
 
 // TLS on the fast path: the listener is the same accept loop as in
 // cleartext (accept.go), with each connection wrapped in a *tls.Conn.
 // serveConn runs the handshake on the connection's goroutine; ALPN "h2"
-// goes to net/http's HTTP/2 server, everything else is HTTP/1.1 read by
+// goes to the HTTP/2 server (our own, internal/h2srv, or net/http's with
+// http2_server: net/http), everything else is HTTP/1.1 read by
 // the same parser, attempt loop and target pools as cleartext, and what
 // the fast path hands off still reaches net/http as TLS.
 
@@ -19,7 +24,7 @@ type handshakeOutcome int
 
 const (
 	handshakeHTTP1  handshakeOutcome = iota // serve on the fast path
-	handshakeH2                             // ALPN chose h2: net/http's
+	handshakeH2                             // ALPN chose h2: h2srv's, or net/http's
 	handshakeFailed                         // or timed out: close
 )
 
@@ -51,6 +56,32 @@ func (cc *clientConn) handshake(tc *tls.Conn, to time.Duration) handshakeOutcome
 		return handshakeH2
 	}
 	return handshakeHTTP1
+}
+
+// ownH2 reports whether HTTP/2 over TLS is served by internal/h2srv:
+// http2_server (default own), or FULCRUM_GATEWAY_H2=net/http|own for a
+// whole test run.
+func (g *Gateway) ownH2() bool {
+	switch os.Getenv("FULCRUM_GATEWAY_H2") {
+	case "net/http":
+		return false
+	case "own":
+		return true
+	}
+	return g.cfg().HTTP2Server != "net/http"
+}
+
+// serveH2 serves an h2 connection with our own server until it ends.
+// The connection stays in g.conns (Shutdown's GOAWAY reaches it through
+// g.h2, its forced close through the connection).
+func (g *Gateway) serveH2(tc *tls.Conn, cfg *config.Config) {
+	hl := uint32(cfg.MaxHeaderSize) + 320 // HPACK counts 32 bytes a field: room for ten, as net/http allows
+	g.h2.ServeConn(tc, h2srv.ConnOptions{
+		Idle:          cfg.Timeouts.Idle.D(),
+		Preface:       cfg.Timeouts.ReadHeader.D(),
+		Send:          cfg.Timeouts.Send.D(),
+		MaxHeaderList: hl,
+	})
 }
 
 type handedOffTLSKey struct{}

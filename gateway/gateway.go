@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
+	"github.com/fulcrum-lb/fulcrum/gateway/internal/h2srv"
 )
 
 // Options are the gateway's process-level settings.
@@ -66,6 +67,7 @@ type Gateway struct {
 	slow        *http.Server
 	slowTr      atomic.Pointer[http.Transport] // the net/http path's, swapped when a reload changes timeouts
 	handoff     *handoffListener
+	h2          *h2srv.Server // HTTP/2 over TLS, unless http2_server is net/http (accept_tls.go)
 	admin       *http.Server
 	tlsConf     *tls.Config
 
@@ -242,6 +244,9 @@ func (g *Gateway) Start() error {
 		// HTTP/1.1 wrapped, with its TLS state passed on.
 		g.slow.ConnContext = handedOffConnContext
 		g.slow.Handler = handedOffTLS(g.slow.Handler)
+		if g.ownH2() {
+			g.h2 = &h2srv.Server{Handler: g.slow.Handler, Log: g.log}
+		}
 	}
 	g.handoff = &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: g.addr}
 	g.bgWG.Add(2)
@@ -340,6 +345,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	}
 	g.connMu.Unlock()
+	if g.h2 != nil {
+		g.h2.Shutdown() // GOAWAY: streams in flight finish, then each connection closes
+	}
 	var slowErr error
 	slowDone := make(chan struct{})
 	go func() {
@@ -533,6 +541,9 @@ func restartOnly(a, b *config.Config) error {
 	}
 	if a.EventLoopOn() != b.EventLoopOn() {
 		diff = append(diff, "event_loop")
+	}
+	if a.HTTP2Server != b.HTTP2Server {
+		diff = append(diff, "http2_server")
 	}
 	if a.AccessLog.On() != b.AccessLog.On() || a.AccessLog.Format != b.AccessLog.Format || a.AccessLog.Path != b.AccessLog.Path {
 		diff = append(diff, "access_log")

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -470,4 +472,65 @@ func mustReq(t *testing.T, method, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// Shutdown reaches HTTP/2 connections on our own server: GOAWAY, the
+// stream in flight finishes, the connection closes and Shutdown returns.
+func TestH2ShutdownDrains(t *testing.T) {
+	b := newBackend(t, "b1")
+	hold := make(chan struct{})
+	g := startTLS(t, "  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	c := h2client()
+	if r := h2do(t, c, mustReq(t, "GET", "https://"+g.Addr()+"/warm")); r.code != 200 {
+		t.Fatalf("warm-up: %d", r.code)
+	}
+	b.hold.Store(&hold)
+	got := make(chan resp, 1)
+	go func() {
+		res, err := c.Get("https://" + g.Addr() + "/")
+		if err != nil {
+			got <- resp{code: -1, body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		got <- resp{code: res.StatusCode, body: string(body)}
+	}()
+	testenv.Eventually(t, "request at the target", func() bool { return b.cur.Load() == 1 })
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- g.Shutdown(ctx)
+	}()
+	testenv.Eventually(t, "listener closed", func() bool {
+		c, err := net.Dial("tcp", g.Addr())
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	close(hold)
+	if r := <-got; r.code != 200 || r.body != "b1" {
+		t.Fatalf("in-flight request during drain: %d %q", r.code, r.body)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}
+
+// The HTTP/2 tests again on net/http's HTTP/2 server (http2_server:
+// net/http), in a child process with FULCRUM_GATEWAY_H2=net/http: the
+// switch stays, so both servers stay tested.
+func TestH2OnNetHTTPServer(t *testing.T) {
+	if os.Getenv("FULCRUM_GATEWAY_H2") != "" {
+		t.Skip("already choosing the server")
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.run",
+		"^(TestH2|TestOwnPathHopByHopAndTrailers|TestExpectContinueOwnPath|TestTLSHTTP2ByALPN)")
+	cmd.Env = append(os.Environ(), "FULCRUM_GATEWAY_H2=net/http")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("on net/http's server: %v\n%s", err, out)
+	}
 }

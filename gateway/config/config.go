@@ -36,6 +36,10 @@ type Config struct {
 	// core (Linux; default true). false: a goroutine per connection
 	// everywhere. Read at start: changing it takes a restart.
 	EventLoop *bool `yaml:"event_loop"`
+	// HTTP2Server picks the server for HTTP/2 over TLS: "own" (default;
+	// gateway/internal/h2srv) or "net/http" (x/net/http2's, through
+	// net/http). Read at start: changing it takes a restart.
+	HTTP2Server string `yaml:"http2_server"`
 	// Admin is the admin API's listener.
 	Admin Admin `yaml:"admin"`
 	// AccessLog configures the structured access log.
@@ -524,6 +528,13 @@ func (v *validator) config(c *Config) {
 	}
 	if c.TLS != nil && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
 		v.fail(p("tls"), "cert_file and key_file are both required")
+	}
+	switch c.HTTP2Server {
+	case "":
+		c.HTTP2Server = "own"
+	case "own", "net/http":
+	default:
+		v.fail(p("http2_server"), "%q is not own or net/http", c.HTTP2Server)
 	}
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = "127.0.0.1:9901"

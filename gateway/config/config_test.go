@@ -149,6 +149,7 @@ func TestBadConfigs(t *testing.T) {
 		{"wrong type", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\", weight: heavy}]\n", []string{"line 3", "heavy"}},
 		{"yaml syntax", "upstreams:\n  api: [\n", []string{"line 2: invalid YAML: did not find expected"}},
 		{"empty", "", []string{"upstreams", "at least one upstream"}},
+		{"http2 server", "http2_server: nghttp2\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: http2_server", "nghttp2"}},
 		{"log format", "access_log: {format: xml}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: access_log.format", "xml"}},
 		{"several at once", "upstreams:\n  api:\n    strategy: nope\n    targets: [{url: \"gopher://x\"}]\n", []string{"2 problems", "upstreams.api.strategy", "targets[0].url"}},
 		{"settings for none", "upstreams:\n  api:\n    strategy: round_robin\n    strategy_settings: 5\n    targets: [{url: \"http://a:1\"}]\n", []string{"line 4: upstreams.api.strategy_settings: this section takes no settings, got 5"}},
