@@ -70,10 +70,19 @@ const (
 // committed completion, with CPU per job as the other rows.
 func myFloorE2E(ctx context.Context, dsn, prefix string, n, maxWorkers int) (e2eResult, error) {
 	var res e2eResult
-	db, err := sql.Open("mysql", strings.TrimPrefix(dsn, "mysql://"))
+	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, "mysql://"))
 	if err != nil {
 		return res, err
 	}
+	// READ COMMITTED as flow's store: the locking read takes no gap locks,
+	// so inserts do not wait on a fetch. MariaDB before 11.1 knows only
+	// tx_isolation.
+	cfg.Params = map[string]string{"tx_isolation": "'READ-COMMITTED'"}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return res, err
+	}
+	db := sql.OpenDB(conn)
 	defer db.Close()
 	// pgxpool's default is max(4, CPUs); a few more so inserts, the fetch
 	// and the completer never queue for a connection.
@@ -83,6 +92,19 @@ func myFloorE2E(ctx context.Context, dsn, prefix string, n, maxWorkers int) (e2e
 		return res, fmt.Errorf("floor schema: %w", err)
 	}
 	table := prefix + "job"
+	if floorExtra("indexes") {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(floorExtraIndexes, table)); err != nil {
+			return res, fmt.Errorf("floor extra indexes: %w", err)
+		}
+	}
+	logAppend := ""
+	if floorExtra("log") {
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN schedule_log TEXT NOT NULL DEFAULT '[]'"); err != nil {
+			return res, fmt.Errorf("floor extra log: %w", err)
+		}
+		logAppend = `, schedule_log = JSON_ARRAY_APPEND(schedule_log, '$', JSON_OBJECT('time', 1764300000000000, 'owner', 'bench-worker-3', 'lease', '01JDXYZABCDEFGHJKMNPQRSTVW', 'status', 2))`
+	}
+	floorLogAppend = logAppend
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -112,7 +134,7 @@ func myFloorE2E(ctx context.Context, dsn, prefix string, n, maxWorkers int) (e2e
 			if len(ids) == 0 {
 				return nil
 			}
-			q := "UPDATE " + table + " SET state = 'completed', finalized_at = NOW(6) WHERE state = 'running' AND id IN (" + joinIDs(ids) + ")"
+			q := "UPDATE " + table + " SET state = 'completed', finalized_at = NOW(6)" + logAppend + " WHERE state = 'running' AND id IN (" + joinIDs(ids) + ")"
 			var r sql.Result
 			err := floorRetry(func() (err error) { r, err = db.ExecContext(ctx, q); return err })
 			if err != nil {
@@ -210,7 +232,7 @@ func myFloorE2E(ctx context.Context, dsn, prefix string, n, maxWorkers int) (e2e
 			}
 			b.WriteString(`('{"n":` + strconv.Itoa(i) + `}','bench',25,NULL,NULL)`)
 		}
-		_, err := db.ExecContext(ctx, b.String())
+		err := floorRetry(func() error { _, err := db.ExecContext(ctx, b.String()); return err })
 		signal(inserted)
 		return err
 	}); err != nil {
@@ -275,7 +297,7 @@ func floorFetch(ctx context.Context, db *sql.DB, table string, limit int) ([]int
 	if len(ids) == 0 {
 		return nil, tx.Commit()
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET state = 'running', attempt = attempt + 1, attempted_at = NOW(6), attempted_by = JSON_ARRAY_APPEND(COALESCE(attempted_by, '[]'), '$', 'floor') WHERE id IN ("+joinIDs(ids)+")"); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE "+table+" SET state = 'running', attempt = attempt + 1, attempted_at = NOW(6), attempted_by = JSON_ARRAY_APPEND(COALESCE(attempted_by, '[]'), '$', 'floor')"+floorLogAppend+" WHERE id IN ("+joinIDs(ids)+")"); err != nil {
 		return nil, err
 	}
 	return ids, tx.Commit()
@@ -295,6 +317,30 @@ func floorRetry(f func() error) error {
 		}
 		floorDeadlocks.Add(1)
 	}
+}
+
+// Measurement only (BENCH_FLOOR_EXTRA=indexes,log): what flow's row
+// carries beyond River's, on the floor, to split the gap between the two.
+// indexes: flow's six further secondary indexes, four of them over keys
+// every job here lacks (NULL), one over an empty parent, one listing by
+// kind and state; log: a schedule log column appended to at the claim and
+// at completion, as flow's set and hold append theirs.
+const floorExtraIndexes = `ALTER TABLE %s ADD COLUMN unique_live VARCHAR(128) NULL, ADD COLUMN seq_live VARCHAR(128) NULL,
+	ADD COLUMN rate_pending VARCHAR(128) NULL, ADD COLUMN fair_pending VARCHAR(128) NULL,
+	ADD COLUMN parent_id VARCHAR(26) NOT NULL DEFAULT '',
+	ADD UNIQUE KEY unique_idx (kind, unique_live), ADD KEY seq_idx (kind, seq_live, created_at, id),
+	ADD KEY rate_idx (kind, rate_pending), ADD KEY fair_idx (kind, fair_pending, scheduled_at),
+	ADD KEY parent_idx (parent_id, id), ADD KEY list_idx (kind, state, id)`
+
+var floorLogAppend string
+
+func floorExtra(what string) bool {
+	for _, w := range strings.Split(os.Getenv("BENCH_FLOOR_EXTRA"), ",") {
+		if strings.TrimSpace(w) == what {
+			return true
+		}
+	}
+	return false
 }
 
 func joinIDs(ids []int64) string {
