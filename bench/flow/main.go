@@ -7,7 +7,8 @@
 // (create in batches, hold, run a no-op stage, set success) through the HTTP
 // API with the worker SDK, on SQLite and on PostgreSQL; then River (used as a
 // library, in process, no HTTP) with the same job shape on the same
-// PostgreSQL. Hold latency: W workers (1, 8, 64) each looping hold one task,
+// PostgreSQL; with -only myfloor, the smallest River-like queue on MariaDB
+// (myfloor.go), what any queue there can reach. Hold latency: W workers (1, 8, 64) each looping hold one task,
 // set success, over a pre-filled table; p50 and p99 of the hold call.
 //
 // Beside tasks/s, each end-to-end row has the CPU a task cost (medians, from
