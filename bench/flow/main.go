@@ -8,8 +8,9 @@
 // API with the worker SDK, on SQLite and on PostgreSQL; then River (used as a
 // library, in process, no HTTP) with the same job shape on the same
 // PostgreSQL; with -only myfloor, the smallest River-like queue on MariaDB
-// (myfloor.go), what any queue there can reach. Hold latency: W workers (1, 8, 64) each looping hold one task,
-// set success, over a pre-filled table; p50 and p99 of the hold call.
+// (myfloor.go), what any queue there can reach. Hold latency: W workers
+// (1, 8, 64) each looping hold one task, set success, over a pre-filled
+// table; p50 and p99 of the hold call.
 //
 // Beside tasks/s, each end-to-end row has the CPU a task cost (medians, from
 // getrusage and /proc): in this process (the flow server, the SDK workers
