@@ -7,8 +7,10 @@
 // (create in batches, hold, run a no-op stage, set success) through the HTTP
 // API with the worker SDK, on SQLite and on PostgreSQL; then River (used as a
 // library, in process, no HTTP) with the same job shape on the same
-// PostgreSQL. Hold latency: W workers (1, 8, 64) each looping hold one task,
-// set success, over a pre-filled table; p50 and p99 of the hold call.
+// PostgreSQL; with -only myfloor, the smallest River-like queue on MariaDB
+// (myfloor.go), what any queue there can reach. Hold latency: W workers
+// (1, 8, 64) each looping hold one task, set success, over a pre-filled
+// table; p50 and p99 of the hold call.
 //
 // Beside tasks/s, each end-to-end row has the CPU a task cost (medians, from
 // getrusage and /proc): in this process (the flow server, the SDK workers
@@ -53,7 +55,7 @@ func main() {
 	var (
 		pg        = flag.String("pg", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL DSN (a database on it is created per run); empty skips PostgreSQL and River")
 		my        = flag.String("mysql", "mysql://root@tcp(127.0.0.1:3306)/test", "MySQL/MariaDB DSN as flow serve --db takes it (a table prefix per run); empty skips it")
-		only      = flag.String("only", "", "comma-separated subset of sqlite,postgres,mysql,river to run (default all)")
+		only      = flag.String("only", "", "comma-separated subset of sqlite,postgres,mysql,river,myfloor to run (default all; myfloor: the smallest River-like queue on MySQL/MariaDB)")
 		parts     = flag.String("parts", "e2e,hold", "which parts: e2e (end to end), hold (hold latency)")
 		holdW     = flag.String("hold-workers", "1,8,64", "worker counts of the hold-latency runs")
 		tasks     = flag.Int("tasks", 20000, "tasks per end-to-end run")
@@ -247,6 +249,10 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 			keys = append(keys, "flow/"+k)
 		}
 	}
+	withFloor := cfg.my != "" && cfg.want("myfloor")
+	if withFloor {
+		keys = append(keys, "floor/mysql")
+	}
 	withRiver := pg != "" && cfg.want("river")
 	if withRiver {
 		keys = append(keys, "river/postgres")
@@ -263,6 +269,16 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 				return fmt.Errorf("flow on %s: %w", d.name, err)
 			}
 			results["flow/"+d.name] = append(results["flow/"+d.name], r)
+		}
+		if withFloor {
+			p := fmt.Sprintf("bfloor%d_%d_", round, time.Now().UnixNano()%1e9)
+			myPrefixes = append(myPrefixes, p)
+			fmt.Fprintf(os.Stderr, "round %d: the floor queue on mysql, %d jobs...\n", round, n)
+			r, err := myFloorE2E(ctx, cfg.my, p, n, riverMax)
+			if err != nil {
+				return fmt.Errorf("floor: %w", err)
+			}
+			results["floor/mysql"] = append(results["floor/mysql"], r)
 		}
 		if withRiver {
 			d, err := newPG("river")
@@ -288,8 +304,11 @@ func run(ctx context.Context, cfg benchConfig, n, holdN, workers, conc, riverMax
 		}
 		system, dbName, _ := strings.Cut(k, "/")
 		name := "fulcrum flow (HTTP, SDK)"
-		if system == "river" {
+		switch system {
+		case "river":
 			name = "River (in process)"
+		case "floor":
+			name = "floor queue (in process)"
 		}
 		var rates, selfs, dbs []float64
 		for _, r := range results[k] {
@@ -596,7 +615,7 @@ func dropMySQL(dsn string, prefixes []string) {
 	}
 	defer db.Close()
 	for _, p := range prefixes {
-		db.Exec("DROP TABLE IF EXISTS " + p + "tasks, " + p + "task_types, " + p + "meta, " + p + "rate_keys, " + p + "counts, " + p + "count_deltas")
+		db.Exec("DROP TABLE IF EXISTS " + p + "tasks, " + p + "task_types, " + p + "meta, " + p + "rate_keys, " + p + "counts, " + p + "count_deltas, " + p + "job")
 	}
 }
 

@@ -66,7 +66,7 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 		return res, err
 	}
 	defer rc.Stop(context.WithoutCancel(ctx))
-	cpu0 := markCPU("postgres") // before the clock, as in flowE2E
+	cpu0 := markCPU(envOr("BENCH_PG_COMM", "postgres")) // before the clock, as in flowE2E
 	start := time.Now()
 	m := milestones{start: start}
 	finished := make(chan error, 1)
@@ -105,7 +105,7 @@ func riverE2E(ctx context.Context, dsn string, n, maxWorkers int) (e2eResult, er
 	case <-time.After(10 * time.Minute):
 		return res, errors.New("jobs did not finish in 10 minutes")
 	}
-	elapsed, to := time.Since(start), markCPU("postgres")
+	elapsed, to := time.Since(start), markCPU(envOr("BENCH_PG_COMM", "postgres"))
 	m.print("river", elapsed)
 	res.perSec = float64(n) / elapsed.Seconds()
 	res.self, res.db = to.perTask(cpu0, n)
