@@ -45,7 +45,12 @@ func TestDistributionPerStrategy(t *testing.T) {
 		{"bounded_hash", nil, []float64{.2, .2, .2}, []float64{.47, .47, .47}},
 		{"least_active", nil, []float64{.2, .2, .2}, []float64{.47, .47, .47}},
 		{"least_loaded", nil, []float64{.2, .2, .2}, []float64{.47, .47, .47}},
-		{"capacity", []string{", max_concurrency: 2", ", max_concurrency: 2", ", max_concurrency: 2"}, []float64{.1, .1, .1}, []float64{.8, .8, .8}},
+		// capacity: the fastest target with a free permit wins, so equal
+		// targets share by their latency's noise (on a busy machine one
+		// got 6-7 % in 2 runs of 30); what it promises is no target past
+		// its permits (checked below) and none left out while six
+		// clients need the six permits.
+		{"capacity", []string{", max_concurrency: 2", ", max_concurrency: 2", ", max_concurrency: 2"}, []float64{.01, .01, .01}, []float64{.8, .8, .8}},
 	}
 	for _, tc := range cases {
 		n := len(tc.lo)
