@@ -260,7 +260,7 @@ type responseWriter struct {
 	declCL      int64 // the handler's Content-Length, -1: none
 	written     int64
 	buf         []byte
-	bufp        *[]byte // buf's home in bodyBufs (kept: putting &buf back would allocate)
+	bufp        *[]byte  // buf's home in bodyBufs (kept: putting &buf back would allocate)
 	trailers    []string // declared in the Trailer header
 	err         error    // a write failed: the stream is gone
 }
