@@ -201,21 +201,7 @@ func TestShutdownDrains(t *testing.T) {
 		got <- resp{code: res.StatusCode, body: string(buf[:n]), hdr: hdr}
 	}()
 	testenv.Eventually(t, "request at the target", func() bool { return b.cur.Load() == 1 })
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		shut <- g.Shutdown(ctx)
-	}()
-	// A bare dial: a request sent while the listener is still open would
-	// be held by the backend too, and Shutdown would wait for it.
-	testenv.Eventually(t, "listener closed", func() bool {
-		c, err := net.Dial("tcp", g.Addr())
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
+	shut := startDrain(t, g)
 	close(hold)
 	r := <-got
 	if r.code != 200 || r.body != "b1" {
@@ -312,4 +298,26 @@ routes:
 	if n := split.Split[0].Requests + split.Split[1].Requests; n != 3 {
 		t.Errorf("the split's sides got %d requests, want 3", n)
 	}
+}
+
+// startDrain starts g's Shutdown and returns once its listener is
+// closed, with the channel Shutdown's error arrives on. A bare dial
+// tells: a request sent while the listener is still open would be held
+// by the backend too, and Shutdown would wait for it.
+func startDrain(t *testing.T, g *gateway.Gateway) <-chan error {
+	t.Helper()
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- g.Shutdown(ctx)
+	}()
+	testenv.Eventually(t, "listener closed", func() bool {
+		c, err := net.Dial("tcp", g.Addr())
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	return shut
 }

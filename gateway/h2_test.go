@@ -497,19 +497,7 @@ func TestH2ShutdownDrains(t *testing.T) {
 		got <- resp{code: res.StatusCode, body: string(body)}
 	}()
 	testenv.Eventually(t, "request at the target", func() bool { return b.cur.Load() == 1 })
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		shut <- g.Shutdown(ctx)
-	}()
-	testenv.Eventually(t, "listener closed", func() bool {
-		c, err := net.Dial("tcp", g.Addr())
-		if err == nil {
-			c.Close()
-		}
-		return err != nil
-	})
+	shut := startDrain(t, g)
 	close(hold)
 	if r := <-got; r.code != 200 || r.body != "b1" {
 		t.Fatalf("in-flight request during drain: %d %q", r.code, r.body)
