@@ -674,7 +674,7 @@ func (l *evloop) register(c *lconn) error {
 }
 
 func (l *evloop) unregister(c *lconn) {
-	l.disarm(c)
+	l.dropTimer(c)
 	if c.fd >= 0 && c.fd < len(l.conns) && l.conns[c.fd] == c {
 		l.conns[c.fd] = nil
 	}
@@ -769,18 +769,22 @@ func (l *evloop) process(c *lconn) {
 // blank line, or 0 while it is incomplete (internal/h1's rule: CRLF
 // CRLF, or a bare LF LF).
 func headLen(b []byte) int {
-	i := bytes.Index(b, crlf2)
-	j := bytes.Index(b, lf2)
-	switch {
-	case i >= 0 && (j < 0 || i+2 <= j):
-		return i + 4
-	case j >= 0:
-		return j + 2
+	// One scan from LF to LF: the first that ends a blank line wins,
+	// whichever of the two endings it closes.
+	for p := 0; ; p++ {
+		i := bytes.IndexByte(b[p:], '\n')
+		if i < 0 {
+			return 0
+		}
+		p += i
+		switch {
+		case p+1 < len(b) && b[p+1] == '\n':
+			return p + 2
+		case p > 0 && p+2 < len(b) && b[p-1] == '\r' && b[p+1] == '\r' && b[p+2] == '\n':
+			return p + 3
+		}
 	}
-	return 0
 }
-
-var lf2 = []byte("\n\n")
 
 // startRequest parses and routes the head at c.in[c.r:], and serves it
 // as serveOne does; it reports whether process should go on with the
@@ -1497,12 +1501,19 @@ func (l *evloop) arm(c *lconn, kind uint8, due time.Time) {
 	}
 }
 
-// disarm cancels c's timer, if it has one.
+// disarm ends what c's timer bounds. The wheel's entry stays: the next
+// arm moves it by its handle (no key lookup, no map insert or delete,
+// twice a request), and if it fires first it fires as tmNone, which
+// does nothing.
 func (l *evloop) disarm(c *lconn) {
-	if c.tkind != tmNone {
-		l.timers.Cancel(c)
-		c.tkind, c.th = tmNone, wheel.Handle{}
-	}
+	c.tkind = tmNone
+}
+
+// dropTimer takes c's entry out of the wheel, for a connection that ends:
+// its lconn is reused, and a stale entry would fire on the next one.
+func (l *evloop) dropTimer(c *lconn) {
+	l.timers.CancelHandle(c.th)
+	c.tkind, c.th = tmNone, wheel.Handle{}
 }
 
 // timeout is epoll_wait's timeout in milliseconds: until the earliest

@@ -216,6 +216,18 @@ func (w *Wheel[K]) Cancel(key K) bool {
 	return true
 }
 
+// CancelHandle disarms h's timeout, as Cancel does for its key, without
+// the key lookup; it reports false, doing nothing, if h is stale.
+func (w *Wheel[K]) CancelHandle(h Handle) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h.gen == 0 || int(h.i) >= len(w.ents) || w.ents[h.i].gen != h.gen {
+		return false
+	}
+	w.unlink(h.i)
+	return true
+}
+
 // Deadline reports the tick time at which key fires, if armed.
 func (w *Wheel[K]) Deadline(key K) (time.Time, bool) {
 	w.mu.Lock()

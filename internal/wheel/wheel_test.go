@@ -100,6 +100,29 @@ func TestResetCancelAndJumps(t *testing.T) {
 	}
 }
 
+// A Handle cancels its own timeout, once, and never another key's that
+// reused its entry.
+func TestCancelHandle(t *testing.T) {
+	w := mustNew[int](t, time.Second, 4)
+	h1 := w.Set(1, t0.Add(3*time.Second))
+	w.Set(2, t0.Add(3*time.Second))
+	if !w.CancelHandle(h1) || w.CancelHandle(h1) || w.CancelHandle(Handle{}) {
+		t.Fatal("CancelHandle should report true once, then false, and false for the zero Handle")
+	}
+	w.Set(3, t0.Add(5*time.Second)) // takes entry 1's slot in ents
+	if w.CancelHandle(h1) {
+		t.Fatal("a stale Handle cancelled the entry's next key")
+	}
+	if w.Len() != 2 {
+		t.Fatalf("Len %d, want 2", w.Len())
+	}
+	got := map[int]bool{}
+	w.Advance(t0.Add(10*time.Second), func(k int) { got[k] = true })
+	if fmt.Sprint(got) != "map[2:true 3:true]" {
+		t.Fatalf("fired %v, want 2 and 3", got)
+	}
+}
+
 // Callbacks may re-arm their key (a poll).
 func TestCallbackMayRearm(t *testing.T) {
 	w := mustNew[string](t, time.Second, 8)
