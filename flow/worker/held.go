@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -22,6 +23,9 @@ type heldTask struct {
 	task     Task
 	lease    string
 	leaseDur time.Duration
+	// heldCtx is the context as held: a set sends the context only when
+	// the handler replaced it (see sentContext).
+	heldCtx json.RawMessage
 
 	mu        sync.Mutex
 	expiry    time.Time               // local, conservative estimate of the lease expiry
@@ -49,6 +53,7 @@ func newHeld(w *Worker, t *flow.Task, holdStart time.Time, leaseDur time.Duratio
 		},
 		lease:    t.Lease,
 		leaseDur: leaseDur,
+		heldCtx:  t.TaskContext,
 		expiry:   holdStart.Add(leaseDur),
 		due:      holdStart.Add(leaseDur / 3),
 	}
@@ -116,10 +121,10 @@ func (h *heldTask) release() {
 
 // setRequest turns a handler's outcome into the set_task to send.
 func (h *heldTask) setRequest(res Result, err error) flow.SetTaskRequest {
-	req := flow.SetTaskRequest{TaskID: h.task.ID, Lease: h.lease, TaskStage: h.task.Stage, TaskContext: h.task.Context}
+	req := flow.SetTaskRequest{TaskID: h.task.ID, Lease: h.lease, TaskStage: h.task.Stage, TaskContext: h.sentContext()}
 	if err == nil {
 		var ctxJSON []byte
-		ctxJSON, err = encodeContext(res.Context, h.task.Context)
+		ctxJSON, err = encodeContext(res.Context, req.TaskContext)
 		if err == nil {
 			req.TaskContext = ctxJSON
 			req.DelayMS = res.Delay.Milliseconds()
@@ -171,8 +176,21 @@ func errorRequest(h *heldTask, msg string) flow.SetTaskRequest {
 	}
 	return flow.SetTaskRequest{
 		TaskID: h.task.ID, Lease: h.lease, Status: flow.StatusPending,
-		TaskStage: h.task.Stage, TaskContext: h.task.Context, Error: msg,
+		TaskStage: h.task.Stage, TaskContext: h.sentContext(), Error: msg,
 	}
+}
+
+// sentContext is the task_context a set of this task sends when the
+// handler returned none: nil (the server keeps the stored one) unless the
+// handler assigned Task.Context. Echoing the held context back cost every
+// set its bytes over HTTP and, on MySQL, a CASE arm per task in the
+// UPDATE that rewrote each row's context with itself.
+func (h *heldTask) sentContext() json.RawMessage {
+	c := h.task.Context
+	if len(c) == len(h.heldCtx) && (len(c) == 0 || &c[0] == &h.heldCtx[0]) {
+		return nil
+	}
+	return c
 }
 
 func statusName(s flow.Status) string {

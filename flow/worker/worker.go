@@ -648,6 +648,6 @@ func (w *Worker) giveBack(h *heldTask) {
 	}
 	w.out.push(&outcome{h: h, req: flow.SetTaskRequest{
 		TaskID: h.task.ID, Lease: h.lease, Status: flow.StatusPending,
-		TaskStage: h.task.Stage, TaskContext: h.task.Context,
+		TaskStage: h.task.Stage, TaskContext: h.sentContext(),
 	}})
 }

@@ -169,6 +169,11 @@ func TestHandlerOutcomes(t *testing.T) {
 	}{
 		{"done keeps context when nil", func(context.Context, *worker.Task) (worker.Result, error) { return worker.Done(nil), nil },
 			3, flow.StatusSuccess, 1, 0, `{"n":0}`},
+		{"done keeps a context the handler assigned", func(_ context.Context, tk *worker.Task) (worker.Result, error) {
+			tk.Context = json.RawMessage(`{"m":2}`)
+			return worker.Done(nil), nil
+		},
+			3, flow.StatusSuccess, 1, 0, `{"m":2}`},
 		{"done with new context", func(context.Context, *worker.Task) (worker.Result, error) {
 			return worker.Done(map[string]int{"x": 1}), nil
 		},
