@@ -337,9 +337,16 @@ func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
 	}
 	// The picker chose without holding a permit; another pick may take
 	// the last one first. Ask again a few times, then take any free one.
+	// A picker that answers nil found none that suits (Picker): no
+	// permit is taken behind its back. A strategy may hold a target back
+	// that has permits free (capacity: one failing most of what it gets,
+	// while another could serve), and the request waits for a permit
+	// elsewhere instead.
+	declined := false
 	for range 3 {
 		e := s.picker.Pick(info)
 		if e == nil {
+			declined = true
 			break
 		}
 		if e.s.tryAcquire() {
@@ -357,7 +364,7 @@ func (b *Balancer) PickWith(info PickInfo) (Pick, error) {
 				}
 				continue
 			}
-			if e.s.tryAcquire() {
+			if !declined && e.s.tryAcquire() {
 				return b.started(s, e, &info), nil
 			}
 		}

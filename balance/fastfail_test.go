@@ -47,6 +47,13 @@ func TestFastFailureTrap(t *testing.T) {
 				if picks["failing"] > picks["healthy"] {
 					t.Errorf("failing drew %d picks, healthy %d: fast failures ranked it fast", picks["failing"], picks["healthy"])
 				}
+				// capacity holds a target that fails most of what it gets
+				// back while another could serve, full or not: a request
+				// waits for the healthy target's permit. What the failing
+				// one draws is the retries its decaying share lets through.
+				if name == "capacity" && f.name == "fast_500" && picks["failing"]*20 > picks["healthy"] {
+					t.Errorf("failing drew %d picks, healthy %d: want under a twentieth of its", picks["failing"], picks["healthy"])
+				}
 				// It recovers: successes in 10 ms, twice as fast as
 				// the other. Within the next 4000 outcomes (10 s and
 				// more of the clock) it must be found again and draw
@@ -65,6 +72,23 @@ func TestFastFailureTrap(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// When every target fails, a strategy still picks one (the request gets
+// the target's answer), however the failures rank them.
+func TestEveryTargetFailing(t *testing.T) {
+	for _, name := range latencyAware {
+		t.Run(name, func(t *testing.T) {
+			sim := newLoopSim(t, name)
+			sim.answer = func(addr string) (time.Duration, error) {
+				return time.Millisecond, errors.New("status 500")
+			}
+			picks := sim.run(4000) // fails the test if a pick finds no target with permits free
+			if picks["failing"] == 0 || picks["healthy"] == 0 {
+				t.Errorf("picks %v: want both targets used", picks)
+			}
+		})
 	}
 }
 

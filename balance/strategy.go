@@ -21,7 +21,10 @@ type Strategy interface {
 // concurrent use and should not allocate. It returns nil when no endpoint
 // suits; it should skip endpoints for which info.Usable is false (excluded
 // or without a free permit). The balancer takes the permit after Pick
-// returns and asks again if another pick took it first.
+// returns and asks again if another pick took it first. A nil answer is
+// final: the balancer takes no other permit behind it (the pick fails
+// with ErrAtCapacity, or waits in the queue), so a picker may hold back
+// a target that has free permits.
 type Picker interface {
 	Pick(info PickInfo) *Endpoint
 }

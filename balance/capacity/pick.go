@@ -9,6 +9,10 @@ import (
 // capTie is the latency ratio within which two targets tie in Pick.
 const capTie = 1 + 1.0/16
 
+// failHeldBack is the share of successes below which a target is held
+// back while another could serve (Pick).
+const failHeldBack = 0.5
+
 // unlimitedFree stands for the free permits of a target without a limit.
 const unlimitedFree = 1 << 20
 
@@ -24,6 +28,15 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	var now int64   // read only when a target needs it
 	var freed int64 // permits that unparking or reviving made free here
 	var probe *balance.Endpoint
+	// A target failing most of what it gets (failHeldBack) is a pick
+	// only when no other target could serve: with one that is merely
+	// full, the request waits for its permit (in the queue) rather than
+	// take a free permit where it would most likely fail. Its share
+	// halves every FailureHalfLife without a failure, which lets it be
+	// tried again.
+	var held *balance.Endpoint
+	var heldRate float64
+	heldJ, serving := 0, false
 	// A retry leaves a down target's probe to a first attempt: refused,
 	// a first attempt still has its retry; a retry refused there has
 	// none left, and answers the client with an error.
@@ -78,6 +91,16 @@ scan:
 				if retry && p.st[j].reviveAt.Load() != 0 {
 					continue // its probe is out, or a first attempt's to take
 				}
+			}
+			hard := false
+			if p.st[j].fail.Failing() {
+				if now == 0 {
+					now = info.Now()
+				}
+				hard = p.st[j].fail.OK(now) < failHeldBack
+			}
+			if !hard && !serving && !info.Excluded(e) {
+				serving = true
 			}
 			if !info.Usable(e) {
 				continue
@@ -152,6 +175,12 @@ scan:
 				}
 				rate *= p.st[j].fail.OK(now)
 			}
+			if hard {
+				if held == nil || rate > heldRate {
+					held, heldRate, heldJ = e, rate, j
+				}
+				continue
+			}
 			if best == nil || rate > bestRate*capTie || (rate*capTie >= bestRate && free > bestFree) {
 				best, bestRate, bestFree, bestJ, bestMeasure = e, rate, free, j, measure
 			}
@@ -159,6 +188,9 @@ scan:
 		if best != nil || !sampled {
 			break
 		}
+	}
+	if best == nil && held != nil && !serving {
+		best, bestJ, bestMeasure = held, heldJ, false // every target fails: the least failing
 	}
 	if probe != nil {
 		best = probe

@@ -2,19 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
 
 // Result is what the load generator measured through one contender.
 type Result struct {
-	Successes int64         // 200s completed in the measured phase
-	Errors    int64         // anything else completed in the measured phase
-	P50       time.Duration // latency of measured successes
+	Successes int64            // 200s completed in the measured phase
+	Errors    int64            // anything else completed in the measured phase
+	ErrorsBy  map[string]int64 // Errors by answer: the status code, or "timeout" or "transport"
+	P50       time.Duration    // latency of measured successes
 	P99       time.Duration
 	P999      time.Duration
 	PerSecond []float64 // successes completed in each second of the run, warm-up included
@@ -88,6 +92,12 @@ func runLoad(ctx context.Context, urls []string, load Load, seed uint64, start t
 	for _, l := range locals {
 		r.Successes += l.ok
 		r.Errors += l.errs
+		for k, v := range l.by {
+			if r.ErrorsBy == nil {
+				r.ErrorsBy = map[string]int64{}
+			}
+			r.ErrorsBy[k] += v
+		}
 		lats = append(lats, l.lats...)
 		for i, v := range l.per {
 			r.PerSecond[i] += v
@@ -101,6 +111,7 @@ func runLoad(ctx context.Context, urls []string, load Load, seed uint64, start t
 // tally is one load goroutine's count; only it writes its own.
 type tally struct {
 	ok, errs int64
+	by       map[string]int64 // errs by answer (Result.ErrorsBy)
 	lats     []time.Duration
 	per      []float64
 }
@@ -115,10 +126,12 @@ func (l *tally) one(ctx context.Context, client *http.Client, url string, start,
 	t0 := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := client.Do(req)
+	status := 0
 	if err == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		ok = err == nil && resp.StatusCode == http.StatusOK
+		status = resp.StatusCode
 	}
 	t1 := time.Now()
 	if ctx.Err() != nil && !ok {
@@ -136,6 +149,17 @@ func (l *tally) one(ctx context.Context, client *http.Client, url string, start,
 				l.lats = append(l.lats, t1.Sub(t0))
 			} else {
 				l.errs++
+				if l.by == nil {
+					l.by = map[string]int64{}
+				}
+				switch {
+				case err == nil:
+					l.by[strconv.Itoa(status)]++
+				case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+					l.by["timeout"]++
+				default:
+					l.by["transport"]++
+				}
 			}
 		}
 	}

@@ -62,18 +62,19 @@ func (env *runEnv) perGateway(limit int) int {
 
 // Record is one contender's result, one JSON record each.
 type Record struct {
-	Contender        string  `json:"contender"`
-	Kind             string  `json:"kind"`
-	Successes        int64   `json:"successes"`
-	Share            float64 `json:"share_of_max"`
-	ShareOfOracle    float64 `json:"share_of_oracle,omitempty"` // successes / the oracle row's (when it ran)
-	Errors           int64   `json:"errors"`
-	P50ms            float64 `json:"p50_ms"`
-	P99ms            float64 `json:"p99_ms"`
-	P999ms           float64 `json:"p999_ms"`
-	RatioToBestPeer  float64 `json:"ratio_to_best_peer,omitempty"`
-	ProviderServed   int64   `json:"provider_served"`
-	ProviderRejected int64   `json:"provider_rejected"`
+	Contender        string           `json:"contender"`
+	Kind             string           `json:"kind"`
+	Successes        int64            `json:"successes"`
+	Share            float64          `json:"share_of_max"`
+	ShareOfOracle    float64          `json:"share_of_oracle,omitempty"` // successes / the oracle row's (when it ran)
+	Errors           int64            `json:"errors"`
+	ErrorsBy         map[string]int64 `json:"errors_by,omitempty"` // by status code, or timeout, transport
+	P50ms            float64          `json:"p50_ms"`
+	P99ms            float64          `json:"p99_ms"`
+	P999ms           float64          `json:"p999_ms"`
+	RatioToBestPeer  float64          `json:"ratio_to_best_peer,omitempty"`
+	ProviderServed   int64            `json:"provider_served"`
+	ProviderRejected int64            `json:"provider_rejected"`
 	// IdlePermits is the share of permit-time left free while the
 	// connections exceeded the permits (measured phase).
 	IdlePermits float64 `json:"idle_permits_overloaded"`
@@ -240,7 +241,7 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 		rec.ProviderServed += p.served.Load()
 		rec.ProviderRejected += p.rejected.Load()
 	}
-	rec.Successes, rec.Errors = res.Successes, res.Errors
+	rec.Successes, rec.Errors, rec.ErrorsBy = res.Successes, res.Errors, res.ErrorsBy
 	rec.Share = float64(res.Successes) / rep.TheoreticalMax
 	rec.P50ms, rec.P99ms, rec.P999ms = ms(res.P50), ms(res.P99), ms(res.P999)
 	rec.PerSecond = res.PerSecond
@@ -258,8 +259,8 @@ func runOne(ctx context.Context, c contender, ps *providers, rep *Report, env *r
 	if rec.Config == "" {
 		rec.Config = env.config
 	}
-	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  overrun %.0f µs  (providers rejected %d; load %s)\n",
-		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.OverrunUs, rec.ProviderRejected, rec.LoadAvg)
+	fmt.Fprintf(env.log, "%-34s %8d ok  %6.1f%% of max  %7d errors %v  p99 %7.1f ms  idle permits %.2f%%  busy conns %.2f%%  draws x%.4f  overrun %.0f µs  (providers rejected %d; load %s)\n",
+		c.Name, rec.Successes, 100*rec.Share, rec.Errors, rec.ErrorsBy, rec.P99ms, 100*rec.IdlePermits, 100*rec.BusyConns, rec.DrawMean, rec.OverrunUs, rec.ProviderRejected, rec.LoadAvg)
 	return rec, nil
 }
 
