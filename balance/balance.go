@@ -437,9 +437,11 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 				b.wq.wake(hops+1, w)
 			}
 		default:
-			// Woken, but another pick took the permit first (PickWith
-			// takes any free permit it may use), so nobody else could
-			// use it either: back to its place, queued as long as
+			// Woken, but another pick took the permit first, or the
+			// picker would not use the one that came free (a target it
+			// holds back), so nobody else could use it either (PickWith
+			// takes any free permit the picker's answer allows): back to
+			// its place, queued as long as
 			// before. Passing the wake-up on here, as every waiter
 			// once did, sent each lost race round the whole queue and
 			// moved every waiter to its end: 300 waiters were served in

@@ -50,7 +50,7 @@ func TestFastFailureTrap(t *testing.T) {
 				// capacity holds a target that fails most of what it gets
 				// back while another could serve, full or not: a request
 				// waits for the healthy target's permit. What the failing
-				// one draws is the retries its decaying share lets through.
+				// one draws is what its decaying share readmits.
 				if name == "capacity" && f.name == "fast_500" && picks["failing"]*20 > picks["healthy"] {
 					t.Errorf("failing drew %d picks, healthy %d: want under a twentieth of its", picks["failing"], picks["healthy"])
 				}
@@ -88,6 +88,31 @@ func TestEveryTargetFailing(t *testing.T) {
 			if picks["failing"] == 0 || picks["healthy"] == 0 {
 				t.Errorf("picks %v: want both targets used", picks)
 			}
+		})
+	}
+}
+
+// A pick never declines while nothing is in flight: no request's end
+// would wake a waiter, which would sleep to its deadline. Both targets
+// serve first (the limits are learned), then one refuses everything
+// (capacity parks it, holding its permits) and the other fails
+// everything: neither serves, so the failing one is picked rather than
+// held back behind the parked one. The simulation fails the test when
+// no pick is in flight and none is possible.
+func TestNoDeclineWithNothingInFlight(t *testing.T) {
+	for _, name := range latencyAware {
+		t.Run(name, func(t *testing.T) {
+			sim := newLoopSim(t, name)
+			sim.answer = func(addr string) (time.Duration, error) { return 20 * time.Millisecond, nil }
+			sim.run(4000)
+			sim.answer = func(addr string) (time.Duration, error) {
+				if addr == "healthy" {
+					return 100 * time.Microsecond, balance.ErrRejected // "healthy" no more: it refuses
+				}
+				return 100 * time.Microsecond, errors.New("status 500")
+			}
+			picks := sim.run(4000)
+			t.Logf("picks %v", picks)
 		})
 	}
 }

@@ -24,7 +24,9 @@ type Strategy interface {
 // returns and asks again if another pick took it first. A nil answer is
 // final: the balancer takes no other permit behind it (the pick fails
 // with ErrAtCapacity, or waits in the queue), so a picker may hold back
-// a target that has free permits.
+// a target that has free permits. One that does must decline only while
+// a permit will come back elsewhere (a request in flight ends, or the
+// picker calls PickInfo.Wake), or a waiter sleeps until its deadline.
 type Picker interface {
 	Pick(info PickInfo) *Endpoint
 }

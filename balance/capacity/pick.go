@@ -33,7 +33,8 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	// full, the request waits for its permit (in the queue) rather than
 	// take a free permit where it would most likely fail. Its share
 	// halves every FailureHalfLife without a failure, which lets it be
-	// tried again.
+	// picked again. With every target held back, the best ranked of
+	// them is picked.
 	var held *balance.Endpoint
 	var heldRate float64
 	heldJ, serving := 0, false
@@ -92,17 +93,21 @@ scan:
 					continue // its probe is out, or a first attempt's to take
 				}
 			}
+			usable := info.Usable(e)
 			hard := false
-			if p.st[j].fail.Failing() {
+			if (usable || !serving) && p.st[j].fail.Failing() {
 				if now == 0 {
 					now = info.Now()
 				}
 				hard = p.st[j].fail.OK(now) < failHeldBack
 			}
-			if !hard && !serving && !info.Excluded(e) {
+			// Serving: it has a free permit, or requests in flight whose
+			// end frees one and wakes a waiter. A parked target's permits
+			// are held, not in flight: nothing would wake the queue.
+			if !serving && !hard && (usable || (e.InFlight() > 0 && p.st[j].parkUntil.Load() == 0 && !info.Excluded(e))) {
 				serving = true
 			}
-			if !info.Usable(e) {
+			if !usable {
 				continue
 			}
 			free := e.Remaining()
@@ -190,7 +195,7 @@ scan:
 		}
 	}
 	if best == nil && held != nil && !serving {
-		best, bestJ, bestMeasure = held, heldJ, false // every target fails: the least failing
+		best, bestJ, bestMeasure = held, heldJ, false // every target fails: the best ranked of them
 	}
 	if probe != nil {
 		best = probe

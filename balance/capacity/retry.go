@@ -17,8 +17,9 @@ import (
 // that just grew them, a provider that swapped roles), and costs nothing
 // more when it has not: the probe's rejection takes the permit back off
 // (reject). Targets with configured or parked limits, targets that
-// refused within probe_interval latencies and targets retry-probed within
-// the last latency are not probed.
+// refused within probe_interval latencies, targets retry-probed within
+// the last latency and targets Pick holds back for failing are not
+// probed.
 func (p *picker) retryProbe(info balance.PickInfo) *balance.Endpoint {
 	var best *balance.Endpoint
 	var bc *capState
@@ -39,6 +40,9 @@ func (p *picker) retryProbe(info balance.PickInfo) *balance.Endpoint {
 		}
 		if e.MaxConcurrency() != 0 || parked || now < p.st[j].quietTill.Load() {
 			continue
+		}
+		if p.st[j].fail.OK(now) < failHeldBack {
+			continue // held back by Pick: failing most of what it gets, not short of permits
 		}
 		lat := max(p.st[j].lat.Load(), int64(time.Millisecond))
 		if rate := float64(e.Limit()) * info.Weight(e) / float64(lat); rate > bestRate {
