@@ -119,6 +119,9 @@ work=$(mktemp -d /tmp/fulcrum-proxy-bench.XXXXXX)
 pids=()
 cleanup() {
 	for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+	# The proxy being measured when the run stopped (one that "did not
+	# come up"): wait below would otherwise wait on it forever.
+	[ -n "${cur:-}" ] && kill "$cur" 2>/dev/null || true
 	[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
 	[ -f "$work/nginxbare.pid" ] && kill "$(cat "$work/nginxbare.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
@@ -322,6 +325,7 @@ stop() {
 	[ "$1" = direct ] && return 0
 	kill "$cur" 2>/dev/null || true
 	wait "$cur" 2>/dev/null || true
+	cur= # reaped: cleanup must not kill a reused pid
 	sleep 0.5
 }
 
