@@ -111,6 +111,7 @@ func caddyContender(policy string) starter {
 	auto_https off
 }
 http://127.0.0.1:%d {
+	bind 127.0.0.1
 	reverse_proxy %s {
 		lb_policy %s
 		transport http {
@@ -140,15 +141,24 @@ func processContender(bin string, mk func(dir string, port int, urls []string) (
 		if err != nil {
 			return "", nil, err
 		}
-		port, err := freePort()
-		if err != nil {
-			return "", nil, err
+		// A port free when freePort looked may be another socket's by
+		// the time the peer binds it (an outgoing connection's ephemeral
+		// port): a start that fails on that tries a fresh port.
+		for attempt := 1; ; attempt++ {
+			port, err := freePort()
+			if err != nil {
+				return "", nil, err
+			}
+			args, err := mk(dir, port, env.urls)
+			if err != nil {
+				return "", nil, err
+			}
+			url, stop, err := startProcess(env, dir, port, path, args, nil)
+			if err != nil && attempt < 3 && strings.Contains(strings.ToLower(err.Error()), "address already in use") {
+				continue
+			}
+			return url, stop, err
 		}
-		args, err := mk(dir, port, env.urls)
-		if err != nil {
-			return "", nil, err
-		}
-		return startProcess(env, dir, port, path, args, nil)
 	}
 }
 
