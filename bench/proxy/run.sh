@@ -347,6 +347,19 @@ cpu_ticks() {
 	echo "$sum"
 }
 
+# sys_ticks is the kernel's part of cpu_ticks (stime), unpinned only: a
+# request's loopback writes run the receiver's TCP path in the sender's
+# system time, a floor every proxy pays alike.
+sys_ticks() {
+	[ "$1" = direct ] || [ "$P" -gt 0 ] && { echo 0; return; }
+	local sum=0 pid
+	for pid in "$cur" $(pgrep -P "$cur" 2>/dev/null); do
+		[ -r "/proc/$pid/stat" ] || continue
+		sum=$((sum + $(awk '{print $15}' "/proc/$pid/stat")))
+	done
+	echo "$sum"
+}
+
 # proxy_pids lists the proxy's processes (nginx: master and workers).
 proxy_pids() { echo "$cur" $(pgrep -P "$cur" 2>/dev/null); }
 
@@ -410,9 +423,9 @@ for round in $(seq "$ROUNDS"); do
 			start "$p"
 			drive "$p" 1s >/dev/null 2>&1 || true # warm-up
 			[ -n "$COUNTS" ] && s0=$(csw "$p")
-			t0=$(cpu_ticks "$p")
+			t0=$(cpu_ticks "$p") k0=$(sys_ticks "$p")
 			out=$(drive "$p" "$DURATION")
-			t1=$(cpu_ticks "$p")
+			t1=$(cpu_ticks "$p") k1=$(sys_ticks "$p")
 			counts=
 			if [ -n "$COUNTS" ]; then
 				s1=$(csw "$p")
@@ -423,11 +436,12 @@ for round in $(seq "$ROUNDS"); do
 			# The proxy's CPU time per request: on a shared machine a
 			# steadier measure than req/s.
 			cpu=$(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0) ? (b - a) / hz * 1e6 / n : 0 }')
+			sys=$(awk -v a="$k0" -v b="$k1" -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (n > 0) ? (b - a) / hz * 1e6 / n : 0 }')
 			p50=$(to_ms "$(echo "$out" | awk '$1=="50%" {print $2}')")
 			p99=$(to_ms "$(echo "$out" | awk '$1=="99%" {print $2}')")
 			errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ {print}' | tr '\n' ' ')
 			echo "$round $p@$P $rps $p50 $p99 $cpu ${counts:-- -} $errs" >>"$results"
-			echo "round $round: $p$([ "$P" -gt 0 ] && echo " on $P cores") $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req${counts:+ csw/req, syscalls/req: $counts} $errs" >&2
+			echo "round $round: $p$([ "$P" -gt 0 ] && echo " on $P cores") $rps req/s p50 ${p50}ms p99 ${p99}ms cpu ${cpu}us/req (sys ${sys})${counts:+ csw/req, syscalls/req: $counts} $errs" >&2
 			stop "$p"
 		done
 	done
