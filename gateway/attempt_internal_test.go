@@ -25,7 +25,7 @@ type scripted struct {
 	err     error
 }
 
-func (x *scriptedExchange) exchange(context.Context, *target, time.Time) (int, bool, error) {
+func (x *scriptedExchange) exchange(context.Context, *target, time.Time, time.Duration) (int, bool, error) {
 	x.n++
 	if x.n > len(x.replies) {
 		return 0, true, errors.New("an exchange the script does not have")

@@ -1036,12 +1036,12 @@ func (l *evloop) dialed(c *lconn, gen uint32, p *pool, fd int, err error) {
 }
 
 // exchangeOn sends the request on u and awaits the response head under
-// timeouts.response_header.
+// timeouts.response_header (or retry.try_timeout: headTimeout).
 func (l *evloop) exchangeOn(c *lconn, u *lconn) {
 	c.state, c.peer, u.peer = csExchange, u, c
 	u.wrote, u.r, u.w = false, 0, 0
 	u.reused = !u.idleSince.IsZero()
-	l.arm(c, tmRespHead, l.now.Add(l.g.cfg().Timeouts.ResponseHeader.D()))
+	l.arm(c, tmRespHead, l.now.Add(c.up.headTimeout(l.g, &c.a)))
 	u.out = append(u.out[:0], c.reqBytes...)
 	l.sendUp(u)
 	if !u.closed && u.readable {

@@ -181,8 +181,7 @@ func streamPath(paths []string, uri []byte) bool {
 
 // exchange sends cc's request to t and reads the response head into
 // cc.res, leaving its connection in cc.uc.
-func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time) (int, bool, error) {
-	headTO := cc.g.cfg().Timeouts.ResponseHeader.D()
+func (cc *clientConn) exchange(ctx context.Context, t *target, now time.Time, headTO time.Duration) (int, bool, error) {
 	uc, written, err := exchangeOn(ctx, t, now, cc, cc.replayable, cc.n > 0, cc.isHead, headTO, &cc.res)
 	if err != nil {
 		return 0, written, err
@@ -232,7 +231,10 @@ func exchangeOn(ctx context.Context, t *target, now time.Time, s upSender, repla
 			if hasBody {
 				now = time.Now() // reading and sending a body takes a client's time
 			}
-			if uc.deadline.Sub(now) < headTO/2 {
+			// A pooled connection keeps a deadline still half a timeout
+			// away (no timer reset per request), but never one past this
+			// attempt's: a try timeout is shorter than response_header.
+			if left := uc.deadline.Sub(now); left < headTO/2 || left > headTO {
 				uc.deadline = now.Add(headTO)
 				_ = uc.c.SetReadDeadline(uc.deadline)
 			}

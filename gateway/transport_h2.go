@@ -300,8 +300,7 @@ func fieldValue(s string) bool {
 	return true
 }
 
-func (x *ownExchange) exchange(ctx context.Context, t *target, now time.Time) (int, bool, error) {
-	headTO := x.g.cfg().Timeouts.ResponseHeader.D()
+func (x *ownExchange) exchange(ctx context.Context, t *target, now time.Time, headTO time.Duration) (int, bool, error) {
 	uc, written, err := exchangeOn(ctx, t, now, x, x.replayable, x.stream != nil || len(x.sr.body) > 0, x.isHead, headTO, &x.res)
 	if x.stream != nil && x.stream.read {
 		written = true // part of the body left the client: it cannot be sent again

@@ -325,7 +325,17 @@ func (x *slowExchange) loadHeader() []byte {
 	return []byte(x.resp.Header.Get(probe.Header))
 }
 
-func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (int, bool, error) {
+func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time, headTO time.Duration) (int, bool, error) {
+	var cut *time.Timer
+	if headTO < x.g.cfg().Timeouts.ResponseHeader.D() {
+		// A try timeout (the transport's own is response_header): the
+		// round trip's context ends unless the head came first. The
+		// body's reads run under the same context, so the timer is
+		// stopped once the head is in.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		cut = time.AfterFunc(headTO, func() { cancel(errTimeout) })
+	}
 	out := x.req.Clone(ctx)
 	out.URL.Host = t.addr
 	tr := x.g.slowTr.Load()
@@ -347,6 +357,13 @@ func (x *slowExchange) exchange(ctx context.Context, t *target, _ time.Time) (in
 	resp, err := tr.RoundTrip(out)
 	if x.stream != nil && x.stream.read {
 		written = true // part of the body left the client: it cannot be sent again
+	}
+	if cut != nil && !cut.Stop() {
+		// The try timeout fired, before the head or as it came.
+		if err == nil {
+			resp.Body.Close()
+		}
+		return 0, written, errTimeout
 	}
 	if err != nil {
 		var ne net.Error

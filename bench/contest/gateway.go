@@ -46,10 +46,16 @@ func mainModuleDir() (string, error) {
 }
 
 // gatewayContender runs `fulcrum gateway` with the strategy. configured
-// sets max_concurrency to each provider's first-stage permits; settings,
-// queue and health, when not empty, are more fields of the upstream's
-// strategy_settings, queue and health.
-func gatewayContender(strategy string, configured bool, settings, queue, health string) starter {
+// sets max_concurrency to each provider's first-stage permits; v's
+// settings, queue and health, when not empty, are more fields of the
+// upstream's strategy_settings, queue and health, and its retry replaces
+// the retry fields.
+func gatewayContender(strategy string, configured bool, v variant) starter {
+	settings, queue, health := v.settings, v.queue, v.health
+	retry := "attempts: 2, on: [connect_error, 503]"
+	if v.retry != "" {
+		retry = v.retry
+	}
 	return func(ctx context.Context, env *runEnv) (string, func(), error) {
 		if env.fulcrum == "" {
 			return "", nil, fmt.Errorf("no fulcrum binary (see the build error above)")
@@ -92,7 +98,7 @@ func gatewayContender(strategy string, configured bool, settings, queue, health 
 		case queue != "":
 			q += ", " + queue
 		}
-		fmt.Fprintf(&b, "    queue: {%s}\n    retry: {attempts: 2, on: [connect_error, 503]}\n", q)
+		fmt.Fprintf(&b, "    queue: {%s}\n    retry: {%s}\n", q, retry)
 		if health != "" {
 			fmt.Fprintf(&b, "    health: {%s}\n", health)
 		}
@@ -121,7 +127,7 @@ func contenders() []contender {
 		{"fulcrum round_robin", "round_robin", false},
 		{"fulcrum random", "random", false},
 	} {
-		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, "", "", "")})
+		cs = append(cs, contender{Name: s.name, Kind: "fulcrum", start: gatewayContender(s.strategy, s.configured, variant{})})
 	}
 	cs = append(cs,
 		contender{Name: "library capacity (learned)", Kind: "library", Learns: true, start: libraryContender("capacity", learned)},

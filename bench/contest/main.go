@@ -34,26 +34,30 @@ type options struct {
 }
 
 // variants are extra gateway contenders running the capacity strategy with
-// the given strategy_settings, after a '|' extra queue fields, and after a
-// second '|' the upstream's health fields
+// the given strategy_settings, after a '|' extra queue fields, after a
+// second '|' the upstream's health fields, and after a third its retry
+// fields in place of the default ones
 // (-capacity 'NAME=probe_interval: 1, tolerance: 3',
-// -capacity 'NAME=|lifo_after: 100ms' or
-// -capacity 'NAME=||passive: {eject_for: 1s}'), so a knob's effect is
-// measured in the same interleaved run as the defaults.
+// -capacity 'NAME=|lifo_after: 100ms',
+// -capacity 'NAME=||passive: {eject_for: 1s}' or
+// -capacity 'NAME=|||on: [connect_error, 503, timeout], try_timeout: auto'),
+// so a knob's effect is measured in the same interleaved run as the
+// defaults.
 type variants []variant
 
-type variant struct{ name, settings, queue, health string }
+type variant struct{ name, settings, queue, health, retry string }
 
 func (v *variants) String() string { return fmt.Sprint(*v) }
 
 func (v *variants) Set(s string) error {
 	name, set, ok := strings.Cut(s, "=")
 	if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(set) == "" {
-		return fmt.Errorf("want NAME=SETTINGS[|QUEUE[|HEALTH]] (YAML flow mapping fields, e.g. probe1=probe_interval: 1, lifo=|lifo_after: 100ms or passive=||passive: {eject_for: 1s}), got %q", s)
+		return fmt.Errorf("want NAME=SETTINGS[|QUEUE[|HEALTH[|RETRY]]] (YAML flow mapping fields, e.g. probe1=probe_interval: 1, lifo=|lifo_after: 100ms, passive=||passive: {eject_for: 1s} or try=|||on: [connect_error, 503, timeout], try_timeout: auto), got %q", s)
 	}
 	set, queue, _ := strings.Cut(set, "|")
 	queue, health, _ := strings.Cut(queue, "|")
-	*v = append(*v, variant{strings.TrimSpace(name), strings.TrimSpace(set), strings.TrimSpace(queue), strings.TrimSpace(health)})
+	health, retry, _ := strings.Cut(health, "|")
+	*v = append(*v, variant{strings.TrimSpace(name), strings.TrimSpace(set), strings.TrimSpace(queue), strings.TrimSpace(health), strings.TrimSpace(retry)})
 	return nil
 }
 
@@ -69,7 +73,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
 	flag.DurationVar(&o.compress, "compress", 0, "compress the scenario's timeline to this long per contender, warm-up included (a longer -short; implies it)")
 	flag.IntVar(&o.gateways, "gateways", 0, "fleet mode: run this many instances of every contender but the oracle, the load spread evenly across them (overrides the scenario's gateways)")
-	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings, after a '|' queue fields, after a second '|' health fields: NAME=SETTINGS[|QUEUE[|HEALTH]], e.g. 'probe1=probe_interval: 1', 'lifo=|lifo_after: 100ms' or 'passive=||passive: {eject_for: 1s}' (repeatable)")
+	flag.Var(&o.variants, "capacity", "add a gateway contender \"fulcrum capacity (NAME)\" with these capacity strategy_settings, after a '|' queue fields, after a second '|' health fields, after a third retry fields: NAME=SETTINGS[|QUEUE[|HEALTH[|RETRY]]], e.g. 'probe1=probe_interval: 1', 'lifo=|lifo_after: 100ms', 'passive=||passive: {eject_for: 1s}' or 'try=|||on: [connect_error, 503, timeout], try_timeout: auto' (repeatable)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -127,7 +131,7 @@ func run(ctx context.Context, o options, w io.Writer) (*Report, error) {
 	env := &runEnv{dir: tmp, log: w, verbose: o.verbose, fulcrum: o.fulcrum}
 	cs := contenders()
 	for _, v := range o.variants {
-		cs = append(cs, contender{Name: "fulcrum capacity (" + v.name + ")", Kind: "fulcrum", start: gatewayContender("capacity", false, v.settings, v.queue, v.health)})
+		cs = append(cs, contender{Name: "fulcrum capacity (" + v.name + ")", Kind: "fulcrum", start: gatewayContender("capacity", false, v)})
 	}
 	if env.fulcrum == "" && needsGateway(cs, only) {
 		fmt.Fprintln(w, "building the fulcrum binary...")

@@ -249,9 +249,19 @@ type Retry struct {
 	// ... plus this many per second (default 10).
 	MinPerSecond int `yaml:"min_per_second"`
 
-	// Statuses and Timeout are On parsed.
-	Statuses []int `yaml:"-"`
-	Timeout  bool  `yaml:"-"`
+	// TryTimeout bounds how long every attempt but the last waits for
+	// the response head before the request is retried on another target
+	// (Envoy's per_try_timeout): a duration, or "auto" for 10 times the
+	// target's mean latency, at least 100ms. The last attempt waits for
+	// timeouts.response_header. Needs timeout in On. Default: off.
+	TryTimeout string `yaml:"try_timeout"`
+
+	// Statuses and Timeout are On parsed; TryAfter and TryAuto are
+	// TryTimeout parsed.
+	Statuses []int         `yaml:"-"`
+	Timeout  bool          `yaml:"-"`
+	TryAfter time.Duration `yaml:"-"`
+	TryAuto  bool          `yaml:"-"`
 }
 
 // Queue configures waiting for capacity.
@@ -922,6 +932,23 @@ func (v *validator) upstream(name string, u *Upstream) {
 				r.Statuses = append(r.Statuses, code)
 			}
 		}
+	}
+	switch r.TryTimeout {
+	case "":
+	case "auto":
+		r.TryAuto = true
+	default:
+		d, err := time.ParseDuration(r.TryTimeout)
+		if err != nil || d <= 0 {
+			v.fail(at("retry", "try_timeout"), "%q is not auto or a positive duration with a unit, like 500ms", r.TryTimeout)
+		}
+		r.TryAfter = d
+	}
+	if r.TryTimeout != "" && !r.Timeout {
+		v.fail(at("retry", "try_timeout"), "needs timeout in retry.on: an attempt that times out is retried only then")
+	}
+	if r.TryTimeout != "" && r.Attempts == 1 {
+		v.fail(at("retry", "try_timeout"), "has no effect with attempts 1: it bounds every attempt but the last")
 	}
 	if r.BufferBody == 0 {
 		r.BufferBody = 64 << 10

@@ -72,6 +72,24 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// retry.try_timeout is off by default, "auto" or a duration.
+func TestTryTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		v     string
+		after time.Duration
+		auto  bool
+	}{{"", 0, false}, {"auto", 0, true}, {"250ms", 250 * time.Millisecond, false}} {
+		y := "upstreams:\n  web:\n    targets: [{url: \"http://10.0.0.1:80\"}]\n    retry: {on: [timeout], try_timeout: \"" + tc.v + "\"}\n"
+		c, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.v, err)
+		}
+		if r := c.Upstreams["web"].Retry; r.TryAfter != tc.after || r.TryAuto != tc.auto {
+			t.Errorf("%q: TryAfter %v, TryAuto %v", tc.v, r.TryAfter, r.TryAuto)
+		}
+	}
+}
+
 // An empty health.passive turns ejection on with the balance library's
 // defaults, and the warm-up formula defaults to the library's: the file
 // and a Go program using balance get the same behaviour.
@@ -140,6 +158,9 @@ func TestBadConfigs(t *testing.T) {
 		{"routes needed", "upstreams:\n  a: {targets: [{url: \"http://a:1\"}]}\n  b: {targets: [{url: \"http://b:1\"}]}\n", []string{"routes", "more than one upstream"}},
 		{"retry on", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [connect_error, 404]}\n", []string{"upstreams.api.retry.on[1]", `"404" is not connect_error, timeout, 429 or a 5xx status`}},
 		{"retry on 428", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [429, 428]}\n", []string{"upstreams.api.retry.on[1]", `"428"`}},
+		{"try timeout value", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {on: [timeout], try_timeout: 5}\n", []string{"line 4: upstreams.api.retry.try_timeout", `"5" is not auto or a positive duration with a unit`}},
+		{"try timeout without timeout", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {try_timeout: auto}\n", []string{"upstreams.api.retry.try_timeout", "needs timeout in retry.on"}},
+		{"try timeout one attempt", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 1, on: [timeout], try_timeout: 1s}\n", []string{"upstreams.api.retry.try_timeout", "attempts 1"}},
 		{"retry attempts", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 50}\n", []string{"upstreams.api.retry.attempts", "1..10"}},
 		{"ejected percent", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {max_ejected_percent: 150}}\n", []string{"health.passive.max_ejected_percent", "150"}},
 		{"max eject below eject", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {eject_for: 10s, max_eject_for: 1s}}\n", []string{"health.passive.max_eject_for", "below eject_for"}},
