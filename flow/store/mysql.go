@@ -130,8 +130,29 @@ func (d *myDriver) counting() countSQL {
 }
 
 func myLog(event string) string {
-	return "JSON_ARRAY_APPEND(CASE WHEN JSON_LENGTH(schedule_log) >= 10 THEN JSON_REMOVE(schedule_log, '$[0]') ELSE schedule_log END, '$', " +
-		"JSON_OBJECT('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "'))"
+	return myLogAppend("JSON_OBJECT('at', ?, 'worker', ?, 'stage', task_stage, 'event', '" + event + "')")
+}
+
+// myLogEntries counts the log's entries without parsing it: every entry
+// has one "event" key, and the text "event": (quote, name, quote, colon)
+// can only be that key (a string's own quotes are escaped, and a value
+// is never followed by a colon).
+var myLogEntries = "((LENGTH(schedule_log) - LENGTH(REPLACE(schedule_log, '\"event\":', ''))) DIV " + strconv.Itoa(len(`"event":`)) + ")"
+
+// myLogAppend is the schedule log with the entry obj (SQL text, which
+// appears once, so its arguments bind once) appended, the first dropped
+// once it holds flow.ScheduleLogSize. The entry goes in as text before the
+// closing bracket: JSON_ARRAY_APPEND and JSON_LENGTH parsed and rewrote
+// the whole log at every hold and set (a 50,000-row UPDATE: 9.4 µs a row
+// against 5.2). JSON_REMOVE still drops the first entry of a full log.
+func myLogAppend(obj string) string {
+	// The common arms first: the count is made once (BETWEEN reads its
+	// operand once).
+	trimmed := "JSON_REMOVE(schedule_log, '$[0]')"
+	return "CONCAT(CASE WHEN schedule_log = '[]' THEN '['" +
+		" WHEN " + myLogEntries + " BETWEEN 1 AND " + strconv.Itoa(flow.ScheduleLogSize-1) + " THEN CONCAT(LEFT(schedule_log, CHAR_LENGTH(schedule_log) - 1), ', ')" +
+		" WHEN " + myLogEntries + " = 0 THEN '['" +
+		" ELSE CONCAT(LEFT(" + trimmed + ", CHAR_LENGTH(" + trimmed + ") - 1), ', ') END, " + obj + ", ']')"
 }
 
 // myDriver is MySQL's and MariaDB's driver.
@@ -613,12 +634,15 @@ func mySetClause(st, stage, ctx, ot func() string, args *[]any, now int64, logAt
 		s3 := stage()
 		return "(CASE WHEN " + s1 + " = " + pending + " AND " + s2 + " <> '' THEN " + s3 + " ELSE task_stage END)"
 	}
-	b.WriteString(" schedule_log = JSON_ARRAY_APPEND(CASE WHEN JSON_LENGTH(schedule_log) >= " + strconv.Itoa(flow.ScheduleLogSize) +
-		" THEN JSON_REMOVE(schedule_log, '$[0]') ELSE schedule_log END, '$', JSON_OBJECT('at', ?, 'worker', owner, 'stage', ")
+	// The entry's text is made first (its arguments in order), then
+	// placed in the append, which has no arguments of its own.
+	var obj strings.Builder
+	obj.WriteString("JSON_OBJECT('at', ?, 'worker', owner, 'stage', ")
 	*args = append(*args, logAt)
-	b.WriteString(newStage())
-	b.WriteString(", 'event', CASE " + st() + " WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess +
-		"' ELSE '" + flow.EventFailed + "' END)),")
+	obj.WriteString(newStage())
+	obj.WriteString(", 'event', CASE " + st() + " WHEN " + pending + " THEN '" + flow.EventPending + "' WHEN " + success + " THEN '" + flow.EventSuccess +
+		"' ELSE '" + flow.EventFailed + "' END)")
+	b.WriteString(" schedule_log = " + myLogAppend(obj.String()) + ",")
 	b.WriteString(" crt_retry_num = CASE WHEN " + st() + " = " + pending + " AND ")
 	s := stage()
 	b.WriteString(s + " <> '' AND ")
