@@ -339,12 +339,7 @@ cpu_ticks() {
 		awk -v n="$P" '$1 ~ /^cpu[0-9]+$/ { c = substr($1, 4) + 0; if (c < n) s += $2 + $3 + $4 + $7 + $8 + $9 } END { print s + 0 }' /proc/stat
 		return
 	fi
-	local sum=0 pid
-	for pid in "$cur" $(pgrep -P "$cur" 2>/dev/null); do
-		[ -r "/proc/$pid/stat" ] || continue
-		sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-	done
-	echo "$sum"
+	stat_ticks '$14 + $15'
 }
 
 # sys_ticks is the kernel's part of cpu_ticks (stime), unpinned only: a
@@ -352,10 +347,16 @@ cpu_ticks() {
 # system time, a floor every proxy pays alike.
 sys_ticks() {
 	[ "$1" = direct ] || [ "$P" -gt 0 ] && { echo 0; return; }
+	stat_ticks '$15'
+}
+
+# stat_ticks sums an awk expression of /proc/PID/stat fields over the
+# proxy's processes.
+stat_ticks() {
 	local sum=0 pid
-	for pid in "$cur" $(pgrep -P "$cur" 2>/dev/null); do
+	for pid in $(proxy_pids); do
 		[ -r "/proc/$pid/stat" ] || continue
-		sum=$((sum + $(awk '{print $15}' "/proc/$pid/stat")))
+		sum=$((sum + $(awk "{print $1}" "/proc/$pid/stat")))
 	done
 	echo "$sum"
 }
