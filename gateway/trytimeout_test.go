@@ -1,11 +1,8 @@
 package gateway_test
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -98,26 +95,14 @@ func TestTryTimeoutRetriesAStalledTarget(t *testing.T) {
 // "good", or, stalling, holds every request until its client leaves.
 func stallingTLSBackend(t *testing.T, ca *testCA, stall bool, n *atomic.Int64) string {
 	t.Helper()
-	cp, kp := ca.issue(t, "backend", "backend.test", x509.ExtKeyUsageServerAuth)
-	cert, err := tls.X509KeyPair(cp, kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return tlsServer(t, ca, nil, func(w http.ResponseWriter, r *http.Request) {
 		if stall {
 			n.Add(1)
 			<-r.Context().Done()
 			return
 		}
 		io.WriteString(w, "good")
-	}), ErrorLog: log.New(io.Discard, "", 0)}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	})
 }
 
 // The try timeout bounds every attempt but the last: a request slower
@@ -182,7 +167,7 @@ func TestClientLeavingAStalledTargetCountsAFailure(t *testing.T) {
 		t.Skip("the goroutine path does not watch the client while a target has its request")
 	}
 	a := newBackend(t, "a")
-	a.delay.Store(int64(20 * time.Millisecond)) // mean 20 ms: a stall is past 200 ms
+	a.delay.Store(int64(50 * time.Millisecond)) // mean 50 ms or more: a stall is past 500 ms, far from a client that leaves at once
 	g := start(t, base+"timeouts: {response_header: 1h}\nupstreams:\n  api:\n    targets:\n"+targets([]*backend{a}))
 	for range 4 {
 		if r := get(t, client(), "http://"+g.Addr()+"/"); r.code != 200 {

@@ -68,25 +68,35 @@ func (ca *testCA) issue(t *testing.T, cn, dnsName string, usage x509.ExtKeyUsage
 // saw.
 func tlsBackend(t *testing.T, serverCA, clientCA *testCA, checks *atomic.Int64) string {
 	t.Helper()
-	cp, kp := serverCA.issue(t, "backend", "backend.test", x509.ExtKeyUsageServerAuth)
-	cert, err := tls.X509KeyPair(cp, kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(clientCA.cert)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return tlsServer(t, serverCA, clientCA, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			checks.Add(1)
 			return
 		}
 		fmt.Fprintf(w, "sni=%s client=%s path=%s", r.TLS.ServerName, r.TLS.PeerCertificates[0].Subject.CommonName, r.URL.Path)
-	}), ErrorLog: log.New(io.Discard, "", 0)}
+	})
+}
+
+// tlsServer serves h over HTTPS as "backend.test", with a certificate
+// from serverCA; with clientCA, it requires a client certificate from it.
+func tlsServer(t *testing.T, serverCA, clientCA *testCA, h http.HandlerFunc) string {
+	t.Helper()
+	cp, kp := serverCA.issue(t, "backend", "backend.test", x509.ExtKeyUsageServerAuth)
+	cert, err := tls.X509KeyPair(cp, kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}}
+	if clientCA != nil {
+		pool := x509.NewCertPool()
+		pool.AddCert(clientCA.cert)
+		conf.ClientAuth, conf.ClientCAs = tls.RequireAndVerifyClientCert, pool
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
