@@ -230,25 +230,6 @@ func (up *upstream) headTimeout(g *Gateway, a *attempt) time.Duration {
 	return d
 }
 
-// errStalled is reported for a target that had the whole request and
-// sent no response head for tryAutoFactor times its mean latency (at
-// least tryAutoFloor) before the client gave up: the target, not the
-// client, is the likelier cause, and a strategy that counted the pick as
-// the client's alone would send the next request into the same black
-// hole as soon as the abandoned one freed its permit.
-var errStalled = errors.New("the target sent no response head before its client left")
-
-// stalled reports whether attempt a, whose client left, had waited for
-// its target's response head past the auto try timeout.
-func (up *upstream) stalled(a *attempt) bool {
-	e := a.pick.Endpoint()
-	if e == nil {
-		return false
-	}
-	avg := e.AvgLatency()
-	return avg > 0 && time.Since(a.tstart) > max(tryAutoFactor*avg, tryAutoFloor)
-}
-
 // resolve finds the picked target; one removed between the pick and the
 // lookup was sent nothing, and another is picked without waiting.
 func (up *upstream) resolve(r *request, a *attempt) error {
@@ -273,11 +254,6 @@ func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, writte
 	switch {
 	case err != nil:
 		a.fail = err
-		// A replayable request's body (if any) was whole before the
-		// attempt: written, it waited for the head, not for its client.
-		if errors.Is(err, errClientGone) && written && r.replayable && up.stalled(a) {
-			a.fail = errStalled
-		}
 	case up.statuses[status]:
 		a.fail = errStatus(status)
 	default:
@@ -355,7 +331,7 @@ func (up *upstream) answer(g *Gateway, a *attempt, reason string) result {
 		return result{t: a.t, pick: a.pick, tstart: a.tstart, status: a.status, outcome: a.fail}
 	}
 	fail := a.fail
-	if errors.Is(a.err, errClientGone) && fail != errStalled {
+	if errors.Is(a.err, errClientGone) {
 		fail = balance.ErrClientGone // the client's side broke, not the target's
 	}
 	up.report(g, a.pick, a.t, time.Since(a.tstart), fail)

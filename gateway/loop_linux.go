@@ -501,13 +501,10 @@ func (l *evloop) event(c *lconn, ev uint32) {
 		switch c.state {
 		case csHead, csBody:
 			l.readClient(c)
-		case csWait, csDial, csExchange:
+		case csWait, csDial:
 			// The client may have left while its request waits: the
 			// queue's wait (or the dial) ends with it, as the goroutine
-			// path's watch does, and so does the wait for the target's
-			// response head, as nginx's does (proxy_ignore_client_abort
-			// off): the target's connection closes and its permit goes
-			// back now, not at timeouts.response_header.
+			// path's watch does.
 			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				l.closeClient(c)
 			}

@@ -3,16 +3,12 @@ package gateway_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/fulcrum-lb/fulcrum/gateway"
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
@@ -151,51 +147,4 @@ func TestTimedOutRetryWaitsInTheQueue(t *testing.T) {
 	if bad.n.Load() == 0 {
 		t.Fatal("the stalled target was never tried")
 	}
-}
-
-// A client that gives up on a target that has its whole request and
-// sends no response head for 10 times its mean latency counts as a
-// failure of the target (a stall), not as the client's leaving, and the
-// target's permit comes back when the client leaves, not at
-// timeouts.response_header (an hour here): the capacity strategy and
-// passive health learn of a black hole without a try timeout. A client
-// that leaves at once counts as nothing. The event loop watches the
-// client while the target has its request; the goroutine path notices
-// only when the target answers or the timeout ends the wait.
-func TestClientLeavingAStalledTargetCountsAFailure(t *testing.T) {
-	if os.Getenv("FULCRUM_GATEWAY_EVENT_LOOP") == "off" || runtime.GOOS != "linux" {
-		t.Skip("the goroutine path does not watch the client while a target has its request")
-	}
-	a := newBackend(t, "a")
-	a.delay.Store(int64(50 * time.Millisecond)) // mean 50 ms or more: a stall is past 500 ms, far from a client that leaves at once
-	g := start(t, base+"timeouts: {response_header: 1h}\nupstreams:\n  api:\n    targets:\n"+targets([]*backend{a}))
-	for range 4 {
-		if r := get(t, client(), "http://"+g.Addr()+"/"); r.code != 200 {
-			t.Fatalf("warm-up: %d", r.code)
-		}
-	}
-	tv := func() gateway.TargetView { return view(t, g, "api")[a.url()] }
-
-	// Leaves at once: the client's side, no failure.
-	hold := make(chan struct{})
-	t.Cleanup(func() { close(hold) })
-	a.hold.Store(&hold)
-	c, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.WriteString(c, "GET /quick HTTP/1.1\r\nHost: x\r\n\r\n")
-	testenv.Eventually(t, "the request reaches the target", func() bool { return a.cur.Load() == 1 })
-	c.Close()
-	testenv.Eventually(t, "the pick ends with the client", func() bool { return tv().InFlight == 0 })
-	if n := tv().Failures; n != 0 {
-		t.Fatalf("a client leaving at once counted %d failures", n)
-	}
-
-	// Stalls: the target holds the request, the client gives up later.
-	sc := &http.Client{Timeout: 2 * time.Second}
-	if _, err := sc.Get("http://" + g.Addr() + "/stall"); err == nil {
-		t.Fatal("the stalled request was answered")
-	}
-	testenv.Eventually(t, "the stall counts as the target's failure", func() bool { v := tv(); return v.Failures == 1 && v.InFlight == 0 })
 }
