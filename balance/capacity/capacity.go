@@ -70,26 +70,28 @@ type capState struct {
 	refuseLat int64                // EWMA of refusal latencies, ns (under mu); 0 = none yet
 	fail      balance.FailureShare // failed outcomes' share: divides the rank (fast 500s are not fast service)
 
-	mu         sync.Mutex
-	limit      float64 // learned limit; 0 = not initialised
-	ceiling    float64 // in-flight at which rejections last appeared; 0 = none
-	step       float64 // probe step past the ceiling
-	baseline   float64 // latency of windows without queueing, ns
-	baseLimit  float64 // a limit known not to queue at baseline latency
-	slow       int     // windows in a row too slow at a known-fine limit
-	lastReject int64   // clock of the last rejection; 0 = none
-	held       int64   // permits the learner holds while the target is parked (see park)
-	peak       float64 // highest limit since the last revival: where a revived target is probed back to
-	revive     bool    // unparked: the next success means the target came back
-	raised     float64 // size of the last raise: the rejections an overshoot may draw
-	run        int     // rejections since the start of runFrom's pick, with no success of a later pick
-	runFrom    int64   // start of the first refused pick of the run
-	runSeen    int64   // clock when the run's first rejection came back
-	nextCut    int     // run length at which the limit is halved
-	cutAt      int64   // clock of the last halving
-	probeAt    int64   // a target that rejects: probe at this clock if still full; 0 = not armed
-	warm       bool    // the first window has passed
-	quietUntil int64   // no window before this clock (the last change's round trip)
+	mu            sync.Mutex
+	limit         float64 // learned limit; 0 = not initialised
+	ceiling       float64 // in-flight at which rejections last appeared; 0 = none
+	step          float64 // probe step past the ceiling
+	baseline      float64 // latency of windows without queueing, ns
+	baseLimit     float64 // a limit known not to queue at baseline latency
+	slow          int     // windows in a row too slow at a known-fine limit
+	lastReject    int64   // clock of the last rejection; 0 = none
+	held          int64   // permits the learner holds while the target is parked (see park)
+	peak          float64 // highest limit since the last revival: where a revived target is probed back to
+	revive        bool    // unparked: the next success means the target came back
+	raised        float64 // size of the last raise: the rejections an overshoot may draw
+	raisedAt      int64   // clock of the last probe's raise
+	raiseAnswered bool    // a pick sent since raisedAt has succeeded: the next step may follow
+	run           int     // rejections since the start of runFrom's pick, with no success of a later pick
+	runFrom       int64   // start of the first refused pick of the run
+	runSeen       int64   // clock when the run's first rejection came back
+	nextCut       int     // run length at which the limit is halved
+	cutAt         int64   // clock of the last halving
+	probeAt       int64   // a target that rejects: probe at this clock if still full; 0 = not armed
+	warm          bool    // the first window has passed
+	quietUntil    int64   // no window before this clock (the last change's round trip)
 
 	// Little's-law window (little), for every target.
 	lwLast int64   // clock of its last outcome; 0 = no window open

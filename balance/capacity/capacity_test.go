@@ -1244,9 +1244,44 @@ func TestCapacityProbeStepsFollowUnrefused(t *testing.T) {
 		t.Fatalf("limit %d after the first probe, want 20", l)
 	}
 	clk.ns.Add(int64(5 * time.Millisecond)) // four refusal round trips, well under lat/4
-	full()
+	// The answer to a pick sent since the raise: the probe found a permit.
+	obs.Observe(e, balance.Outcome{Latency: 4 * time.Millisecond, InFlight: limitOf(b, "a"), Now: b.Now(), Waiting: 5})
 	if l := limitOf(b, "a"); l != 22 {
-		t.Fatalf("limit %d 5 ms after an unrefused probe, want the next step (22)", l)
+		t.Fatalf("limit %d 5 ms after an unrefused, answered probe, want the next step (22)", l)
+	}
+}
+
+// A target that goes silent (a black hole: it takes requests and neither
+// answers nor refuses them) must not be probed deeper on the answers to
+// picks sent before it did: not being refused is no sign of a permit.
+// Only one step is taken until a pick sent after it has been answered.
+func TestCapacityProbeStepsWaitForAnAnswer(t *testing.T) {
+	const lat = 80 * time.Millisecond
+	b, clk, e, obs := refusedAt20(t)
+	full := func() {
+		l := limitOf(b, "a")
+		obs.Observe(e, balance.Outcome{Latency: lat, InFlight: l, Now: b.Now(), Waiting: 5})
+	}
+	full()
+	clk.ns.Add(int64(lat + time.Millisecond))
+	full() // the first probe: 19 -> 20, then the target goes silent
+	if l := limitOf(b, "a"); l != 20 {
+		t.Fatalf("limit %d after the first probe, want 20", l)
+	}
+	// The answers to picks sent before the raise keep coming for a
+	// latency; none of them is refused, none was sent since the raise.
+	for range 39 {
+		clk.ns.Add(int64(2 * time.Millisecond))
+		full()
+	}
+	if l := limitOf(b, "a"); l != 20 {
+		t.Fatalf("limit %d after 78 ms of answers to picks older than the raise, want 20 (no further step)", l)
+	}
+	// One answer to a pick sent after the raise: the permit was real.
+	clk.ns.Add(int64(2 * time.Millisecond))
+	obs.Observe(e, balance.Outcome{Latency: time.Millisecond, InFlight: limitOf(b, "a"), Now: b.Now(), Waiting: 5})
+	if l := limitOf(b, "a"); l != 22 {
+		t.Fatalf("limit %d after an answered probe, want the next step (22)", l)
 	}
 }
 
