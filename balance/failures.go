@@ -54,6 +54,14 @@ func (f *FailureShare) Observe(failed bool, now int64) {
 // need the clock.
 func (f *FailureShare) Failing() bool { return f.share.Load() != 0 }
 
+// Tripped reports whether failures made up at least half of the share
+// when the last one came (before any halving since): a target that was
+// failing most of what it got, whichever way it looks now.
+func (f *FailureShare) Tripped() bool { return f.share.Load() >= failOne/2 }
+
+// LastFailure is the clock of the last failure observed; 0 = none.
+func (f *FailureShare) LastFailure() int64 { return f.at.Load() }
+
 // OK is the share of outcomes that succeeded, as of clock now, at least
 // 1/1024.
 func (f *FailureShare) OK(now int64) float64 {

@@ -67,6 +67,7 @@ type capState struct {
 	measure   atomic.Int64         // clock of the last re-measuring pick of a busy target
 	measuring atomic.Bool          // that pick's outcome has not come back
 	successes atomic.Int64         // successes seen, counted up to measureFrom
+	trialSent atomic.Int64         // clock of the last pick of a tripped target with no success since (pick's half-open)
 	refuseLat int64                // EWMA of refusal latencies, ns (under mu); 0 = none yet
 	fail      balance.FailureShare // failed outcomes' share: divides the rank (fast 500s are not fast service)
 

@@ -1702,3 +1702,56 @@ func TestReconfigureKeepsLearnedState(t *testing.T) {
 		t.Fatal("passive.max_failures 2 not in force after Reconfigure: two failures did not eject")
 	}
 }
+
+// A target that failed most of what it got is tried again, once its
+// failure share has halved, with one pick at a time (a circuit breaker's
+// half-open state), another only after the last has gone unanswered four
+// latencies, and in full from its first success: a black hole that is
+// still dark takes one request, not the burst that a halved share would
+// otherwise let through (bench/contest's blackhole).
+func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
+	const fast = 20 * time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := taughtPairAt(t, clk, "silent", 40, fast, "steady", 40, 50*time.Millisecond)
+	only := balance.PickInfo{Exclude: excludeAllBut(b, "silent")}
+	for range 20 {
+		p, err := b.PickWith(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.ns.Add(int64(time.Millisecond))
+		p.Report(time.Second, errors.New("timeout awaiting response headers"))
+	}
+	got, held := pickN(t, b, 3)
+	if slices.Contains(got, "silent") {
+		t.Fatalf("picks %v right after 20 failures in a row; want none on silent", got)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+
+	clk.ns.Add(int64(balance.FailureHalfLife)) // the share halves: silent may be tried
+	teachLatency(t, b, "steady", 50*time.Millisecond, 1)
+	trial := mustPickCapacity(t, b)
+	if trial.Addr() != "silent" {
+		t.Fatalf("first pick after the share halved went to %s; want the trial on silent (faster)", trial.Addr())
+	}
+	got, held = pickN(t, b, 5)
+	if slices.Contains(got, "silent") {
+		t.Fatalf("picks %v while silent's trial is out; want every one on steady", got)
+	}
+	clk.ns.Add(int64(4*fast + time.Millisecond))
+	second := mustPickCapacity(t, b)
+	if second.Addr() != "silent" {
+		t.Fatalf("pick after the trial went unanswered four latencies went to %s; want a second trial on silent", second.Addr())
+	}
+	second.Report(fast, nil) // it answered: silent is back
+	got2, held2 := pickN(t, b, 3)
+	if n := len(got2) - len(slices.DeleteFunc(slices.Clone(got2), func(a string) bool { return a == "silent" })); n != 3 {
+		t.Fatalf("picks %v after silent's trial succeeded; want all 3 on silent (faster, its trials over)", got2)
+	}
+	for _, p := range append(append(held, held2...), trial) {
+		p.Done(nil)
+	}
+}

@@ -13,6 +13,35 @@ const capTie = 1 + 1.0/16
 // back while another could serve (Pick).
 const failHeldBack = 0.5
 
+// trialEvery is how many mean latencies a tripped target's one trial
+// pick may go unanswered before another is sent (trialOut).
+const trialEvery = 4
+
+// untried reports whether the target was failing most of what it got
+// (FailureShare.Tripped) and nothing has succeeded there since its last
+// failure.
+func (c *capState) untried() bool {
+	return c.fail.Failing() && c.fail.Tripped() && c.seen.Load() < c.fail.LastFailure()
+}
+
+// trialOut reports whether an untried target already has its trial in
+// flight: it is then held back like a failing one. When its failure share
+// has halved enough to be picked again, such a target takes one pick at a
+// time until one succeeds, as a circuit breaker's half-open state does,
+// and another only once the last has been out trialEvery latencies. A
+// target that fails by silence (a black hole) answers a burst with
+// nothing: the burst the halving let through, 30 picks, sat there for
+// the callers' whole timeout on bench/contest's blackhole, and the
+// failures it ended with held the target back another second after it
+// had come back.
+func (c *capState) trialOut(e *balance.Endpoint, now int64) bool {
+	if e.InFlight() == 0 {
+		return false
+	}
+	every := trialEvery * max(c.lat.Load(), int64(time.Millisecond))
+	return now-c.trialSent.Load() < every
+}
+
 // unlimitedFree stands for the free permits of a target without a limit.
 const unlimitedFree = 1 << 20
 
@@ -33,8 +62,8 @@ func (p *picker) Pick(info balance.PickInfo) *balance.Endpoint {
 	// full, the request waits for its permit (in the queue) rather than
 	// take a free permit where it would most likely fail. Its share
 	// halves every FailureHalfLife without a failure, which lets it be
-	// picked again. With every target held back, the best ranked of
-	// them is picked.
+	// picked again, one trial at a time until one succeeds (trialOut).
+	// With every target held back, the best ranked of them is picked.
 	var held *balance.Endpoint
 	var heldRate float64
 	heldJ, serving := 0, false
@@ -99,7 +128,13 @@ scan:
 				if now == 0 {
 					now = info.Now()
 				}
-				hard = p.st[j].fail.OK(now) < failHeldBack
+				if c := p.st[j]; c.untried() {
+					// Held back until its failure share has halved, then
+					// one trial pick at a time; the first success since
+					// its last failure ends that (its rank stays divided
+					// by the share).
+					hard = c.fail.OK(now) < failHeldBack || (usable && c.trialOut(e, now))
+				}
 			}
 			// Serving: it has a free permit, or requests in flight whose
 			// end frees one and wakes a waiter. A parked target's permits
@@ -218,6 +253,12 @@ scan:
 		}
 		if c.trial.Load() != 0 {
 			c.fresh.Add(1)
+		}
+		if c.untried() {
+			if now == 0 {
+				now = info.Now()
+			}
+			c.trialSent.Store(now)
 		}
 	}
 	if freed > 0 {
