@@ -128,13 +128,11 @@ scan:
 				if now == 0 {
 					now = info.Now()
 				}
-				if c := p.st[j]; c.untried() {
-					// Held back until its failure share has halved, then
-					// one trial pick at a time; the first success since
-					// its last failure ends that (its rank stays divided
-					// by the share).
-					hard = c.fail.OK(now) < failHeldBack || (usable && c.trialOut(e, now))
-				}
+				// Held back until its failure share has halved, then, if
+				// nothing has succeeded there since its last failure, one
+				// trial pick at a time (trialOut).
+				c := p.st[j]
+				hard = c.fail.OK(now) < failHeldBack || (usable && c.untried() && c.trialOut(e, now))
 			}
 			// Serving: it has a free permit, or requests in flight whose
 			// end frees one and wakes a waiter. A parked target's permits
