@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h1"
 )
@@ -103,7 +104,9 @@ func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
 	cc.rid = cc.rid[:0]
 	cc.idemKey = false
 	sawCL := false
-	for _, h := range r.Headers {
+	var run lineRun
+	for i := range r.Headers {
+		h := &r.Headers[i]
 		name := h.Name
 		if h1.IsHopByHop(name) || (r.ConnTokens && h1.HasToken(r.Conn, name)) || ops.drops(name) {
 			continue
@@ -140,11 +143,9 @@ func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
 				continue
 			}
 		}
-		out = append(out, name...)
-		out = append(out, ": "...)
-		out = append(out, h.Value...)
-		out = append(out, "\r\n"...)
+		out = run.add(out, h)
 	}
+	out = run.flush(out)
 	out = ops.appendTo(out)
 	proto := "http"
 	if cc.tls {
@@ -159,6 +160,45 @@ func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
 	}
 	out = append(out, "\r\n"...)
 	cc.out = out
+}
+
+// lineRun gathers lines that lie back to back in the head they were
+// parsed from (most of a head is forwarded as it came), so they are
+// copied with one append rather than four per field. Whatever is
+// appended to out between adds must come after a flush.
+type lineRun []byte
+
+// add appends the field h to out, or to the run when its line is in
+// written form and follows the run in the head.
+func (r *lineRun) add(out []byte, h *h1.Header) []byte {
+	raw := h.Raw()
+	if raw == nil {
+		out = r.flush(out)
+		out = append(out, h.Name...)
+		out = append(out, ": "...)
+		out = append(out, h.Value...)
+		return append(out, "\r\n"...)
+	}
+	return r.addRaw(out, raw)
+}
+
+// addRaw adds raw, a complete line, to the run.
+func (r *lineRun) addRaw(out, raw []byte) []byte {
+	if q := *r; len(raw) > 0 && cap(q)-len(q) >= len(raw) && len(q) > 0 &&
+		unsafe.Add(unsafe.Pointer(unsafe.SliceData(q)), len(q)) == unsafe.Pointer(unsafe.SliceData(raw)) {
+		*r = q[:len(q)+len(raw)] // raw lies right after q, inside q's array
+		return out
+	}
+	out = r.flush(out)
+	*r = raw
+	return out
+}
+
+// flush appends the run to out and empties it.
+func (r *lineRun) flush(out []byte) []byte {
+	out = append(out, *r...)
+	*r = nil
+	return out
 }
 
 // appendForwarded appends X-Forwarded-For (the client's chain, then its

@@ -54,10 +54,19 @@ func (cc *clientConn) relay(uc *upConn, res *h1.Response, isHead, clientClose, s
 // goroutine path and the event loop write heads here; scr is scratch
 // space, returned for reuse.
 func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid []byte, closeClient bool, scr []byte) []byte {
-	bw.Write(res.StatusLine)
-	bw.WriteString("\r\n")
+	// The head is put together in scr and written with one call: most of
+	// it is copied from the target's head in runs (lineRun).
+	var run lineRun
+	out := scr[:0]
+	if l := h1.WithCRLF(res.StatusLine); l != nil {
+		out = run.addRaw(out, l)
+	} else {
+		out = append(out, res.StatusLine...)
+		out = append(out, "\r\n"...)
+	}
 	hasRID := false
-	for _, h := range res.Headers {
+	for i := range res.Headers {
+		h := &res.Headers[i]
 		if h1.IsHopByHop(h.Name) || (res.ConnTokens && h1.HasToken(res.Conn, h.Name)) {
 			continue
 		}
@@ -70,25 +79,21 @@ func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid [
 		if ops.drops(h.Name) {
 			continue
 		}
-		bw.Write(h.Name)
-		bw.WriteString(": ")
-		bw.Write(h.Value)
-		bw.WriteString("\r\n")
+		out = run.add(out, h)
 	}
-	if ops != nil {
-		scr = ops.appendTo(scr[:0])
-		bw.Write(scr)
-	}
+	out = run.flush(out)
+	out = ops.appendTo(out)
 	if !hasRID {
-		bw.WriteString("X-Request-Id: ")
-		bw.Write(rid)
-		bw.WriteString("\r\n")
+		out = append(out, "X-Request-Id: "...)
+		out = append(out, rid...)
+		out = append(out, "\r\n"...)
 	}
 	if closeClient {
-		bw.WriteString("Connection: close\r\n")
+		out = append(out, "Connection: close\r\n"...)
 	}
-	bw.WriteString("\r\n")
-	return scr
+	out = append(out, "\r\n"...)
+	bw.Write(out)
+	return out
 }
 
 // streams reports whether a response must reach the client as it comes:

@@ -251,3 +251,75 @@ func TestChunkScan(t *testing.T) {
 		t.Fatal("an endless size line: no error")
 	}
 }
+
+// parseHeadersLineByLine is parseHeaders as it was before the one-pass
+// scan (a line cut at LF, then the name and value checked): the
+// reference the fast scan must agree with.
+func parseHeadersLineByLine(b []byte, hs []Header) ([]Header, error) {
+	for len(b) > 0 {
+		var line []byte
+		line, b = nextLine(b)
+		if len(line) == 0 {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return hs, ErrMalformed
+		}
+		c := bytes.IndexByte(line, ':')
+		if c <= 0 || !isToken(line[:c]) {
+			return hs, ErrMalformed
+		}
+		v := trimOWS(line[c+1:])
+		if !validValue(v) {
+			return hs, ErrMalformed
+		}
+		hs = append(hs, Header{Name: line[:c], Value: v})
+	}
+	return hs, nil
+}
+
+// FuzzParseHeaders checks the one-pass header scan against the line by
+// line reference: the same fields, values and refusals.
+func FuzzParseHeaders(f *testing.F) {
+	for _, s := range []string{
+		"Host: x\r\n\r\n",
+		"Host: x\r\nUser-Agent: a b c d e f g h i j\r\n\r\n",
+		"A:b\nC:  d \t\n\n",
+		"A: \t \r\n\r\n",
+		"A: x\ty\x80\xff long value over eight bytes\r\n\r\n",
+		"A: x\x7fyyyyyyyyyyy\r\n\r\n",
+		"A: xxxxxxxxxxxx\ryy\r\n\r\n",
+		"A: xxxxxxxxxxxx\r\r\n\r\n",
+		"A: x\x01\r\n\r\n",
+		"A: x\r\n B\r\n\r\n",
+		"A x: y\r\n\r\n",
+		": y\r\n\r\n",
+		"A: y",
+		"A: y\r",
+		"A",
+		"\r",
+		"\rX",
+		"A: yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\t",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, werr := parseHeadersLineByLine(b, nil)
+		got, gerr := parseHeaders(b, nil)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%q: error %v, want %v", b, gerr, werr)
+		}
+		if werr != nil {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d fields, want %d", b, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i].Name, want[i].Name) || !bytes.Equal(got[i].Value, want[i].Value) {
+				t.Fatalf("%q: field %d %q: %q, want %q: %q", b, i, got[i].Name, got[i].Value, want[i].Name, want[i].Value)
+			}
+		}
+	})
+}
+

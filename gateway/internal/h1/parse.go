@@ -3,8 +3,10 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"math/bits"
 )
 
 // Errors the parser returns.
@@ -16,6 +18,39 @@ var (
 // Header is one header line, slices into the head.
 type Header struct {
 	Name, Value []byte
+}
+
+// Raw returns the field's line as it stands in the head it was parsed
+// from when that line is exactly Name ": " Value CRLF, the form heads are
+// written in; else nil. Such a line can be copied whole.
+func (h *Header) Raw() []byte {
+	k := len(h.Name)
+	n := k + len(h.Value) + 4
+	if cap(h.Name) < n {
+		return nil
+	}
+	l := h.Name[:n:n]
+	if binary.LittleEndian.Uint16(l[k:]) != ':'|' '<<8 || binary.LittleEndian.Uint16(l[n-2:]) != '\r'|'\n'<<8 {
+		return nil
+	}
+	if len(h.Value) > 0 && &l[k+2] != &h.Value[0] {
+		return nil
+	}
+	return l
+}
+
+// WithCRLF returns line and the CRLF that follows it in its head, or nil
+// when CRLF does not follow it there.
+func WithCRLF(line []byte) []byte {
+	n := len(line)
+	if n == 0 || cap(line) < n+2 {
+		return nil
+	}
+	l := line[:n+2]
+	if l[n] != '\r' || l[n+1] != '\n' {
+		return nil
+	}
+	return l
 }
 
 // Request is a parsed request head. Its slices point into the reader's
@@ -274,27 +309,98 @@ func nextLine(b []byte) (line, rest []byte) {
 	return line, b[i+1:]
 }
 
+// parseHeaders parses header lines up to the blank line. One pass per
+// line: the name's bytes are checked against the token table until the
+// colon, the value's eight at a time (valueStop) until the line's end, so
+// a request costs no IndexByte call per line. Line ends are CRLF or bare
+// LF; a CR elsewhere, any other control byte but HTAB, and DEL are
+// refused, as validValue refuses them.
 func parseHeaders(b []byte, hs []Header) ([]Header, error) {
 	for len(b) > 0 {
-		var line []byte
-		line, b = nextLine(b)
-		if len(line) == 0 {
-			break
+		if b[0] == '\n' {
+			break // blank line
 		}
-		if line[0] == ' ' || line[0] == '\t' {
+		if b[0] == '\r' {
+			if len(b) > 1 && b[1] == '\n' {
+				break
+			}
+			return hs, ErrMalformed
+		}
+		if b[0] == ' ' || b[0] == '\t' {
 			return hs, ErrMalformed // obsolete line folding
 		}
-		c := bytes.IndexByte(line, ':')
-		if c <= 0 || !isToken(line[:c]) {
+		c := 0
+		for c < len(b) && tokenTable[b[c]] {
+			c++
+		}
+		if c == 0 || c == len(b) || b[c] != ':' {
 			return hs, ErrMalformed
 		}
-		v := trimOWS(line[c+1:])
-		if !validValue(v) {
-			return hs, ErrMalformed
+		name := b[:c]
+		i := c + 1
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t') {
+			i++
 		}
-		hs = append(hs, Header{Name: line[:c], Value: v})
+		vs := i
+		// Find the line's end: the first control byte or DEL that is
+		// not HTAB.
+		end, next := len(b), len(b)
+		for i < len(b) {
+			i = valueStop(b, i)
+			if i == len(b) {
+				break
+			}
+			switch b[i] {
+			case '\t':
+				i++
+				continue
+			case '\n':
+				end, next = i, i+1
+			case '\r':
+				if i+1 >= len(b) || b[i+1] != '\n' {
+					return hs, ErrMalformed
+				}
+				end, next = i, i+2
+			default:
+				return hs, ErrMalformed
+			}
+			break
+		}
+		for end > vs && (b[end-1] == ' ' || b[end-1] == '\t') {
+			end--
+		}
+		hs = append(hs, Header{Name: name, Value: b[vs:end]})
+		b = b[next:]
 	}
 	return hs, nil
+}
+
+// valueStop returns the index of the first byte at or after i that is a
+// control byte (below 0x20) or DEL, or len(b): eight bytes a word while
+// eight remain (bytes from 0x80 pass, as obs-text).
+func valueStop(b []byte, i int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		// Bytes below 0x20, and bytes equal to 0x7f: the lowest flagged
+		// byte of each test is exact (a borrow only flags bytes above a
+		// true hit).
+		m := (x - 0x20*ones) &^ x & highs
+		d := x ^ 0x7f*ones
+		m |= (d - ones) &^ d & highs
+		if m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < ' ' || c == 0x7f {
+			return i
+		}
+	}
+	return i
 }
 
 // validTarget: a request target is visible ASCII (RFC 9112 3.2); no
