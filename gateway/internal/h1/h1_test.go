@@ -322,4 +322,3 @@ func FuzzParseHeaders(f *testing.F) {
 		}
 	})
 }
-
