@@ -143,7 +143,11 @@ func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
 				continue
 			}
 		}
-		out = run.add(out, h)
+		if r.Canon {
+			out = run.addRaw(out, h.Line())
+		} else {
+			out = run.add(out, h)
+		}
 	}
 	out = run.flush(out)
 	out = ops.appendTo(out)

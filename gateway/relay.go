@@ -79,7 +79,11 @@ func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid [
 		if ops.drops(h.Name) {
 			continue
 		}
-		out = run.add(out, h)
+		if res.Canon {
+			out = run.addRaw(out, h.Line())
+		} else {
+			out = run.add(out, h)
+		}
 	}
 	out = run.flush(out)
 	out = ops.appendTo(out)
@@ -102,8 +106,9 @@ func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid [
 func streams(res *h1.Response) bool {
 	for _, h := range res.Headers {
 		switch {
-		case len(h.Name) == 12 && h1.EqFold(h.Name, "content-type"):
-			if len(h.Value) >= 17 && h1.EqFold(h.Value[:17], "text/event-stream") {
+		case len(h.Name) == 12 && len(h.Value) >= 17:
+			// The value first: it differs from the first bytes on.
+			if h1.EqFold(h.Value[:17], "text/event-stream") && h1.EqFold(h.Name, "content-type") {
 				return true
 			}
 		case len(h.Name) == 17 && h1.EqFold(h.Name, "x-accel-buffering"):

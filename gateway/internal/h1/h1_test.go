@@ -305,7 +305,7 @@ func FuzzParseHeaders(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want, werr := parseHeadersLineByLine(b, nil)
-		got, gerr := parseHeaders(b, nil)
+		got, canon, gerr := parseHeaders(b, nil)
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("%q: error %v, want %v", b, gerr, werr)
 		}
@@ -318,6 +318,14 @@ func FuzzParseHeaders(f *testing.F) {
 		for i := range got {
 			if !bytes.Equal(got[i].Name, want[i].Name) || !bytes.Equal(got[i].Value, want[i].Value) {
 				t.Fatalf("%q: field %d %q: %q, want %q: %q", b, i, got[i].Name, got[i].Value, want[i].Name, want[i].Value)
+			}
+			// A line in written form is what the field's parts make.
+			line := append(append(append(bytes.Clone(got[i].Name), ": "...), got[i].Value...), "\r\n"...)
+			if raw := got[i].Raw(); raw != nil && !bytes.Equal(raw, line) {
+				t.Fatalf("%q: field %d: Raw %q, want %q", b, i, raw, line)
+			}
+			if canon && !bytes.Equal(got[i].Line(), line) {
+				t.Fatalf("%q: field %d: Line %q, want %q", b, i, got[i].Line(), line)
 			}
 		}
 	})

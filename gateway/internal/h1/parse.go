@@ -39,6 +39,12 @@ func (h *Header) Raw() []byte {
 	return l
 }
 
+// Line is the field's line, Name ": " Value CRLF, as it stands in the
+// head: for a field of a head parsed with Canon set.
+func (h *Header) Line() []byte {
+	return h.Name[:len(h.Name)+len(h.Value)+4]
+}
+
 // WithCRLF returns line and the CRLF that follows it in its head, or nil
 // when CRLF does not follow it there.
 func WithCRLF(line []byte) []byte {
@@ -69,7 +75,8 @@ type Request struct {
 	Expect        bool  // Expect header present
 	ConnTokens    bool  // Connection lists tokens other than close/keep-alive
 	Conn          []byte
-	Size          int // bytes of the head, to Discard
+	Size          int  // bytes of the head, to Discard
+	Canon         bool // every field line is Name ": " Value CRLF (Header.Line)
 }
 
 // Response is a parsed response head.
@@ -84,6 +91,7 @@ type Response struct {
 	ConnTokens    bool
 	Conn          []byte
 	Size          int
+	Canon         bool // every field line is Name ": " Value CRLF (Header.Line)
 }
 
 // peekHead returns the buffered bytes up to and including the blank line
@@ -172,8 +180,8 @@ func ParseRequest(head []byte, req *Request) error {
 	default:
 		return ErrMalformed
 	}
-	hs, err := parseHeaders(rest, hs)
-	req.Headers = hs
+	hs, canon, err := parseHeaders(rest, hs)
+	req.Headers, req.Canon = hs, canon
 	if err != nil {
 		return err
 	}
@@ -254,8 +262,8 @@ func ParseResponse(head []byte, res *Response) error {
 	}
 	res.Status = int(s[0]-'0')*100 + int(s[1]-'0')*10 + int(s[2]-'0')
 	res.StatusLine = line
-	hs, err := parseHeaders(rest, hs)
-	res.Headers = hs
+	hs, canon, err := parseHeaders(rest, hs)
+	res.Headers, res.Canon = hs, canon
 	if err != nil {
 		return err
 	}
@@ -309,13 +317,15 @@ func nextLine(b []byte) (line, rest []byte) {
 	return line, b[i+1:]
 }
 
-// parseHeaders parses header lines up to the blank line. One pass per
+// parseHeaders parses header lines up to the blank line, and reports
+// whether every line was in written form (Request.Canon). One pass per
 // line: the name's bytes are checked against the token table until the
 // colon, the value's eight at a time (valueStop) until the line's end, so
 // a request costs no IndexByte call per line. Line ends are CRLF or bare
 // LF; a CR elsewhere, any other control byte but HTAB, and DEL are
 // refused, as validValue refuses them.
-func parseHeaders(b []byte, hs []Header) ([]Header, error) {
+func parseHeaders(b []byte, hs []Header) ([]Header, bool, error) {
+	canon := true
 	for len(b) > 0 {
 		if b[0] == '\n' {
 			break // blank line
@@ -324,17 +334,17 @@ func parseHeaders(b []byte, hs []Header) ([]Header, error) {
 			if len(b) > 1 && b[1] == '\n' {
 				break
 			}
-			return hs, ErrMalformed
+			return hs, false, ErrMalformed
 		}
 		if b[0] == ' ' || b[0] == '\t' {
-			return hs, ErrMalformed // obsolete line folding
+			return hs, false, ErrMalformed // obsolete line folding
 		}
 		c := 0
 		for c < len(b) && tokenTable[b[c]] {
 			c++
 		}
 		if c == 0 || c == len(b) || b[c] != ':' {
-			return hs, ErrMalformed
+			return hs, false, ErrMalformed
 		}
 		name := b[:c]
 		i := c + 1
@@ -358,21 +368,23 @@ func parseHeaders(b []byte, hs []Header) ([]Header, error) {
 				end, next = i, i+1
 			case '\r':
 				if i+1 >= len(b) || b[i+1] != '\n' {
-					return hs, ErrMalformed
+					return hs, false, ErrMalformed
 				}
 				end, next = i, i+2
 			default:
-				return hs, ErrMalformed
+				return hs, false, ErrMalformed
 			}
 			break
 		}
 		for end > vs && (b[end-1] == ' ' || b[end-1] == '\t') {
 			end--
 		}
+		// Written form: one SP after the colon, none after the value, CRLF.
+		canon = canon && vs == c+2 && b[c+1] == ' ' && next == end+2 && b[end] == '\r'
 		hs = append(hs, Header{Name: name, Value: b[vs:end]})
 		b = b[next:]
 	}
-	return hs, nil
+	return hs, canon, nil
 }
 
 // valueStop returns the index of the first byte at or after i that is a
