@@ -82,7 +82,7 @@ type evloop struct {
 	now    time.Time            // read once per wake-up
 	timers *wheel.Wheel[*lconn] // one timer per connection (internal/wheel, as the supervisor's)
 	fireFn func(*lconn)
-	idle   map[*pool][]*lconn // keep-alive target connections, this loop's own
+	idle   map[*pool]*[]*lconn // keep-alive target connections, this loop's own (a pointer: a take or put is one lookup, no map write)
 	free   []*lconn
 	sweep  time.Time
 
@@ -254,7 +254,7 @@ func (g *Gateway) listenLoops(addr string) (net.Addr, error) {
 }
 
 func newEvloop(g *Gateway, family int, sa unix.Sockaddr) (*evloop, error) {
-	l := &evloop{g: g, lfd: -1, ep: -1, efd: -1, conns: make([]*lconn, 256), idle: map[*pool][]*lconn{}, done: make(chan struct{})}
+	l := &evloop{g: g, lfd: -1, ep: -1, efd: -1, conns: make([]*lconn, 256), idle: map[*pool]*[]*lconn{}, done: make(chan struct{})}
 	fail := func(err error) (*evloop, error) {
 		l.closeFDs()
 		return nil, fmt.Errorf("listen: %w", err)
@@ -777,11 +777,17 @@ func headLen(b []byte) int {
 			return 0
 		}
 		p += i
-		switch {
-		case p+1 < len(b) && b[p+1] == '\n':
+		if p+1 >= len(b) {
+			return 0
+		}
+		// Most LFs are followed by the next field's name: one test.
+		switch b[p+1] {
+		case '\n':
 			return p + 2
-		case p > 0 && p+2 < len(b) && b[p-1] == '\r' && b[p+1] == '\r' && b[p+2] == '\n':
-			return p + 3
+		case '\r':
+			if p > 0 && p+2 < len(b) && b[p-1] == '\r' && b[p+2] == '\n' {
+				return p + 3
+			}
 		}
 	}
 }
@@ -937,12 +943,15 @@ func (l *evloop) attempt(c *lconn) {
 // idleConn takes this loop's most recently used idle connection to p.
 // A request that must not run twice goes only on one known open.
 func (l *evloop) idleConn(p *pool, replayable bool) *lconn {
-	idle := l.idle[p]
+	lst := l.idle[p]
+	if lst == nil {
+		return nil
+	}
 	idleTO := time.Duration(p.idleTO.Load())
-	for n := len(idle); n > 0; n = len(idle) {
-		u := idle[n-1]
-		idle[n-1] = nil
-		idle = idle[:n-1]
+	for n := len(*lst); n > 0; n = len(*lst) {
+		u := (*lst)[n-1]
+		(*lst)[n-1] = nil
+		*lst = (*lst)[:n-1]
 		if u.closed {
 			continue
 		}
@@ -950,10 +959,8 @@ func (l *evloop) idleConn(p *pool, replayable bool) *lconn {
 			l.closeUp(u)
 			continue
 		}
-		l.idle[p] = idle
 		return u
 	}
-	l.idle[p] = idle
 	return nil
 }
 
@@ -1609,18 +1616,23 @@ func (l *evloop) putIdle(u *lconn) {
 		return
 	}
 	u.idleSince = l.now
-	idle := l.idle[u.pool]
-	if len(idle) >= u.pool.max {
+	lst := l.idle[u.pool]
+	if lst == nil {
+		lst = new([]*lconn)
+		l.idle[u.pool] = lst
+	}
+	if len(*lst) >= u.pool.max {
 		l.closeUp(u)
 		return
 	}
-	l.idle[u.pool] = append(idle, u)
+	*lst = append(*lst, u)
 }
 
 // sweepIdle closes target connections idle past timeouts.upstream_idle.
 func (l *evloop) sweepIdle() {
 	l.sweep = l.now
-	for p, idle := range l.idle {
+	for p, lst := range l.idle {
+		idle := *lst
 		idleTO := time.Duration(p.idleTO.Load())
 		keep := idle[:0]
 		for _, u := range idle {
@@ -1634,7 +1646,7 @@ func (l *evloop) sweepIdle() {
 		if len(keep) == 0 {
 			delete(l.idle, p)
 		} else {
-			l.idle[p] = keep
+			*lst = keep
 		}
 	}
 }
