@@ -81,6 +81,7 @@ type evloop struct {
 	events [128]unix.EpollEvent
 	now    time.Time            // read once per wake-up
 	timers *wheel.Wheel[*lconn] // one timer per connection (internal/wheel, as the supervisor's)
+	nowAt  time.Duration        // l.now as an offset from the wheel's start (armIn)
 	fireFn func(*lconn)
 	idle   map[*pool]*[]*lconn // keep-alive target connections, this loop's own (a pointer: a take or put is one lookup, no map write)
 	free   []*lconn
@@ -308,6 +309,7 @@ func (l *evloop) startPoll() (*evloop, error) {
 	if l.timers, err = wheel.New[*lconn](loopTick, 1024, l.now); err != nil {
 		return fail(err)
 	}
+	l.nowAt = l.timers.Since(l.now)
 	l.fireFn = func(c *lconn) {
 		kind := c.tkind
 		c.tkind, c.th = tmNone, wheel.Handle{}
@@ -369,6 +371,7 @@ func (l *evloop) loop() {
 	for !l.exit {
 		n, err := wait()
 		l.now = time.Now()
+		l.nowAt = l.timers.Since(l.now)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			l.g.log.Error("event loop: epoll_wait", "err", err)
 			return
@@ -604,7 +607,7 @@ func (l *evloop) admit(c *lconn, ok bool) bool {
 	}
 	l.g.loopConns.Add(1)
 	c.state = csHead
-	l.arm(c, tmIdle, l.now.Add(l.g.cfg().Timeouts.ReadHeader.D()))
+	l.armIn(c, tmIdle, l.g.cfg().Timeouts.ReadHeader.D())
 	return true
 }
 
@@ -755,7 +758,7 @@ func (l *evloop) process(c *lconn) {
 				return
 			}
 			if c.tkind != tmHead {
-				l.arm(c, tmHead, l.now.Add(cfg.Timeouts.ReadHeader.D()))
+				l.armIn(c, tmHead, cfg.Timeouts.ReadHeader.D())
 			}
 			return
 		}
@@ -841,7 +844,7 @@ func (l *evloop) startRequest(c *lconn, head []byte) bool {
 	cc.n = n
 	if n > 0 {
 		c.state = csBody
-		l.arm(c, tmBody, l.now.Add(cfg.Timeouts.Idle.D()))
+		l.armIn(c, tmBody, cfg.Timeouts.Idle.D())
 		l.takeBody(c)
 		return false
 	}
@@ -1048,7 +1051,7 @@ func (l *evloop) exchangeOn(c *lconn, u *lconn) {
 	c.state, c.peer, u.peer = csExchange, u, c
 	u.wrote, u.r, u.w = false, 0, 0
 	u.reused = !u.idleSince.IsZero()
-	l.arm(c, tmRespHead, l.now.Add(c.up.headTimeout(l.g, &c.a)))
+	l.armIn(c, tmRespHead, c.up.headTimeout(l.g, &c.a))
 	u.out = append(u.out[:0], c.reqBytes...)
 	l.sendUp(u)
 	if !u.closed && u.readable {
@@ -1388,7 +1391,7 @@ func (l *evloop) answer(c *lconn, line *accessLine, code int, body string, extra
 		return false
 	}
 	if c.outPending() {
-		l.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
+		l.armIn(c, tmSend, l.g.cfg().Timeouts.Send.D())
 		return false // the rest goes as the client takes it (drive)
 	}
 	return l.ready(c)
@@ -1429,7 +1432,7 @@ func (l *evloop) drive(c *lconn) {
 				l.disarm(c)
 			}
 		} else if progressed || c.tkind != tmSend {
-			l.arm(c, tmSend, l.now.Add(l.g.cfg().Timeouts.Send.D()))
+			l.armIn(c, tmSend, l.g.cfg().Timeouts.Send.D())
 		}
 		return
 	}
@@ -1493,7 +1496,7 @@ func (l *evloop) ready(c *lconn) bool {
 	cc.lc, cc.rte = nil, nil
 	c.up = nil
 	c.state = csHead
-	l.arm(c, tmIdle, l.now.Add(l.g.cfg().Timeouts.Idle.D()))
+	l.armIn(c, tmIdle, l.g.cfg().Timeouts.Idle.D())
 	return true
 }
 
@@ -1501,6 +1504,16 @@ func (l *evloop) ready(c *lconn) bool {
 const loopTick = 10 * time.Millisecond
 
 // arm sets c's one timer to kind at due, replacing the one it had.
+// armIn is arm for now+d, reckoned on the offset clock (l.nowAt): no
+// time.Time arithmetic per request.
+func (l *evloop) armIn(c *lconn, kind uint8, d time.Duration) {
+	if d >= 1<<60 || !l.timers.ResetAt(c.th, l.nowAt+d) {
+		l.arm(c, kind, l.now.Add(d)) // a new timer, or an offset too large to add
+		return
+	}
+	c.tkind = kind
+}
+
 func (l *evloop) arm(c *lconn, kind uint8, due time.Time) {
 	c.tkind = kind
 	if !l.timers.Reset(c.th, due) {

@@ -271,9 +271,25 @@ func (w *Wheel[K]) unlink(i int32) {
 	w.free = append(w.free, i)
 }
 
+// Since is t as an offset from the wheel's start, for ResetAt.
+func (w *Wheel[K]) Since(t time.Time) time.Duration { return t.Sub(w.origin) }
+
+// ResetAt is Reset with the deadline given as an offset from the wheel's
+// start (Since): a caller that keeps its clock as an offset arms a timer
+// without time.Time arithmetic.
+func (w *Wheel[K]) ResetAt(h Handle, at time.Duration) bool {
+	due := w.tickAt(at)
+	w.mu.Lock()
+	ok := w.resetLocked(h, due)
+	w.mu.Unlock()
+	return ok
+}
+
 // tickOf is the first tick at or after t.
-func (w *Wheel[K]) tickOf(t time.Time) int64 {
-	d := t.Sub(w.origin)
+func (w *Wheel[K]) tickOf(t time.Time) int64 { return w.tickAt(t.Sub(w.origin)) }
+
+// tickAt is the first tick at or after the offset d from the start.
+func (w *Wheel[K]) tickAt(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

@@ -268,3 +268,25 @@ func TestNext(t *testing.T) {
 		t.Fatal("Next after the last fired")
 	}
 }
+
+// ResetAt with Since's offset lands where Reset with the time does, on
+// and off tick boundaries, and a stale handle is refused alike.
+func TestResetAtMatchesReset(t *testing.T) {
+	a, b := mustNew[int](t, 10*time.Millisecond, 64), mustNew[int](t, 10*time.Millisecond, 64)
+	ha, hb := a.Set(1, t0.Add(time.Second)), b.Set(1, t0.Add(time.Second))
+	for _, d := range []time.Duration{-time.Second, 0, 1, 10 * time.Millisecond, 15 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second} {
+		at := t0.Add(d)
+		if !a.Reset(ha, at) || !b.ResetAt(hb, b.Since(at)) {
+			t.Fatalf("%v: a live handle refused", d)
+		}
+		da, _ := a.Deadline(1)
+		db, _ := b.Deadline(1)
+		if !da.Equal(db) {
+			t.Fatalf("%v: ResetAt's deadline %v, Reset's %v", d, db, da)
+		}
+	}
+	b.CancelHandle(hb)
+	if b.ResetAt(hb, 0) {
+		t.Fatal("ResetAt took a cancelled handle")
+	}
+}
