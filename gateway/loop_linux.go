@@ -751,6 +751,14 @@ func (l *evloop) process(c *lconn) {
 			c.r, c.w = 0, 0
 			return
 		}
+		// A complete, well-formed head is cut and parsed in one scan; else
+		// it is cut first (headLen), and parsed once complete.
+		if n, _ := h1.ParseRequestIn(b, &c.cc.req); n > 0 {
+			if !l.startParsed(c, b[:n]) {
+				return
+			}
+			continue
+		}
 		hl := headLen(b)
 		if hl == 0 {
 			if len(b) >= int(cfg.MaxHeaderSize) || len(b) == len(c.in) {
@@ -799,12 +807,17 @@ func headLen(b []byte) int {
 // as serveOne does; it reports whether process should go on with the
 // next head (a local answer written without waiting).
 func (l *evloop) startRequest(c *lconn, head []byte) bool {
-	g, cc := l.g, c.cc
-	r := &cc.req
-	if err := h1.ParseRequest(head, r); err != nil {
+	if err := h1.ParseRequest(head, &c.cc.req); err != nil {
 		l.handOff(c) // the goroutine path refuses it, and closes lingering
 		return false
 	}
+	return l.startParsed(c, head)
+}
+
+// startParsed is startRequest once the head is parsed into c.cc.req.
+func (l *evloop) startParsed(c *lconn, head []byte) bool {
+	g, cc := l.g, c.cc
+	r := &cc.req
 	if !fastPathServes(r) {
 		l.handOff(c)
 		return false
@@ -1126,13 +1139,16 @@ func (l *evloop) readUp(u *lconn) {
 func (l *evloop) headIn(c *lconn, u *lconn) bool {
 	res := &c.cc.res
 	for {
-		hl := headLen(u.in[u.r:u.w])
+		// One scan for a complete, well-formed head, as process's.
+		hl, _ := h1.ParseResponseIn(u.in[u.r:u.w], res)
 		if hl == 0 {
-			return false
-		}
-		if err := h1.ParseResponse(u.in[u.r:u.r+hl], res); err != nil {
-			l.upFailed(u, err)
-			return true
+			if hl = headLen(u.in[u.r:u.w]); hl == 0 {
+				return false
+			}
+			if err := h1.ParseResponse(u.in[u.r:u.r+hl], res); err != nil {
+				l.upFailed(u, err)
+				return true
+			}
 		}
 		if res.Status >= 200 {
 			if c.up.readsLoad {

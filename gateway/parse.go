@@ -160,9 +160,10 @@ func (cc *clientConn) buildHead(r *h1.Request, rte *route) {
 		cc.buildRID()
 		out = append(out, "X-Request-Id: "...)
 		out = append(out, cc.rid...)
+		out = append(out, "\r\n\r\n"...) // the field's line end and the blank line
+	} else {
 		out = append(out, "\r\n"...)
 	}
-	out = append(out, "\r\n"...)
 	cc.out = out
 }
 
@@ -216,9 +217,13 @@ func appendForwarded[S ~string | ~[]byte](out []byte, prior, ip S, proto string,
 		out = append(out, ", "...)
 	}
 	out = append(out, ip...)
-	out = append(out, "\r\nX-Forwarded-Proto: "...)
-	out = append(out, proto...)
-	out = append(out, "\r\nX-Forwarded-Host: "...)
+	if proto == "http" {
+		out = append(out, "\r\nX-Forwarded-Proto: http\r\nX-Forwarded-Host: "...) // one copy
+	} else {
+		out = append(out, "\r\nX-Forwarded-Proto: "...)
+		out = append(out, proto...)
+		out = append(out, "\r\nX-Forwarded-Host: "...)
+	}
 	out = append(out, host...)
 	return append(out, "\r\n"...)
 }

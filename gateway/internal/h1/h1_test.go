@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -305,7 +306,7 @@ func FuzzParseHeaders(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want, werr := parseHeadersLineByLine(b, nil)
-		got, canon, gerr := parseHeaders(b, nil)
+		got, canon, _, gerr := parseHeaders(b, nil, true)
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("%q: error %v, want %v", b, gerr, werr)
 		}
@@ -326,6 +327,73 @@ func FuzzParseHeaders(f *testing.F) {
 			}
 			if canon && !bytes.Equal(got[i].Line(), line) {
 				t.Fatalf("%q: field %d: Line %q, want %q", b, i, got[i].Line(), line)
+			}
+		}
+	})
+}
+
+// headEnd is the event loop's rule for where a head ends (gateway's
+// headLen): the first CRLF CRLF or LF LF, whichever closes first; 0 for
+// none.
+func headEnd(b []byte) int {
+	i := bytes.Index(b, []byte("\r\n\r\n"))
+	j := bytes.Index(b, []byte("\n\n"))
+	switch {
+	case i >= 0 && (j < 0 || i+2 <= j):
+		return i + 4
+	case j >= 0:
+		return j + 2
+	}
+	return 0
+}
+
+// FuzzParseIn checks ParseRequestIn and ParseResponseIn against the two
+// steps they stand for, the head cut by headEnd then parsed: where they
+// give a length it is headEnd's, and the parse is the same.
+func FuzzParseIn(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\n",
+		"GET / HTTP/1.1\nHost: x\n\n",
+		"GET / HTTP/1.1\r\nHost: x\n\r\nX: y\r\n\r\n",
+		"GET / HTTP/1.1\n\r\nHost: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 200 OK\nA: b\n\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		end := headEnd(b)
+		var in, want Request
+		n, err := ParseRequestIn(b, &in)
+		if n > 0 {
+			if err != nil || n != end {
+				t.Fatalf("%q: ParseRequestIn %d, %v; the head ends at %d", b, n, err, end)
+			}
+			if werr := ParseRequest(b[:end], &want); werr != nil {
+				t.Fatalf("%q: ParseRequestIn took what ParseRequest refuses: %v", b, werr)
+			}
+			if fmt.Sprintf("%v", in) != fmt.Sprintf("%v", want) {
+				t.Fatalf("%q: ParseRequestIn\n%v\nParseRequest\n%v", b, in, want)
+			}
+		} else if err != nil && end > 0 && ParseRequest(b[:end], &want) == nil {
+			t.Fatalf("%q: ParseRequestIn refused (%v) a head ParseRequest takes", b, err)
+		}
+		var rin, rwant Response
+		n, err = ParseResponseIn(b, &rin)
+		if n > 0 {
+			if err != nil || n != end {
+				t.Fatalf("%q: ParseResponseIn %d, %v; the head ends at %d", b, n, err, end)
+			}
+			if werr := ParseResponse(b[:end], &rwant); werr != nil {
+				t.Fatalf("%q: ParseResponseIn took what ParseResponse refuses: %v", b, werr)
+			}
+			if fmt.Sprintf("%v", rin) != fmt.Sprintf("%v", rwant) {
+				t.Fatalf("%q: ParseResponseIn\n%v\nParseResponse\n%v", b, rin, rwant)
 			}
 		}
 	})

@@ -156,20 +156,54 @@ func ReadRequest(r *bufio.Reader, limit int, req *Request) error {
 
 // ParseRequest parses a complete head (ending in a blank line).
 func ParseRequest(head []byte, req *Request) error {
+	_, err := parseRequest(head, req)
+	return err
+}
+
+// ParseRequestIn parses the request head at the start of b, which may
+// hold less or more than a head: n is the head's length, ending at the
+// first LF LF or CRLF CRLF (as the event loop's headLen cuts it), and
+// req.Size is n. n is 0, whatever the error, when b holds no complete
+// head or the head does not end where that rule ends it, and when the
+// head is malformed: the caller then cuts the head as before and calls
+// ParseRequest, so one scan serves a well-formed head.
+func ParseRequestIn(b []byte, req *Request) (int, error) {
+	n, err := parseRequest(b, req)
+	if err != nil || n <= 0 {
+		return 0, err
+	}
+	req.Size = n
+	return n, nil
+}
+
+// firstCRLF reports whether the first line of b (rest is what follows
+// it, from nextLine) ended in CRLF.
+func firstCRLF(b, rest []byte) bool {
+	i := len(b) - len(rest) - 1 // the LF
+	return rest != nil && i > 0 && b[i-1] == '\r'
+}
+
+func parseRequest(head []byte, req *Request) (int, error) {
 	hs := req.Headers[:0]
 	*req = Request{Headers: hs, ContentLength: -1, Size: len(head)}
 	line, rest := nextLine(head)
 	sp1 := bytes.IndexByte(line, ' ')
 	if sp1 <= 0 {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
-	sp2 := bytes.LastIndexByte(line, ' ')
+	// The version is the last 8 bytes: its space is found without a
+	// scan when it is there (and the line is refused below when it is
+	// not: the version holds no space).
+	sp2 := len(line) - 9
+	if sp2 < 0 || line[sp2] != ' ' {
+		sp2 = bytes.LastIndexByte(line, ' ')
+	}
 	if sp2 <= sp1+1 {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
 	req.Method, req.URI = line[:sp1], line[sp1+1:sp2]
 	if !isToken(req.Method) || !validTarget(req.URI) {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
 	switch string(line[sp2+1:]) {
 	case "HTTP/1.1":
@@ -178,12 +212,15 @@ func ParseRequest(head []byte, req *Request) error {
 		req.Minor = 0
 		req.Close = true
 	default:
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
-	hs, canon, err := parseHeaders(rest, hs)
+	hs, canon, end, err := parseHeaders(rest, hs, firstCRLF(head, rest))
 	req.Headers, req.Canon = hs, canon
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if end > 0 {
+		end += len(head) - len(rest)
 	}
 	for i := range hs {
 		h := &hs[i]
@@ -191,7 +228,7 @@ func ParseRequest(head []byte, req *Request) error {
 		case 4:
 			if eqFold(h.Name, "host") {
 				if req.Host != nil {
-					return ErrMalformed // two Host headers
+					return 0, ErrMalformed // two Host headers
 				}
 				req.Host = h.Value
 			}
@@ -212,7 +249,7 @@ func ParseRequest(head []byte, req *Request) error {
 			if eqFold(h.Name, "content-length") {
 				n, ok := parseLength(h.Value)
 				if !ok || (req.ContentLength >= 0 && req.ContentLength != n) {
-					return ErrMalformed
+					return 0, ErrMalformed
 				}
 				req.ContentLength = n
 			}
@@ -223,12 +260,12 @@ func ParseRequest(head []byte, req *Request) error {
 		}
 	}
 	if req.Chunked && req.ContentLength >= 0 {
-		return ErrMalformed // request smuggling guard (RFC 9112 6.1)
+		return 0, ErrMalformed // request smuggling guard (RFC 9112 6.1)
 	}
 	if req.Minor == 1 && req.Host == nil {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
-	return nil
+	return end, nil
 }
 
 // ReadResponse parses the next response head from r without consuming it.
@@ -242,11 +279,26 @@ func ReadResponse(r *bufio.Reader, limit int, res *Response) error {
 
 // ParseResponse parses a complete response head.
 func ParseResponse(head []byte, res *Response) error {
+	_, err := parseResponse(head, res)
+	return err
+}
+
+// ParseResponseIn is ParseRequestIn for a response head.
+func ParseResponseIn(b []byte, res *Response) (int, error) {
+	n, err := parseResponse(b, res)
+	if err != nil || n <= 0 {
+		return 0, err
+	}
+	res.Size = n
+	return n, nil
+}
+
+func parseResponse(head []byte, res *Response) (int, error) {
 	hs := res.Headers[:0]
 	*res = Response{Headers: hs, ContentLength: -1, Size: len(head)}
 	line, rest := nextLine(head)
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
 	switch line[7] {
 	case '1':
@@ -254,18 +306,21 @@ func ParseResponse(head []byte, res *Response) error {
 	case '0':
 		res.Close = true
 	default:
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
 	s := line[9:12]
 	if s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9' || (len(line) > 12 && line[12] != ' ') {
-		return ErrMalformed
+		return 0, ErrMalformed
 	}
 	res.Status = int(s[0]-'0')*100 + int(s[1]-'0')*10 + int(s[2]-'0')
 	res.StatusLine = line
-	hs, canon, err := parseHeaders(rest, hs)
+	hs, canon, end, err := parseHeaders(rest, hs, firstCRLF(head, rest))
 	res.Headers, res.Canon = hs, canon
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if end > 0 {
+		end += len(head) - len(rest)
 	}
 	var up bool
 	for i := range hs {
@@ -280,14 +335,14 @@ func ParseResponse(head []byte, res *Response) error {
 			if eqFold(h.Name, "content-length") {
 				n, ok := parseLength(h.Value)
 				if !ok || (res.ContentLength >= 0 && res.ContentLength != n) {
-					return ErrMalformed
+					return 0, ErrMalformed
 				}
 				res.ContentLength = n
 			}
 		case 17:
 			if eqFold(h.Name, "transfer-encoding") {
 				if !eqFold(bytes.TrimSpace(h.Value), "chunked") {
-					return ErrMalformed // only plain chunked is relayed
+					return 0, ErrMalformed // only plain chunked is relayed
 				}
 				res.Chunked = true
 			}
@@ -296,7 +351,7 @@ func ParseResponse(head []byte, res *Response) error {
 	if res.Chunked {
 		res.ContentLength = -1
 	}
-	return nil
+	return end, nil
 }
 
 // NoBody reports whether a response to method with this status has no
@@ -318,33 +373,43 @@ func nextLine(b []byte) (line, rest []byte) {
 }
 
 // parseHeaders parses header lines up to the blank line, and reports
-// whether every line was in written form (Request.Canon). One pass per
+// whether every line was in written form (Request.Canon) and where the
+// head ends: the bytes up to and including the blank line, 0 when b ends
+// before one, -1 when the blank line is CRLF after a bare LF line end
+// (crlf tells how the line before b ended), where headLen's rule (a head
+// ends at LF LF or CRLF CRLF) looks further on. One pass per
 // line: the name's bytes are checked against the token table until the
 // colon, the value's eight at a time (valueStop) until the line's end, so
 // a request costs no IndexByte call per line. Line ends are CRLF or bare
 // LF; a CR elsewhere, any other control byte but HTAB, and DEL are
 // refused, as validValue refuses them.
-func parseHeaders(b []byte, hs []Header) ([]Header, bool, error) {
+func parseHeaders(b []byte, hs []Header, crlf bool) ([]Header, bool, int, error) {
 	canon := true
+	n0 := len(b)
 	for len(b) > 0 {
 		if b[0] == '\n' {
-			break // blank line
+			return hs, canon, n0 - len(b) + 1, nil // blank line
 		}
 		if b[0] == '\r' {
 			if len(b) > 1 && b[1] == '\n' {
-				break
+				if !crlf {
+					// LF CR LF: a blank line here, not to headLen's
+					// rule (that head ends further on).
+					return hs, canon, -1, nil
+				}
+				return hs, canon, n0 - len(b) + 2, nil
 			}
-			return hs, false, ErrMalformed
+			return hs, false, 0, ErrMalformed
 		}
 		if b[0] == ' ' || b[0] == '\t' {
-			return hs, false, ErrMalformed // obsolete line folding
+			return hs, false, 0, ErrMalformed // obsolete line folding
 		}
 		c := 0
 		for c < len(b) && tokenTable[b[c]] {
 			c++
 		}
 		if c == 0 || c == len(b) || b[c] != ':' {
-			return hs, false, ErrMalformed
+			return hs, false, 0, ErrMalformed
 		}
 		name := b[:c]
 		i := c + 1
@@ -368,11 +433,11 @@ func parseHeaders(b []byte, hs []Header) ([]Header, bool, error) {
 				end, next = i, i+1
 			case '\r':
 				if i+1 >= len(b) || b[i+1] != '\n' {
-					return hs, false, ErrMalformed
+					return hs, false, 0, ErrMalformed
 				}
 				end, next = i, i+2
 			default:
-				return hs, false, ErrMalformed
+				return hs, false, 0, ErrMalformed
 			}
 			break
 		}
@@ -382,9 +447,10 @@ func parseHeaders(b []byte, hs []Header) ([]Header, bool, error) {
 		// Written form: one SP after the colon, none after the value, CRLF.
 		canon = canon && vs == c+2 && b[c+1] == ' ' && next == end+2 && b[end] == '\r'
 		hs = append(hs, Header{Name: name, Value: b[vs:end]})
+		crlf = next == i+2
 		b = b[next:]
 	}
-	return hs, canon, nil
+	return hs, canon, 0, nil // no blank line
 }
 
 // valueStop returns the index of the first byte at or after i that is a
