@@ -22,12 +22,18 @@
 # --dump). The figure is the dump's total Ir (instructions executed in
 # user space, every thread, the Go runtime included) over N. The
 # connection setup of the measured phase (64 accepts and closes) is in
-# the figure, about 0.3 % of it at N=20000.
+# the figure; a larger N dilutes it.
+#
+# An instruction count is not CPU time: cheap instructions (byte loops on
+# a head in L1) weigh as much as ones that miss the cache, and valgrind
+# runs one thread at a time, so Go's scheduler (spinning, wake-ups) is
+# under-counted. On 2026-11-28 a quarter fewer instructions per request
+# showed as about 5 % less user time in run.sh (docs/notes/benchmarks-log.md).
 #
 # Fulcrum runs with GODEBUG=asyncpreemptoff=1 (valgrind and Go's
 # preemption signals do not mix well) and GOMAXPROCS=${GOMAXPROCS:-2} as
 # on the 2-core benchmark box. Repeat runs agree within about 1 %.
-# Ports: 18380-18381, 19301-19303 (PORT_OFFSET moves them).
+# Ports: 18380-18381, 19301-19303, admin 19900 (PORT_OFFSET moves them).
 set -euo pipefail
 
 N=${N:-20000}
