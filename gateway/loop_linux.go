@@ -4,7 +4,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -752,14 +751,14 @@ func (l *evloop) process(c *lconn) {
 			return
 		}
 		// A complete, well-formed head is cut and parsed in one scan; else
-		// it is cut first (headLen), and parsed once complete.
+		// it is cut first (h1.HeadLen), and parsed once complete.
 		if n, _ := h1.ParseRequestIn(b, &c.cc.req); n > 0 {
 			if !l.startParsed(c, b[:n]) {
 				return
 			}
 			continue
 		}
-		hl := headLen(b)
+		hl := h1.HeadLen(b)
 		if hl == 0 {
 			if len(b) >= int(cfg.MaxHeaderSize) || len(b) == len(c.in) {
 				l.handOff(c) // the goroutine path answers 431
@@ -772,33 +771,6 @@ func (l *evloop) process(c *lconn) {
 		}
 		if !l.startRequest(c, b[:hl]) {
 			return
-		}
-	}
-}
-
-// headLen is the length of the head at the start of b, ending in a
-// blank line, or 0 while it is incomplete (internal/h1's rule: CRLF
-// CRLF, or a bare LF LF).
-func headLen(b []byte) int {
-	// One scan from LF to LF: the first that ends a blank line wins,
-	// whichever of the two endings it closes.
-	for p := 0; ; p++ {
-		i := bytes.IndexByte(b[p:], '\n')
-		if i < 0 {
-			return 0
-		}
-		p += i
-		if p+1 >= len(b) {
-			return 0
-		}
-		// Most LFs are followed by the next field's name: one test.
-		switch b[p+1] {
-		case '\n':
-			return p + 2
-		case '\r':
-			if p > 0 && p+2 < len(b) && b[p-1] == '\r' && b[p+2] == '\n' {
-				return p + 3
-			}
 		}
 	}
 }
@@ -1142,7 +1114,7 @@ func (l *evloop) headIn(c *lconn, u *lconn) bool {
 		// One scan for a complete, well-formed head, as process's.
 		hl, _ := h1.ParseResponseIn(u.in[u.r:u.w], res)
 		if hl == 0 {
-			if hl = headLen(u.in[u.r:u.w]); hl == 0 {
+			if hl = h1.HeadLen(u.in[u.r:u.w]); hl == 0 {
 				return false
 			}
 			if err := h1.ParseResponse(u.in[u.r:u.r+hl], res); err != nil {

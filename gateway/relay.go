@@ -97,8 +97,15 @@ func writeResponseHead(bw *bufio.Writer, res *h1.Response, ops *headerOps, rid [
 	}
 	out = append(out, "\r\n"...)
 	bw.Write(out)
+	if cap(out) > keepScratch {
+		return scr // a rare big head's buffer is not kept for the connection's life
+	}
 	return out
 }
+
+// keepScratch is the most scratch space a connection keeps between
+// responses.
+const keepScratch = 4 << 10
 
 // streams reports whether a response must reach the client as it comes:
 // server-sent events, or the target asked (X-Accel-Buffering: no, as

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -54,10 +55,14 @@ func TestParseResponse(t *testing.T) {
 	if err := ParseResponse([]byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"), &r); err != nil || r.Status != 200 || r.ContentLength != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	if err := ParseResponse([]byte("HTTP/1.1 404 Not\tFound \xc3\xa9\r\n\r\n"), &r); err != nil || r.Status != 404 {
+		t.Fatalf("reason phrase with HTAB and obs-text: %+v %v", r, err)
+	}
 	if err := ParseResponse([]byte("HTTP/1.1 204\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"), &r); err != nil || !r.Chunked || !r.Close {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, bad := range []string{"HTTP/1.1 2000 OK\r\n\r\n", "HTTP/2 200\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 099 X\r\n\r\n"} {
+	for _, bad := range []string{"HTTP/1.1 2000 OK\r\n\r\n", "HTTP/2 200\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 099 X\r\n\r\n",
+		"HTTP/1.1 200 OK\r\r\n\r\n", "HTTP/1.1 200 O\x00K\r\n\r\n", "HTTP/1.1 200 OK\x7f\r\n\r\n"} {
 		if err := ParseResponse([]byte(bad), &r); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
@@ -332,9 +337,8 @@ func FuzzParseHeaders(f *testing.F) {
 	})
 }
 
-// headEnd is the event loop's rule for where a head ends (gateway's
-// headLen): the first CRLF CRLF or LF LF, whichever closes first; 0 for
-// none.
+// headEnd is HeadLen's rule written the plain way: the first CRLF CRLF
+// or LF LF, whichever closes first; 0 for none.
 func headEnd(b []byte) int {
 	i := bytes.Index(b, []byte("\r\n\r\n"))
 	j := bytes.Index(b, []byte("\n\n"))
@@ -397,4 +401,83 @@ func FuzzParseIn(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestHeadLen(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"GET / HTTP/1.1\r\nHost: a\r\n", 0},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 27},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /next", 27},
+		{"GET / HTTP/1.1\nHost: a\n\n", 24},
+		{"GET / HTTP/1.1\r\nHost: a\n\r\n", 0}, // LF CR LF is not a blank line
+		{"\n\n", 2},
+		{"\r\n\r\n", 4},
+		{"a\r\n\n", 4},
+	} {
+		if got := HeadLen([]byte(c.in)); got != c.want {
+			t.Errorf("HeadLen(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	// Against the plain rule, on inputs made of the bytes that matter.
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte("\r\na")
+	for range 200000 {
+		b := make([]byte, rng.IntN(16))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if got, want := HeadLen(b), headEnd(b); got != want {
+			t.Fatalf("HeadLen(%q) = %d, want %d", b, got, want)
+		}
+	}
+}
+
+// The goroutine path's reader cuts a head where the event loop does
+// (HeadLen), however the bytes arrive. It used to take a later CRLF CRLF
+// over an earlier bare LF LF: a head ending "\n\n" followed by a second
+// request in CRLF form was read as one request, and the second was lost
+// inside it, where a front proxy that ends heads at LF LF saw two.
+func TestReadRequestEndsWhereHeadLenDoes(t *testing.T) {
+	two := "GET / HTTP/1.1\r\nHost: a\n\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+	for _, rd := range []func(string) io.Reader{
+		func(s string) io.Reader { return strings.NewReader(s) },
+		func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) },
+	} {
+		br := bufio.NewReaderSize(rd(two), 1024)
+		var r Request
+		if err := ReadRequest(br, 1024, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Size != 25 || string(r.URI) != "/" {
+			t.Fatalf("first head: size %d URI %q, want 25 and /", r.Size, r.URI)
+		}
+		br.Discard(r.Size)
+		if err := ReadRequest(br, 1024, &r); err != nil {
+			t.Fatalf("second head: %v", err)
+		}
+		if string(r.URI) != "/x" {
+			t.Fatalf("second head's URI %q, want /x", r.URI)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte("\r\na")
+	for range 20000 {
+		b := make([]byte, 1+rng.IntN(24))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		want := headEnd(b)
+		br := bufio.NewReaderSize(iotest.OneByteReader(bytes.NewReader(b)), 64)
+		head, err := peekHead(br, 64)
+		switch {
+		case want == 0 && err == nil:
+			t.Fatalf("peekHead(%q) = %q, want no head", b, head)
+		case want > 0 && (err != nil || len(head) != want):
+			t.Fatalf("peekHead(%q) = %q, %v; want the first %d bytes", b, head, err, want)
+		}
+	}
 }

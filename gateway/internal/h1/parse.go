@@ -29,7 +29,7 @@ func (h *Header) Raw() []byte {
 	if cap(h.Name) < n {
 		return nil
 	}
-	l := h.Name[:n:n]
+	l := h.Name[:n] // its capacity runs on in the head: lineRun joins the next line to it
 	if binary.LittleEndian.Uint16(l[k:]) != ':'|' '<<8 || binary.LittleEndian.Uint16(l[n-2:]) != '\r'|'\n'<<8 {
 		return nil
 	}
@@ -109,13 +109,11 @@ func peekHead(r *bufio.Reader, limit int) ([]byte, error) {
 			buf, _ = r.Peek(r.Buffered()) // everything the read brought
 		}
 		if len(buf) > 0 {
+			// The three bytes before the new ones are scanned again:
+			// a blank line's end may have arrived in two reads.
 			from := max(searched-3, 0)
-			if i := bytes.Index(buf[from:], crlfcrlf); i >= 0 {
-				return buf[:from+i+4], nil
-			}
-			// Tolerate bare LF line ends only as "\n\n".
-			if i := bytes.Index(buf[from:], lflf); i >= 0 {
-				return buf[:from+i+2], nil
+			if n := HeadLen(buf[from:]); n > 0 {
+				return buf[:from+n], nil
 			}
 			searched = len(buf)
 		}
@@ -138,10 +136,36 @@ func peekHead(r *bufio.Reader, limit int) ([]byte, error) {
 	}
 }
 
-var (
-	crlfcrlf = []byte("\r\n\r\n")
-	lflf     = []byte("\n\n")
-)
+// HeadLen is the length of the head at the start of b, ending in a
+// blank line, or 0 while it is incomplete: the first CRLF CRLF or bare
+// LF LF, whichever ends first. Every reader of a head (the goroutine
+// path's peek, the event loop, ParseRequestIn) cuts it by this one rule:
+// two rules would let a front proxy and us disagree on where a request
+// ends (before, the peek took a later CRLF CRLF over an earlier LF LF and
+// swallowed the request after it).
+func HeadLen(b []byte) int {
+	// One scan from LF to LF: the first that ends a blank line wins,
+	// whichever of the two endings it closes.
+	for p := 0; ; p++ {
+		i := bytes.IndexByte(b[p:], '\n')
+		if i < 0 {
+			return 0
+		}
+		p += i
+		if p+1 >= len(b) {
+			return 0
+		}
+		// Most LFs are followed by the next field's name: one test.
+		switch b[p+1] {
+		case '\n':
+			return p + 2
+		case '\r':
+			if p > 0 && p+2 < len(b) && b[p-1] == '\r' && b[p+2] == '\n' {
+				return p + 3
+			}
+		}
+	}
+}
 
 // ReadRequest parses the next request head from r without consuming it;
 // call r.Discard(req.Size) once done with the slices. req.Headers' array
@@ -162,7 +186,7 @@ func ParseRequest(head []byte, req *Request) error {
 
 // ParseRequestIn parses the request head at the start of b, which may
 // hold less or more than a head: n is the head's length, ending at the
-// first LF LF or CRLF CRLF (as the event loop's headLen cuts it), and
+// first LF LF or CRLF CRLF (HeadLen), and
 // req.Size is n. n is 0, whatever the error, when b holds no complete
 // head or the head does not end where that rule ends it, and when the
 // head is malformed: the caller then cuts the head as before and calls
@@ -312,6 +336,14 @@ func parseResponse(head []byte, res *Response) (int, error) {
 	if s[0] < '1' || s[0] > '5' || s[1] < '0' || s[1] > '9' || s[2] < '0' || s[2] > '9' || (len(line) > 12 && line[12] != ' ') {
 		return 0, ErrMalformed
 	}
+	for _, c := range line[12:] {
+		// The reason phrase: HTAB, SP, VCHAR and obs-text (RFC 9112), as
+		// a field value's bytes are checked. A bare CR or a NUL from a
+		// target would otherwise reach the client as it came.
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return 0, ErrMalformed
+		}
+	}
 	res.Status = int(s[0]-'0')*100 + int(s[1]-'0')*10 + int(s[2]-'0')
 	res.StatusLine = line
 	hs, canon, end, err := parseHeaders(rest, hs, firstCRLF(head, rest))
@@ -376,7 +408,7 @@ func nextLine(b []byte) (line, rest []byte) {
 // whether every line was in written form (Request.Canon) and where the
 // head ends: the bytes up to and including the blank line, 0 when b ends
 // before one, -1 when the blank line is CRLF after a bare LF line end
-// (crlf tells how the line before b ended), where headLen's rule (a head
+// (crlf tells how the line before b ended), where HeadLen's rule (a head
 // ends at LF LF or CRLF CRLF) looks further on. One pass per
 // line: the name's bytes are checked against the token table until the
 // colon, the value's eight at a time (valueStop) until the line's end, so
@@ -393,7 +425,7 @@ func parseHeaders(b []byte, hs []Header, crlf bool) ([]Header, bool, int, error)
 		if b[0] == '\r' {
 			if len(b) > 1 && b[1] == '\n' {
 				if !crlf {
-					// LF CR LF: a blank line here, not to headLen's
+					// LF CR LF: a blank line here, not to HeadLen's
 					// rule (that head ends further on).
 					return hs, canon, -1, nil
 				}
