@@ -1706,9 +1706,10 @@ func TestReconfigureKeepsLearnedState(t *testing.T) {
 // A target that failed most of what it got is tried again, once its
 // failure share has halved, with one pick at a time (a circuit breaker's
 // half-open state), another only after the last has gone unanswered four
-// latencies, and in full from its first success: a black hole that is
-// still dark takes one request, not the burst that a halved share would
-// otherwise let through (bench/contest's blackhole).
+// latencies, and in full once a trial has succeeded (its share is then
+// below the hold-back line): a black hole that is still dark takes one
+// request, not the burst that a halved share would otherwise let through
+// (bench/contest's blackhole).
 func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
 	const fast = 20 * time.Millisecond
 	clk := &capClock{}
