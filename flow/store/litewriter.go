@@ -143,6 +143,16 @@ func (w *liteWriter) do(ctx context.Context, fn func(context.Context, *sql.Tx) e
 	return <-op.result // always answered: the group runs to its commit and fsync
 }
 
+// anyWaiting reports whether a caller of the group still waits for it.
+func anyWaiting(group []*liteOp) bool {
+	for _, op := range group {
+		if op.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // close stops the writer and waits until every group taken is answered.
 func (w *liteWriter) close() {
 	w.once.Do(func() { close(w.done) })
@@ -259,17 +269,26 @@ func (w *liteWriter) apply(group []*liteOp) {
 		}()
 	}
 	// BEGIN IMMEDIATE waits up to busy_timeout for another process (or
-	// store) on the same file to finish its write; on a starved machine
-	// that can run out. Nothing of the group has run yet, so try again.
+	// store) on the same file to finish its write. SQLite's busy handler
+	// polls, every 100 ms once it has waited a while, so another process
+	// writing back to back can keep this one out past any one timeout (on
+	// a loaded machine three timeouts in a row did, and its callers got
+	// SQLITE_BUSY). Nothing of the group has run yet: try again for as long
+	// as one of its callers still waits, as a row lock on PostgreSQL waits
+	// for as long as its statement may.
 	var tx *sql.Tx
-	for attempt := 0; ; attempt++ {
+	for warned := false; ; {
 		tx, err = conn.BeginTx(ctx, nil)
 		if err == nil {
 			break
 		}
-		if attempt == 2 || !isBusy(err) {
+		if !isBusy(err) || !anyWaiting(group) {
 			fail(err)
 			return
+		}
+		if !warned {
+			warned = true
+			w.log.Warn("flow store: another process has held the SQLite file's write lock past busy_timeout; waiting", "writes", len(group), "err", err)
 		}
 	}
 	// A lone write needs no savepoint: if it fails, the transaction

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
@@ -111,3 +112,73 @@ func TestGroupCommitKeepsFullOutsideGroups(t *testing.T) {
 
 // liteOf is the SQLite driver of a store opened on sqlite://.
 func liteOf(s *SQLStore) *liteDriver { return s.drv.(*liteDriver) }
+
+// Another process that keeps the file's write lock past busy_timeout does
+// not fail the writes waiting for it: a write waits for as long as its
+// caller does, and one whose caller leaves fails and changes nothing.
+func TestGroupCommitWaitsOutAnotherWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	s, err := Open(context.Background(), "sqlite://"+path, Options{TablePrefix: "g_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.w.Exec("CREATE TABLE kv (k TEXT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	// A short timeout on the one writer connection, so that the lock below
+	// outlasts several of them.
+	if _, err := s.w.Exec("PRAGMA busy_timeout = 20"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	otx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otx.Exec("INSERT INTO kv (k) VALUES ('other')"); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(k string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO kv (k) VALUES (?)", k)
+			return err
+		}
+	}
+	// The lock is held for 15 of the writer's timeouts: the caller who
+	// gives up at 300 ms has seen them run out.
+	gone, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	waited, left := make(chan error, 1), make(chan error, 1)
+	go func() { waited <- liteOf(s).lw.do(ctx, insert("waited")) }()
+	go func() { left <- liteOf(s).lw.do(gone, insert("gone")) }()
+	<-gone.Done()
+	if err := otx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the write that waited: %v", err)
+	}
+	if err := <-left; err == nil {
+		t.Fatal("the write whose caller left succeeded")
+	}
+	var keys []string
+	rows, err := s.r.Query("SELECT k FROM kv ORDER BY k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	if len(keys) != 2 || keys[0] != "other" || keys[1] != "waited" {
+		t.Fatalf("stored %v; want [other waited]", keys)
+	}
+}
