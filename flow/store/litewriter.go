@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // liteWriter is SQLite's group commit. SQLite has one writer and, with
@@ -290,6 +291,8 @@ func (w *liteWriter) apply(group []*liteOp) {
 			warned = true
 			w.log.Warn("flow store: another process has held the SQLite file's write lock past busy_timeout; waiting", "writes", len(group), "err", err)
 		}
+		// SQLite answers some BUSYs at once, without its handler: no spin.
+		time.Sleep(time.Millisecond)
 	}
 	// A lone write needs no savepoint: if it fails, the transaction
 	// holds nothing else and is rolled back whole.
