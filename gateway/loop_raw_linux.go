@@ -25,18 +25,23 @@ func bufPtr(p []byte) unsafe.Pointer {
 	return unsafe.Pointer(&p[0])
 }
 
-// rawRead is unix.Read for a non-blocking fd: n is -1 with an error.
+// rawRead is unix.Read for a non-blocking socket: n is -1 with an error.
+// It is recvfrom rather than read: the socket call skips the file layer
+// that read goes through for any fd (the position lock, the access
+// check, the fsnotify hook), as nginx's recv does.
 func rawRead(fd int, p []byte) (int, error) {
-	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(bufPtr(p)), uintptr(len(p)))
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(bufPtr(p)), uintptr(len(p)), 0, 0, 0)
 	if e != 0 {
 		return -1, errno(e)
 	}
 	return int(r), nil
 }
 
-// rawWrite is unix.Write for a non-blocking fd: n is -1 with an error.
+// rawWrite is unix.Write for a non-blocking socket: n is -1 with an
+// error. It is sendto, for the reason rawRead is recvfrom, with
+// MSG_NOSIGNAL: a peer gone makes EPIPE without raising SIGPIPE.
 func rawWrite(fd int, p []byte) (int, error) {
-	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(bufPtr(p)), uintptr(len(p)))
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(bufPtr(p)), uintptr(len(p)), unix.MSG_NOSIGNAL, 0, 0)
 	if e != 0 {
 		return -1, errno(e)
 	}
