@@ -110,6 +110,11 @@ type lconn struct {
 	closed bool
 	in     []byte
 	r, w   int
+	// scanned: how much of an unfinished head at in[r:] has been searched
+	// for its end, so a head arriving in many reads is scanned once in
+	// all, not once per read (a client trickling a byte at a time would
+	// otherwise cost each read a scan of everything before it).
+	scanned int
 	// readable: the last read filled the buffer, or an event came since
 	// the last short read; a short read means the socket is drained, so
 	// a request costs no EAGAIN read (nginx's ready flag).
@@ -626,6 +631,7 @@ func (l *evloop) newConn(fd, inSize int) *lconn {
 	}
 	c.in = c.in[:inSize]
 	c.fd, c.r, c.w, c.closed, c.readable, c.writable = fd, 0, 0, false, false, true
+	c.scanned = 0
 	c.closeAfter, c.peer = false, nil
 	c.tc, c.tio, c.tlsMore, c.cc.tls = nil, nil, false, false
 	return c
@@ -750,16 +756,23 @@ func (l *evloop) process(c *lconn) {
 			c.r, c.w = 0, 0
 			return
 		}
-		// A complete, well-formed head is cut and parsed in one scan; else
-		// it is cut first (h1.HeadLen), and parsed once complete.
-		if n, _ := h1.ParseRequestIn(b, &c.cc.req); n > 0 {
-			if !l.startParsed(c, b[:n]) {
-				return
+		// A complete, well-formed head that came in one read is cut and
+		// parsed in one scan; else it is cut first (h1.HeadLen, going on
+		// from where the last read's search stopped: the three bytes
+		// before it again, as a blank line's end may straddle two reads),
+		// and parsed once complete.
+		if c.scanned == 0 {
+			if n, _ := h1.ParseRequestIn(b, &c.cc.req); n > 0 {
+				if !l.startParsed(c, b[:n]) {
+					return
+				}
+				continue
 			}
-			continue
 		}
-		hl := h1.HeadLen(b)
+		from := max(c.scanned-3, 0)
+		hl := h1.HeadLen(b[from:])
 		if hl == 0 {
+			c.scanned = len(b)
 			if len(b) >= int(cfg.MaxHeaderSize) || len(b) == len(c.in) {
 				l.handOff(c) // the goroutine path answers 431
 				return
@@ -769,7 +782,8 @@ func (l *evloop) process(c *lconn) {
 			}
 			return
 		}
-		if !l.startRequest(c, b[:hl]) {
+		c.scanned = 0
+		if !l.startRequest(c, b[:from+hl]) {
 			return
 		}
 	}
