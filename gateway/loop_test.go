@@ -81,3 +81,49 @@ func TestRequestInPieces(t *testing.T) {
 		t.Fatalf("%d %s", res.StatusCode, body)
 	}
 }
+
+// A head answers the same whether it comes in one write or a byte at a
+// time: the search for its end goes on across reads without missing an
+// end that straddles two of them (CRLF CRLF, bare LF LF, mixed) or
+// finding one that is not there.
+func TestHeadInPiecesAnswersAsWhole(t *testing.T) {
+	b := newBackend(t, "b1")
+	g := start(t, base+"upstreams:\n  api:\n    targets:\n      - {url: \""+b.url()+"\"}\n")
+	heads := []string{
+		"GET /a HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET /b HTTP/1.1\nHost: x\n\n",
+		"GET /c HTTP/1.1\r\nHost: x\n\n",
+		"GET /d HTTP/1.1\r\nHost: x\r\n\n",
+		"GET /e HTTP/1.1\r\nHost: x\r\nX-A: \r\r\n\r\n",
+		"GET /f HTTP/1.1\r\nHost: x\r\nX-A: a\r\n \r\n\r\n",
+	}
+	status := func(head string, trickle bool) int {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if trickle {
+			for i := range len(head) {
+				if _, err := c.Write([]byte{head[i]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", head, err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, h := range heads {
+		whole, pieces := status(h, false), status(h, true)
+		if whole != pieces {
+			t.Errorf("%q: %d in one write, %d a byte at a time", h, whole, pieces)
+		}
+	}
+}
