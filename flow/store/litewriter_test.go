@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,19 +60,8 @@ func TestGroupCommitIsolatesWrites(t *testing.T) {
 	if results[0] != nil || results[1] == nil || results[2] != nil || !errors.Is(results[3], context.Canceled) {
 		t.Fatalf("results %v; want a ok, b failed, c ok, d cancelled", results)
 	}
-	var keys []string
-	rows, err := s.r.Query("SELECT k FROM kv ORDER BY k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k string
-		rows.Scan(&k)
-		keys = append(keys, k)
-	}
-	if len(keys) != 2 || keys[0] != "a" || keys[1] != "c" {
-		t.Fatalf("stored %v; want [a c] (b undone whole, d never run)", keys)
+	if keys := storedKeys(t, s); keys != "a c" {
+		t.Fatalf("stored %q; want \"a c\" (b undone whole, d never run)", keys)
 	}
 }
 
@@ -167,18 +157,29 @@ func TestGroupCommitWaitsOutAnotherWriter(t *testing.T) {
 	if err := <-left; err == nil {
 		t.Fatal("the write whose caller left succeeded")
 	}
-	var keys []string
+	if keys := storedKeys(t, s); keys != "other waited" {
+		t.Fatalf("stored %q; want \"other waited\"", keys)
+	}
+}
+
+// storedKeys is table kv's keys in order, space-separated.
+func storedKeys(t *testing.T, s *SQLStore) string {
+	t.Helper()
 	rows, err := s.r.Query("SELECT k FROM kv ORDER BY k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
+	var keys []string
 	for rows.Next() {
 		var k string
-		rows.Scan(&k)
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
 		keys = append(keys, k)
 	}
-	if len(keys) != 2 || keys[0] != "other" || keys[1] != "waited" {
-		t.Fatalf("stored %v; want [other waited]", keys)
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
+	return strings.Join(keys, " ")
 }
