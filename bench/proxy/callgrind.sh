@@ -93,6 +93,7 @@ error_log $work/nginx-error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  map \$http_x_request_id \$rid { default \$http_x_request_id; "" \$request_id; }
   upstream demo { server $U1; server $U2; server $U3; keepalive 128; }
   server {
     listen 127.0.0.1:$NP;
@@ -100,8 +101,12 @@ http {
       proxy_pass http://demo;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-      proxy_set_header Host \$host;
+      proxy_set_header Host \$http_host;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Forwarded-Host \$http_host;
+      proxy_set_header X-Request-Id \$rid;
+      add_header X-Request-Id \$rid;
     }
   }
 }

@@ -195,6 +195,13 @@ tls | h2)
 	;;
 esac
 
+# Every proxy does the same work a request as the gateway does by default
+# (docs/gateway.md, "What is forwarded"): X-Forwarded-For, -Proto and -Host to the
+# target, and an X-Request-Id, the client's or a new one, to the target
+# and back in the response. Without it the peers did less: nginx with
+# these headers spent 10-20 % more CPU a request, and the demo upstreams
+# more behind the gateway than behind nginx (docs/notes/benchmarks-log.md,
+# 2026-11-28 21:27 UTC).
 cat >"$work/nginx.conf" <<NGINX
 worker_processes WORKERS;
 pid $work/nginx.pid;
@@ -203,6 +210,7 @@ daemon off;
 events { worker_connections 4096; }
 http {
   access_log off;
+  map \$http_x_request_id \$rid { default \$http_x_request_id; "" \$request_id; }
   upstream demo { server $U1; server $U2; server $U3; keepalive 128; }
   server {
     $nginx_listen
@@ -210,8 +218,12 @@ http {
       proxy_pass http://demo;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-      proxy_set_header Host \$host;
+      proxy_set_header Host \$http_host;
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Forwarded-Host \$http_host;
+      proxy_set_header X-Request-Id \$rid;
+      add_header X-Request-Id \$rid;
     }
   }
 }
@@ -253,6 +265,12 @@ defaults
   http-reuse always
 frontend fe
   bind 127.0.0.1:$(port_of haproxy)$hap_bind
+  unique-id-format %{+X}o\\ %ci:%cp_%fi:%fp_%Ts_%rt:%pid
+  http-request set-header X-Request-Id %[unique-id] unless { req.hdr(x-request-id) -m found }
+  http-request set-var(txn.rid) req.hdr(x-request-id)
+  http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-response set-header X-Request-Id %[var(txn.rid)]
   default_backend be
 backend be
   balance roundrobin
