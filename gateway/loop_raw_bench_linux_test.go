@@ -12,7 +12,7 @@ import (
 // proxied request makes: through the file layer (read/write) and as the
 // loop makes them (recvfrom/sendto). Nothing waits, so ns/op is CPU.
 //
-//	go test -run '^$' -bench LoopbackRoundTrip -count 6 ./gateway/
+//	go test -run '^$' -bench LoopbackRoundTrip -count 8 ./gateway/
 func BenchmarkLoopbackRoundTrip(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
