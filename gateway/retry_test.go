@@ -28,13 +28,8 @@ type badTarget struct {
 
 func newBadTarget(t *testing.T, mode string) *badTarget {
 	b := &badTarget{}
-	if mode == "refuse" { // a free port, taken and given back
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.addr = ln.Addr().String()
-		ln.Close()
+	if mode == "refuse" {
+		b.addr = refusingAddr(t)
 		return b
 	}
 	b.addr = serveRaw(t, func(c net.Conn) {
