@@ -13,6 +13,11 @@
 #                                      # the gateway on its event loop and on its
 #                                      # goroutine path, with syscalls and context
 #                                      # switches per request
+#   THINK_MS=2 ONLY="fulcrum nginx" bench/proxy/run.sh
+#                                      # every connection waits 2 ms between
+#                                      # requests: the same offered load for
+#                                      # each proxy (about 22k req/s on 2 vCPUs),
+#                                      # so the latencies compare at one load
 #   PROTO=tls bench/proxy/run.sh       # HTTP/1.1 over TLS (wrk https, keep-alive)
 #   PROTO=h2 bench/proxy/run.sh        # HTTP/2 over TLS (h2load -cCONNS -mSTREAMS -tTHREADS)
 #   PROTO=h2 ONLY="fulcrum nginx gobare nginxbare h2own" BASE=nginx COUNTS=1 bench/proxy/run.sh
@@ -86,6 +91,7 @@ fi
 FULCRUM_BEFORE=${FULCRUM_BEFORE:-} # another fulcrum binary for the "before" row
 COUNTS=${COUNTS:-}                 # 1: syscalls and context switches per request
 COUNT_DURATION=${COUNT_DURATION:-3s}
+THINK_MS=${THINK_MS:-} # http, tls: each connection waits this long between requests (equal offered load)
 NCPU=$(nproc)
 PIN=${PIN:-auto}
 if [ "$PIN" = on ] || { [ "$PIN" = auto ] && [ "$NCPU" -ge 8 ]; }; then
@@ -397,7 +403,7 @@ syscalls_per_req() {
 	if [ "$1" = direct ] || ! command -v perf >/dev/null; then echo -; return; fi
 	local out
 	out=$(perf stat -x, -e raw_syscalls:sys_enter -p "$(proxy_pids | tr ' ' ,)" -- \
-		bash -c "$(declare -f drive port_of); $(declare -p load_pin PROTO scheme THREADS CONNS STREAMS work PORT_OFFSET); drive $1 $COUNT_DURATION" 2>"$work/perf.txt") || { echo -; return; }
+		bash -c "$(declare -f drive port_of); $(declare -p load_pin PROTO scheme THREADS CONNS STREAMS work PORT_OFFSET THINK_MS root); drive $1 $COUNT_DURATION" 2>"$work/perf.txt") || { echo -; return; }
 	awk -v n="$(echo "$out" | awk '/requests in/ {print $1}')" -F, '/raw_syscalls/ && n > 0 { printf "%.2f", $1 / n; f = 1 } END { if (!f) print "-" }' "$work/perf.txt"
 }
 
@@ -408,7 +414,9 @@ syscalls_per_req() {
 drive() {
 	local url="$scheme://127.0.0.1:$(port_of "$1")/"
 	if [ "$PROTO" != h2 ]; then
-		"${load_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$2" --latency "$url"
+		local think=()
+		[ -n "$THINK_MS" ] && think=(-s "$root/bench/proxy/think.lua")
+		"${load_pin[@]}" env THINK_MS="$THINK_MS" wrk -t"$THREADS" -c"$CONNS" -d"$2" --latency "${think[@]}" "$url"
 		return
 	fi
 	local out
@@ -482,6 +490,7 @@ for P in $CORE_SETS; do
 	tls) load="wrk -t$THREADS -c$CONNS -d$DURATION https, keep-alive, TLS 1.3 TLS_AES_128_GCM_SHA256" ;;
 	h2) load="h2load -c$CONNS -m$STREAMS -t$THREADS -D$DURATION, HTTP/2 over TLS 1.3 TLS_AES_128_GCM_SHA256" ;;
 	esac
+	[ -n "$THINK_MS" ] && [ "$PROTO" != h2 ] && load="$load, ${THINK_MS} ms between a connection's requests"
 	echo "$load, 3 upstreams, round robin; median of $ROUNDS interleaved rounds; $NCPU CPUs, load avg $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
 	printf "| %-10s | %10s | %8s | %8s | %12s | %12s |" proxy "req/s" "p50 ms" "p99 ms" "CPU us/req" "$label"
