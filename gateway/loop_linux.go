@@ -551,6 +551,12 @@ func (l *evloop) accept() {
 // connection to its least loaded thread. The margin keeps a loop's own
 // connections local while the counts are near even, which is the usual
 // case under churn: a move costs a post to the other loop.
+// Spreading has a price on a machine the gateway shares: two loops are
+// woken more than one, and with wrk and the upstreams on the same two
+// cores the saturated p99 was lower on one loop (GOMAXPROCS=1), as
+// nginx's is with most connections on one worker (docs/benchmarks.md,
+// "Where the saturated p99 comes from"). Packing connections onto as
+// few loops as the load needs would need moving them when a loop fills.
 // With l nil (a TLS connection after its handshake) it is the one
 // serving the fewest.
 func (g *Gateway) place(l *evloop) *evloop {
