@@ -20,6 +20,7 @@ import (
 	"github.com/fulcrum-lb/fulcrum/gateway/config"
 	"github.com/fulcrum-lb/fulcrum/gateway/discovery"
 	"github.com/fulcrum-lb/fulcrum/gateway/internal/h2srv"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options are the gateway's process-level settings.
@@ -83,7 +84,15 @@ type Gateway struct {
 	// loopConns counts the loops' client connections (g.conns holds the
 	// goroutine path's).
 	loopConns atomic.Int64
-	disc      watchers // discovery providers (sources.go)
+	// Packing (loop_pack_linux.go): how many loops are active, a count
+	// a test fixes (0: the packer decides), connections moved between
+	// loops, and the packer's stop and end.
+	activeLoops atomic.Int32
+	packFixed   atomic.Int32
+	loopMoves   atomic.Int64
+	packStop    chan struct{}
+	packDone    chan struct{}
+	disc        watchers // discovery providers (sources.go)
 }
 
 // Check reports what New would refuse in cfg, without starting anything
@@ -134,6 +143,16 @@ func New(cfg *config.Config, opts Options) (*Gateway, error) {
 		stop:         make(chan struct{}),
 	}
 	g.metrics = newMetrics(g.upstreams)
+	g.metrics.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fulcrum_gateway_event_loops_active",
+			Help: "Event loops new connections go to (the packer's count; 0 with the loops off).",
+		}, func() float64 { return float64(g.loopsActive()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fulcrum_gateway_event_loop_moves_total",
+			Help: "Client connections moved between event loops, between two requests.",
+		}, func() float64 { return float64(g.loopMoves.Load()) }),
+	)
 	if err := g.setupAccessLog(cfg); err != nil {
 		return nil, err
 	}
@@ -281,6 +300,15 @@ func (g *Gateway) closeListeners() {
 // EventLoops is how many event loops own the listener (0: the goroutine
 // path serves every connection).
 func (g *Gateway) EventLoops() int { return len(g.loops) }
+
+// loopsActive is how many loops take new connections: the packer's
+// count, all of them with one loop, none with the loops off.
+func (g *Gateway) loopsActive() int {
+	if len(g.loops) <= 1 {
+		return len(g.loops)
+	}
+	return int(g.activeLoops.Load())
+}
 
 // Addr is the proxy's listening address.
 func (g *Gateway) Addr() string { return g.addr.String() }

@@ -72,6 +72,7 @@ const (
 
 type evloop struct {
 	g      *Gateway
+	idx    int // its place in g.loops: the first activeLoops are active (loop_pack_linux.go)
 	ep     int
 	lfd    int
 	efd    int // eventfd: post wakes the loop
@@ -85,6 +86,10 @@ type evloop struct {
 	idle   map[*pool]*[]*lconn // keep-alive target connections, this loop's own (a pointer: a take or put is one lookup, no map write)
 	free   []*lconn
 	sweep  time.Time
+
+	// leaving: connections done with a request that the packer moves
+	// to another loop after this wake-up's events (loop_pack_linux.go).
+	leaving []leaving
 
 	// clients counts the client connections this loop serves, or was
 	// handed and has not registered yet: place reads it from every loop.
@@ -125,6 +130,13 @@ type lconn struct {
 	// (tmNone: none), and its handle for a reset without a key lookup.
 	tkind uint8
 	th    wheel.Handle
+
+	// Packing (loop_pack_linux.go): the loop this connection moves to
+	// once it is between requests, and how many goroutines (a queue
+	// wait, a dial) will post a result for it to this loop: while any
+	// will, it stays.
+	moveTo   *evloop
+	inflight uint16
 
 	// A client connection.
 	cc          *clientConn
@@ -199,6 +211,7 @@ func (g *Gateway) startTLSLoops() error {
 			g.closeLoops()
 			return err
 		}
+		l.idx = len(g.loops)
 		g.loops = append(g.loops, l)
 	}
 	return nil
@@ -247,6 +260,7 @@ func (g *Gateway) listenLoops(addr string) (net.Addr, error) {
 			}
 			sa = got
 		}
+		l.idx = len(g.loops)
 		g.loops = append(g.loops, l)
 	}
 	switch s := sa.(type) {
@@ -398,6 +412,9 @@ func (l *evloop) loop() {
 			l.event(c, ev.Events)
 		}
 		l.timers.Advance(l.now, l.fireFn)
+		if len(l.leaving) > 0 {
+			l.moveLeaving()
+		}
 		if l.now.Sub(l.sweep) > time.Second {
 			l.sweepIdle()
 		}
@@ -543,28 +560,24 @@ func (l *evloop) accept() {
 }
 
 // place picks the loop for a new client connection and counts it there:
-// the one serving the fewest, l (the accepting loop) unless another
-// serves at least two fewer. SO_REUSEPORT spreads connections by a hash
-// of their addresses, so 64 keep-alive connections landed 38 and 26 on
-// two loops, and the busier loop's requests waited longer (the p99) while
+// of the active loops (loop_pack_linux.go), the one serving the fewest,
+// l (the accepting loop) if it is active, unless another serves at
+// least two fewer. SO_REUSEPORT spreads connections by a hash of their
+// addresses, so 64 keep-alive connections landed 38 and 26 on two
+// loops, and the busier loop's requests waited longer (the p99) while
 // the other had time to spare; HAProxy likewise hands an accepted
 // connection to its least loaded thread. The margin keeps a loop's own
 // connections local while the counts are near even, which is the usual
-// case under churn: a move costs a post to the other loop.
-// Spreading has a price on a machine the gateway shares: two loops are
-// woken more than one, and with wrk and the upstreams on the same two
-// cores the saturated p99 was lower on one loop (GOMAXPROCS=1), as
-// nginx's is with most connections on one worker (docs/benchmarks.md,
-// "Where the saturated p99 comes from"). Packing connections onto as
-// few loops as the load needs would need moving them when a loop fills.
-// With l nil (a TLS connection after its handshake) it is the one
-// serving the fewest.
+// case under churn: a move costs a post to the other loop. With l nil
+// (a TLS connection after its handshake) it is the one serving the
+// fewest.
 func (g *Gateway) place(l *evloop) *evloop {
-	best, bn := l, int32(math.MaxInt32)
-	if l != nil {
-		bn = l.clients.Load() - 1
+	active := g.loops[:min(max(int(g.activeLoops.Load()), 1), len(g.loops))]
+	best, bn := active[0], int32(math.MaxInt32)
+	if l != nil && l.idx < len(active) {
+		best, bn = l, l.clients.Load()-1
 	}
-	for _, o := range g.loops {
+	for _, o := range active {
 		if m := o.clients.Load(); m < bn {
 			best, bn = o, m
 		}
@@ -630,7 +643,7 @@ func (l *evloop) newConn(fd, inSize int) *lconn {
 		c = &lconn{l: l}
 		c.cc = &clientConn{g: l.g}
 		c.bw = bufio.NewWriterSize(&c.q, 4<<10)
-		c.dropFn = func(*target) { l.dropResponse(c) }
+		c.dropFn = func(*target) { c.l.dropResponse(c) } // c.l: a connection may move
 	}
 	if cap(c.in) < inSize {
 		c.in = make([]byte, inSize)
@@ -659,6 +672,7 @@ func (c *lconn) isTarget() bool { return c.pool != nil }
 
 // freeConn keeps a closed client connection's buffers for the next one.
 func (l *evloop) freeConn(c *lconn) {
+	c.moveTo = nil
 	c.cc.lc, c.cc.rte, c.cc.up = nil, nil, nil
 	c.tc, c.tio, c.tlsMore = nil, nil, false // a TLS connection's buffers go with it
 	c.up, c.line, c.res, c.a, c.rq = nil, accessLine{}, result{}, attempt{}, request{}
@@ -900,6 +914,7 @@ func (l *evloop) queue(c *lconn, wait time.Duration, retry bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	up, info, gen := c.up, c.rq.info(), c.gen
+	c.inflight++
 	go func() {
 		p, err := up.wait(ctx, l.g, info, wait)
 		if !l.post(func(l *evloop) { l.waited(c, gen, p, err) }) && err == nil {
@@ -909,6 +924,7 @@ func (l *evloop) queue(c *lconn, wait time.Duration, retry bool) {
 }
 
 func (l *evloop) waited(c *lconn, gen uint32, p balance.Pick, err error) {
+	c.inflight--
 	if c.gen != gen {
 		if err == nil {
 			p.Cancel() // the client left while the permit came
@@ -987,6 +1003,7 @@ func (l *evloop) dial(c *lconn, p *pool) {
 	gen := c.gen
 	dialTO := time.Duration(p.dialTO.Load())
 	addr := p.addr
+	c.inflight++
 	go func() {
 		d := net.Dialer{Timeout: dialTO, KeepAlive: 30 * time.Second}
 		fd := -1
@@ -1031,6 +1048,7 @@ func dupFD(nc net.Conn) (int, error) {
 }
 
 func (l *evloop) dialed(c *lconn, gen uint32, p *pool, fd int, err error) {
+	c.inflight--
 	if c.gen != gen {
 		if fd >= 0 {
 			_ = unix.Close(fd)
@@ -1484,6 +1502,13 @@ func (l *evloop) requestDone(c *lconn) {
 	if !l.ready(c) {
 		return
 	}
+	if c.moveTo != nil && c.r == c.w {
+		// The packer moves it to another loop (loop_pack_linux.go),
+		// once this wake-up's events are handled: the callers up the
+		// stack still hold it.
+		l.leaving = append(l.leaving, leaving{c, c.gen})
+		return
+	}
 	if c.r < c.w {
 		l.process(c)
 	}
@@ -1805,6 +1830,19 @@ func (g *Gateway) runLoops() {
 	for _, l := range g.loops {
 		go l.loop()
 	}
+	if len(g.loops) > 1 {
+		a := len(g.loops)
+		if g.cfg().EventLoopPackOn() {
+			a = 1
+		}
+		g.activeLoops.Store(int32(a))
+		g.packStop = make(chan struct{})
+		g.packDone = make(chan struct{})
+		go func() {
+			defer close(g.packDone)
+			g.packLoop(g.packStop)
+		}()
+	}
 }
 
 // drainLoops drains the loops (kill: closing every connection), or ends
@@ -1821,6 +1859,11 @@ func (g *Gateway) drainLoops(kill bool) {
 
 // stopLoops ends the loops, closing whatever they still hold.
 func (g *Gateway) stopLoops(wait bool) {
+	if g.packStop != nil {
+		close(g.packStop)
+		<-g.packDone
+		g.packStop = nil
+	}
 	for _, l := range g.loops {
 		l.post(func(l *evloop) { l.exit = true })
 	}

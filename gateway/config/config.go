@@ -36,6 +36,11 @@ type Config struct {
 	// core (Linux; default true). false: a goroutine per connection
 	// everywhere. Read at start: changing it takes a restart.
 	EventLoop *bool `yaml:"event_loop"`
+	// EventLoopPack puts connections on as few event loops as the
+	// gateway's CPU use needs, spreading them over more as it grows
+	// (default true); false spreads them evenly over every loop.
+	// Reloadable.
+	EventLoopPack *bool `yaml:"event_loop_pack"`
 	// HTTP2Server picks the server for HTTP/2 over TLS: "own" (default;
 	// gateway/internal/h2srv) or "net/http" (x/net/http2's, through
 	// net/http). Read at start: changing it takes a restart.
@@ -64,6 +69,9 @@ type Config struct {
 
 // EventLoopOn is EventLoop with its default (on).
 func (c *Config) EventLoopOn() bool { return c.EventLoop == nil || *c.EventLoop }
+
+// EventLoopPackOn is EventLoopPack with its default (on).
+func (c *Config) EventLoopPackOn() bool { return c.EventLoopPack == nil || *c.EventLoopPack }
 
 // TLS names the certificate and key files.
 type TLS struct {
