@@ -90,6 +90,7 @@ type Gateway struct {
 	activeLoops atomic.Int32
 	packFixed   atomic.Int32
 	loopMoves   atomic.Int64
+	steered     atomic.Int32 // the active count the listeners' steering program has (loop_pack_linux.go)
 	packStop    chan struct{}
 	packDone    chan struct{}
 	disc        watchers // discovery providers (sources.go)

@@ -87,6 +87,8 @@ type evloop struct {
 	free   []*lconn
 	sweep  time.Time
 
+	accepts int // connections this loop's listener took (a test reads it: steering)
+
 	// leaving: connections done with a request that the packer moves
 	// to another loop after this wake-up's events (loop_pack_linux.go).
 	leaving []leaving
@@ -547,6 +549,7 @@ func (l *evloop) accept() {
 			}
 			return // EAGAIN: the backlog is empty
 		}
+		l.accepts++
 		t := l.g.place(l)
 		if t == l {
 			l.accepted(fd, sa)
@@ -1835,7 +1838,7 @@ func (g *Gateway) runLoops() {
 		if g.cfg().EventLoopPackOn() {
 			a = 1
 		}
-		g.activeLoops.Store(int32(a))
+		g.setActive(a)
 		g.packStop = make(chan struct{})
 		g.packDone = make(chan struct{})
 		go func() {

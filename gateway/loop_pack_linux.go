@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,6 +123,9 @@ func (g *Gateway) setActive(a int) {
 	n := len(g.loops)
 	a = min(max(a, 1), n)
 	g.activeLoops.Store(int32(a))
+	if g.steered.Swap(int32(a)) != int32(a) {
+		g.loops[0].post(func(l *evloop) { l.steer(a) })
+	}
 	counts := make([]int, n)
 	total := 0
 	for i, l := range g.loops {
@@ -270,5 +274,36 @@ func (l *evloop) arrive(c *lconn, kind uint8, due time.Time) {
 	}
 	if kind != tmNone {
 		l.arm(c, kind, due)
+	}
+}
+
+// steer has the kernel give each new connection to the listening socket
+// of one of the first a loops, at random: a classic BPF program on the
+// SO_REUSEPORT group, whose sockets are numbered in the order they
+// listened, the loops' order. Without it a connection hashed to an
+// inactive loop's socket costs a hand-over to an active one (a post and
+// a wake-up of both loops): with Connection: close, a gateway packed on
+// one loop of two served 10-20 % fewer requests than spread. A kernel
+// that refuses the program leaves the hash, and place still hands
+// connections over.
+func (l *evloop) steer(a int) {
+	if l.lfd < 0 {
+		return // TLS: the loops have no listener
+	}
+	raw, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtRand},
+		bpf.ALUOpConstant{Op: bpf.ALUOpMod, Val: uint32(a)},
+		bpf.RetA{},
+	})
+	if err != nil {
+		return
+	}
+	prog := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	if err := unix.SetsockoptSockFprog(l.lfd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF,
+		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}); err != nil {
+		l.g.log.Debug("event loop: steering new connections", "err", err)
 	}
 }

@@ -207,6 +207,44 @@ func TestLoopsPackMovesConnections(t *testing.T) {
 	}
 }
 
+// Packed on one loop, new connections are steered by the kernel to that
+// loop's listening socket: none lands on an inactive loop to be handed
+// over.
+func TestPackedListenersSteerNewConnections(t *testing.T) {
+	prev := runtime.GOMAXPROCS(4)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	up, _ := bigServer(t)
+	g := startTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://"+up+"\"}]\n")
+	if len(g.loops) < 2 {
+		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
+	}
+	fixActive(g, 1)
+	syncLoops(t, g) // the steering program is attached
+	accepts := func() []int {
+		out := make([]int, len(g.loops))
+		for i, l := range g.loops {
+			done := make(chan struct{})
+			l.post(func(l *evloop) { out[i] = l.accepts; close(done) })
+			<-done
+		}
+		return out
+	}
+	before := accepts()
+	for range 40 {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		keepAliveGet(t, c, bufio.NewReader(c), "/")
+		c.Close()
+	}
+	after := accepts()
+	if got := after[0] - before[0]; got != 40 {
+		t.Errorf("the active loop's listener took %d of 40 connections (every loop: %v then %v)", got, before, after)
+	}
+}
+
 // event_loop_pack: false keeps every loop active: connections spread
 // over all of them from the first.
 func TestPackerFollowsConfig(t *testing.T) {
