@@ -17,9 +17,10 @@ import (
 // to wake, and on a machine the gateway shares (with its load
 // generator, its targets, other services) each woken thread competes
 // for the same cores: on two vCPUs shared with wrk and the upstreams,
-// all connections on one of two loops served 1.20x nginx's requests at
-// a p99 of 8.66 ms, against 1.16x and 9.59 ms spread 32/32 (and
-// nginx's 10.40; docs/benchmarks.md). On cores of its own, one loop
+// one active loop of two had a lower saturated p99 than both spread
+// 32/32 (4 rounds of 5) and nginx (4 runs of 5), at 1.06-1.33x nginx's
+// requests (docs/benchmarks.md, "What closed the p99"); spread, it
+// served more requests with a longer tail. On cores of its own, one loop
 // that is busy all the time makes its requests wait for each other, so
 // the packer spreads as soon as the loops in use are busy.
 //
