@@ -17,6 +17,20 @@ import (
 	"github.com/fulcrum-lb/fulcrum/internal/testenv"
 )
 
+// fourLoopGateway starts a gateway with four event loops, on any
+// machine, config head followed by one upstream at addr; it skips when
+// the loops are off.
+func fourLoopGateway(t *testing.T, head, addr string) *Gateway {
+	t.Helper()
+	prev := runtime.GOMAXPROCS(4)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	g := startTestGateway(t, head+"upstreams:\n  api:\n    targets: [{url: \"http://"+addr+"\"}]\n")
+	if len(g.loops) < 2 {
+		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
+	}
+	return g
+}
+
 // fixActive makes the first n loops the active ones, as the packer
 // would, and keeps it so.
 func fixActive(g *Gateway, n int) {
@@ -68,13 +82,8 @@ func keepAliveGet(t *testing.T, c net.Conn, br *bufio.Reader, path string) {
 // and 26 of 64 on two loops), and a loop's count falls back to zero as
 // they close.
 func TestLoopsShareConnectionsEvenly(t *testing.T) {
-	prev := runtime.GOMAXPROCS(4) // four loops, on any machine
-	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	up, _ := bigServer(t)
-	g := startTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://"+up+"\"}]\n")
-	if len(g.loops) < 2 {
-		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
-	}
+	g := fourLoopGateway(t, "", up)
 	fixActive(g, len(g.loops))
 	spread := func() (lo, hi int32) {
 		lo, hi = 1<<30, -1
@@ -109,8 +118,6 @@ func TestLoopsShareConnectionsEvenly(t *testing.T) {
 // is out, and keep serving; with more active, they spread out again.
 // No request fails and no byte is lost across a move.
 func TestLoopsPackMovesConnections(t *testing.T) {
-	prev := runtime.GOMAXPROCS(4)
-	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	gate := make(chan struct{})
 	var held atomic.Int32
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,10 +133,7 @@ func TestLoopsPackMovesConnections(t *testing.T) {
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
-	g := startTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://"+ln.Addr().String()+"\"}]\n")
-	if len(g.loops) < 2 {
-		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
-	}
+	g := fourLoopGateway(t, "", ln.Addr().String())
 	n := len(g.loops)
 	fixActive(g, n)
 	const conns = 24
@@ -211,13 +215,8 @@ func TestLoopsPackMovesConnections(t *testing.T) {
 // loop's listening socket: none lands on an inactive loop to be handed
 // over.
 func TestPackedListenersSteerNewConnections(t *testing.T) {
-	prev := runtime.GOMAXPROCS(4)
-	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	up, _ := bigServer(t)
-	g := startTestGateway(t, "upstreams:\n  api:\n    targets: [{url: \"http://"+up+"\"}]\n")
-	if len(g.loops) < 2 {
-		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
-	}
+	g := fourLoopGateway(t, "", up)
 	fixActive(g, 1)
 	syncLoops(t, g) // the steering program is attached
 	accepts := func() []int {
@@ -248,13 +247,8 @@ func TestPackedListenersSteerNewConnections(t *testing.T) {
 // event_loop_pack: false keeps every loop active: connections spread
 // over all of them from the first.
 func TestPackerFollowsConfig(t *testing.T) {
-	prev := runtime.GOMAXPROCS(4)
-	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	up, _ := bigServer(t)
-	g := startTestGateway(t, "event_loop_pack: false\nupstreams:\n  api:\n    targets: [{url: \"http://"+up+"\"}]\n")
-	if len(g.loops) < 2 {
-		t.Skip("the event loop is off (FULCRUM_GATEWAY_EVENT_LOOP=off or not configured)")
-	}
+	g := fourLoopGateway(t, "event_loop_pack: false\n", up)
 	testenv.Eventually(t, "every loop active with event_loop_pack: false", func() bool { return g.loopsActive() == len(g.loops) })
 }
 
