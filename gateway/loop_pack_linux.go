@@ -234,7 +234,8 @@ func (c *lconn) movable() bool {
 }
 
 // move gives c to the loop it is marked for, if it can go now and that
-// loop is still active and serving fewer; true if it went.
+// loop is still active; true if it went. The mark is used up either
+// way: a connection that stays is marked again by the next plan.
 func (l *evloop) move(c *lconn) bool {
 	t := c.moveTo
 	c.moveTo = nil
