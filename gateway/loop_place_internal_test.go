@@ -244,11 +244,16 @@ func TestPackedListenersSteerNewConnections(t *testing.T) {
 	}
 }
 
-// event_loop_pack: false keeps every loop active: connections spread
-// over all of them from the first.
+// event_loop_pack: false, applied by a reload, makes every loop active:
+// only the packer reads it (on two CPUs the gateway's own CPU cannot
+// activate all four loops).
 func TestPackerFollowsConfig(t *testing.T) {
 	up, _ := bigServer(t)
-	g := fourLoopGateway(t, "event_loop_pack: false\n", up)
+	g := fourLoopGateway(t, "", up)
+	off := "event_loop_pack: false\nupstreams:\n  api:\n    targets: [{url: \"http://" + up + "\"}]\n"
+	if err := g.ApplyConfig(testConfig(t, off)); err != nil {
+		t.Fatal(err)
+	}
 	testenv.Eventually(t, "every loop active with event_loop_pack: false", func() bool { return g.loopsActive() == len(g.loops) })
 }
 
