@@ -145,7 +145,12 @@ type attempt struct {
 	pick   balance.Pick
 	t      *target
 	tstart time.Time // this attempt's start: the target's latency counts from it
-	n      int       // attempts made, this one included
+	n      int       // attempts made, this one included, requeued ones not
+	// requeues: refusals that sent the request back to the queue
+	// without spending an attempt (retry.requeues); requeue: this
+	// failure is one, for retried.
+	requeues int
+	requeue  bool
 	// The failure judge found retryable, for retried to report.
 	status int
 	err    error
@@ -270,8 +275,13 @@ func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, writte
 	}
 	// A failure: relay it (a status) or answer for it (an error), unless
 	// the rule, the attempts and the budget allow another try and there
-	// is a target left to try.
-	if a.n >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
+	// is a target left to try. A refusal on an upstream that queues goes
+	// back to the queue without spending an attempt, retry.requeues
+	// times: the target did not run the request.
+	refusal := err == nil && (status == 503 || status == 429)
+	queues := up.cfg.Queue.MaxWait.D() > 0
+	a.requeue = refusal && queues && up.cfg.Retry.Attempts > 1 && a.requeues < up.cfg.Retry.MaxRequeues
+	if !a.requeue && a.n >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
 		return up.answer(g, a, ""), true, 0
 	}
 	// The budget counts a retry in the second it is made (a request that
@@ -292,7 +302,7 @@ func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, writte
 	// A timed-out attempt waits the same way: its target stopped
 	// answering, and the others being full is no reason to give up on a
 	// request retry.on says may go elsewhere.
-	if (err == nil && (status == 503 || status == 429) || errors.Is(err, errTimeout)) && up.cfg.Queue.MaxWait.D() > 0 {
+	if (refusal || errors.Is(err, errTimeout)) && queues {
 		up.report(g, a.pick, a.t, a.now.Sub(a.tstart), a.fail)
 		a.pick = balance.Pick{} // reported: relaying the refusal reports nothing more
 		wait = up.cfg.Queue.MaxWait.D() - a.now.Sub(r.start)
@@ -315,9 +325,15 @@ func (up *upstream) retried(g *Gateway, r *request, a *attempt, next balance.Pic
 		drop(a.t)
 	}
 	up.report(g, a.pick, a.t, time.Since(a.tstart), a.fail)
+	if a.requeue {
+		why = "requeue"
+		a.requeues++
+	} else {
+		a.n++
+	}
 	g.metrics.retries.WithLabelValues(up.name, why).Inc()
 	r.retries++
-	a.pick, a.tstart, a.n = next, a.now, a.n+1
+	a.pick, a.tstart = next, a.now
 	if r.waited {
 		a.tstart = time.Now()
 	}

@@ -126,7 +126,7 @@ func (m *metrics) upstream(name string, u *config.Upstream) {
 	if m == nil {
 		return
 	}
-	for _, r := range []string{"connect_error", "reset", "timeout", "status"} {
+	for _, r := range []string{"connect_error", "reset", "timeout", "status", "requeue"} {
 		m.retries.WithLabelValues(name, r)
 	}
 	m.retryDenied.WithLabelValues(name)

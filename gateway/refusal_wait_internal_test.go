@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,82 @@ func TestQueuedPickLatencyStartsAtPermit(t *testing.T) {
 	}
 	if res.tstart.Before(x.release) {
 		t.Fatalf("latency counted from %v, before the permit came at %v", res.tstart, x.release)
+	}
+	up.finish(g, &res, time.Now(), nil)
+}
+
+// requeueUpstream has three targets, retries 503 once, and queues.
+const requeueUpstream = "upstreams:\n  api:\n    strategy: capacity\n" +
+	"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}, {url: \"http://127.0.0.1:3\"}]\n" +
+	"    queue: {max_wait: 1m}\n"
+
+// A refusal on an upstream that queues goes back to the queue without
+// spending an attempt (retry.requeues): two targets refusing in turn,
+// as two gateways' load on shared targets makes them, still leave the
+// request its one retry, and the third target serves it. The target
+// refused nothing it ran, so no attempt of the client's was used.
+func TestRefusalRequeuedWithoutSpendingAnAttempt(t *testing.T) {
+	g := newTestGateway(t, requeueUpstream+"    retry: {attempts: 2, on: [503]}\n")
+	up := g.rt.Load().ups["api"]
+	x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 200 || rq.retries != 2 || len(rq.tried) != 3 {
+		t.Fatalf("result %d (code %d %s) after %d retries over %d targets, want the third target's 200 after 2 requeues", res.status, res.code, res.reason, rq.retries, len(rq.tried))
+	}
+	up.finish(g, &res, time.Now(), nil)
+
+	// A 502 is not a refusal: it spends the one retry, and the second
+	// failure is relayed.
+	x = &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 502, written: true}, {status: 502, written: true}, {status: 200, written: true}}}
+	g = newTestGateway(t, requeueUpstream+"    retry: {attempts: 2, on: [502, 503]}\n")
+	up = g.rt.Load().ups["api"]
+	rq = request{up: up, start: time.Now(), replayable: true}
+	res = up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 502 || x.n != 3 {
+		t.Fatalf("result %d (code %d %s) after %d exchanges, want the second 502 relayed after 3 (a requeue, then the one retry)", res.status, res.code, res.reason, x.n)
+	}
+	up.finish(g, &res, time.Now(), nil)
+}
+
+// requeues: 0 makes a refusal spend an attempt like any failure, and
+// attempts: 1 turns requeues off with the retries.
+func TestRequeuesOff(t *testing.T) {
+	for _, retry := range []string{"{attempts: 2, requeues: 0, on: [503]}", "{attempts: 1, on: [503]}"} {
+		g := newTestGateway(t, requeueUpstream+"    retry: "+retry+"\n")
+		up := g.rt.Load().ups["api"]
+		x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
+		rq := request{up: up, start: time.Now(), replayable: true}
+		res := up.run(context.Background(), g, &rq, x)
+		want := 2
+		if strings.Contains(retry, "attempts: 1") {
+			want = 1
+		}
+		if res.t == nil || res.status != 503 || x.n != want {
+			t.Fatalf("retry %s: result %d (code %d %s) after %d exchanges, want a 503 relayed after %d", retry, res.status, res.code, res.reason, x.n, want)
+		}
+		up.finish(g, &res, time.Now(), nil)
+	}
+}
+
+// The requeues are bounded: a request every target keeps refusing ends
+// with the refusal relayed after retry.requeues requeues and its
+// retries, not in a loop (the refused targets come free at once here,
+// so each requeue finds one).
+func TestRequeuesBounded(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    strategy: round_robin\n"+
+		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}, {url: \"http://127.0.0.1:3\"}, {url: \"http://127.0.0.1:4\"}, {url: \"http://127.0.0.1:5\"}, {url: \"http://127.0.0.1:6\"}, {url: \"http://127.0.0.1:7\"}]\n"+
+		"    queue: {max_wait: 1m}\n    retry: {attempts: 2, requeues: 3, on: [503], min_per_second: 1000}\n")
+	up := g.rt.Load().ups["api"]
+	var replies []scripted
+	for range 7 {
+		replies = append(replies, scripted{status: 503, written: true})
+	}
+	x := &scriptedExchange{replies: replies}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 503 || x.n != 5 {
+		t.Fatalf("result %d (code %d %s) after %d exchanges, want the 503 relayed after 5 (first, 3 requeues, 1 retry)", res.status, res.code, res.reason, x.n)
 	}
 	up.finish(g, &res, time.Now(), nil)
 }

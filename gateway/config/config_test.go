@@ -162,6 +162,7 @@ func TestBadConfigs(t *testing.T) {
 		{"try timeout without timeout", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {try_timeout: auto}\n", []string{"upstreams.api.retry.try_timeout", "needs timeout in retry.on"}},
 		{"try timeout one attempt", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 1, on: [timeout], try_timeout: 1s}\n", []string{"upstreams.api.retry.try_timeout", "attempts 1"}},
 		{"retry attempts", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {attempts: 50}\n", []string{"upstreams.api.retry.attempts", "1..10"}},
+		{"retry requeues", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    retry: {requeues: -1}\n", []string{"upstreams.api.retry.requeues", "0..10"}},
 		{"ejected percent", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {max_ejected_percent: 150}}\n", []string{"health.passive.max_ejected_percent", "150"}},
 		{"max eject below eject", "upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    health: {passive: {eject_for: 10s, max_eject_for: 1s}}\n", []string{"health.passive.max_eject_for", "below eject_for"}},
 		{"admin off loopback", "admin: {listen: \"0.0.0.0:9901\"}\nupstreams: {api: {targets: [{url: \"http://a:1\"}]}}\n", []string{"line 1: admin.token", "not a loopback"}},
