@@ -16,6 +16,14 @@ import (
 type FailureShare struct {
 	share atomic.Int64 // 0..failOne
 	at    atomic.Int64 // clock of the last failure
+	// tripped: the share reached half on a failure, and nothing has
+	// succeeded since. A tripped target's next failure (a trial the
+	// halving let through) keeps the share at half at least: the
+	// trial said the target still fails, and it is held back until
+	// the next halving. Without it a failed trial left the share just
+	// under half, and the target took picks until two or three more
+	// fast failures had tripped it again.
+	tripped atomic.Bool
 }
 
 // FailureHalfLife is how long a target's failure share takes to halve
@@ -30,21 +38,39 @@ const (
 	okFloor = 1.0 / 1024
 )
 
-// Observe records one outcome at clock now (Outcome.Now); a client that
-// left says nothing of the target.
-func (f *FailureShare) Observe(failed bool, now int64) {
+// Observe records one outcome at clock now (Outcome.Now) of a request
+// sent at clock sent; a client that left says nothing of the target.
+func (f *FailureShare) Observe(failed bool, now, sent int64) {
 	cur := f.share.Load()
 	if cur == 0 && !failed {
 		return // the common case: no failure to remember, no write
 	}
+	if !failed && f.tripped.Load() && sent < f.at.Load() {
+		// Sent before the failure that keeps the target tripped ended:
+		// it says how the target was, not how it is. A target that
+		// starts failing fast still has the requests sent before in
+		// flight, and their successes, counted, wiped the failures
+		// out as they came back: the target took picks again, all of
+		// them fast failures.
+		return
+	}
 	cur = f.decayed(cur, now)
 	if failed {
 		cur += (failOne - cur) / 8
+		if f.tripped.Load() {
+			cur = max(cur, failOne/2+failOne/16)
+		}
 		f.at.Store(now)
+		if cur >= failOne/2 {
+			f.tripped.Store(true)
+		}
 	} else {
 		cur -= cur / 8
 		if cur < failOne/1024 {
 			cur = 0
+		}
+		if f.tripped.Load() {
+			f.tripped.Store(false)
 		}
 	}
 	f.share.Store(cur)

@@ -202,3 +202,35 @@ func (h *events) Pop() any {
 	*h = old[:len(old)-1]
 	return x
 }
+
+// The onset of fast failures under load: a target that starts answering
+// at once with 500s still has many requests from before in flight, and
+// their successes come back among its new failures. capacity must hold
+// it back within a handful of failures all the same (each one is a
+// client's error), and a trial the halving lets through that fails
+// again must hold it back until the next halving, not let two or three
+// more fast failures through first.
+func TestFastFailureOnset(t *testing.T) {
+	sim := newLoopSim(t, "capacity")
+	sim.idle = 64
+	healthy := func(string) (time.Duration, error) { return 20 * time.Millisecond, nil }
+	sim.answer = healthy
+	sim.run(3000)
+	start := sim.ns.Load()
+	sim.answer = func(addr string) (time.Duration, error) {
+		if addr == "failing" {
+			return 100 * time.Microsecond, errors.New("status 500")
+		}
+		return 20 * time.Millisecond, nil
+	}
+	// 12,000 outcomes: about 4 s of the clock, four halvings.
+	picks := sim.run(12000)
+	secs := float64(sim.ns.Load()-start) / float64(time.Second)
+	t.Logf("after the onset: failing %d picks, healthy %d, over %.1f s", picks["failing"], picks["healthy"], secs)
+	// The onset's picks (made in the instant the failures started,
+	// before any came back) and one trial a halving: 14 here; 59 when
+	// the old successes made it a pick again.
+	if picks["failing"] > 20 {
+		t.Errorf("the failing target drew %d picks over %.1f s, want at most 20: the onset's in-flight successes kept it picked, or failed trials did", picks["failing"], secs)
+	}
+}

@@ -104,7 +104,7 @@ type responsePicker struct {
 // outcome but a client's leaving to its failure share.
 func (p *responsePicker) Observe(e *Endpoint, o Outcome) {
 	if o.Class != ClientGone {
-		p.st[e.Index()].fail.Observe(o.Class != Succeeded, o.Now)
+		p.st[e.Index()].fail.Observe(o.Class != Succeeded, o.Now, o.Sent())
 	}
 	if o.Err == nil && o.Latency > 0 {
 		p.st[e.Index()].win.add(o.Now, p.half, int64(o.Latency))

@@ -146,7 +146,7 @@ func (p *p2cPicker) Observe(e *Endpoint, o Outcome) {
 	}
 	st := p.st[e.Index()]
 	failed := o.Class != Succeeded
-	st.fail.Observe(failed, o.Now)
+	st.fail.Observe(failed, o.Now, o.Sent())
 	lat := int64(o.Latency)
 	if lat <= 0 {
 		return

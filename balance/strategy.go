@@ -194,6 +194,10 @@ type Outcome struct {
 	Waiting  int           // callers queued in Wait when the pick ended: demand no free permit could take
 }
 
+// Sent is the balancer's clock when the request was sent: Now less the
+// latency.
+func (o Outcome) Sent() int64 { return o.Now - int64(o.Latency) }
+
 // PickInfo is what a Picker knows about one pick.
 type PickInfo struct {
 	// Key is the request's key for the hash strategies ("" is a key too).

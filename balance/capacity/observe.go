@@ -1,6 +1,8 @@
 package capacity
 
 import (
+	"time"
+
 	"github.com/fulcrum-lb/fulcrum/balance"
 )
 
@@ -9,7 +11,17 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
 	if o.Class != balance.ClientGone {
 		// Refusals are the limit's to learn from (reject), not the rank's.
-		c.fail.Observe(o.Class == balance.Failed, o.Now)
+		failed := o.Class == balance.Failed
+		c.fail.Observe(failed, o.Now, o.Sent())
+		if failed && fastFailure(o.Latency, c.lat.Load()) {
+			// Counted twice: a target that starts answering at once with
+			// 500s still has the successes of the requests sent before
+			// in flight, and with each failure weighed as one success
+			// the share hovered just under half while every permit
+			// those successes freed went to a fast failure (about 40
+			// errors a gateway on bench/contest's fast500).
+			c.fail.Observe(true, o.Now, o.Sent())
+		}
 	}
 	lat := int64(o.Latency)
 	learn := e.MaxConcurrency() == 0
@@ -128,4 +140,11 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	if (c.n >= 32 && el >= base/2) || (c.n > 0 && el >= 8*base) {
 		c.closeWindow(e, o.Now, p.cfg)
 	}
+}
+
+// fastFailure reports whether a failure took under a quarter of the
+// target's mean success latency: an answer without the work, a target
+// failing fast rather than a slow request that broke.
+func fastFailure(lat time.Duration, mean int64) bool {
+	return mean > 0 && int64(lat) < mean/4
 }

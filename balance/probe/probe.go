@@ -121,7 +121,7 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 		return
 	}
 	t := p.st[e.Index()]
-	t.fail.Observe(o.Class != balance.Succeeded, o.Now)
+	t.fail.Observe(o.Class != balance.Succeeded, o.Now, o.Sent())
 	if lat := int64(o.Latency); o.Class == balance.Succeeded && lat > 0 {
 		if old := t.lat.Load(); old == 0 {
 			t.lat.Store(lat)
