@@ -286,9 +286,9 @@ type Retry struct {
 }
 
 // DefaultRequeues is retry.requeues when unset. Measured on
-// bench/contest's fast503 with three gateways sharing three providers:
-// the learner's errors 124-141 with a refusal spending an attempt,
-// 21-27 with three more tries.
+// bench/contest's fast503 with three gateways sharing three providers
+// (attempts 2): the learner's errors 113-171 with a refusal spending an
+// attempt, 21-25 with three requeues.
 const DefaultRequeues = 3
 
 // Queue configures waiting for capacity.
