@@ -16,13 +16,16 @@ import (
 type FailureShare struct {
 	share atomic.Int64 // 0..failOne
 	at    atomic.Int64 // clock of the last failure
-	// tripped: the share reached half on a failure, and nothing has
-	// succeeded since. A tripped target's next failure (a trial the
-	// halving let through) keeps the share at half at least: the
-	// trial said the target still fails, and it is held back until
-	// the next halving. Without it a failed trial left the share just
-	// under half, and the target took picks until two or three more
-	// fast failures had tripped it again.
+	// tripped: the share reached half on a failure, and no success
+	// has been counted since (unlike Tripped, which reads the share
+	// and outlasts a success that leaves it above half). While set, a
+	// success of a request sent before the last failure is not
+	// counted (Observe), and the next failure (a trial the halving let
+	// through) puts the share back above half: the trial said the
+	// target still fails, and it is held back until the next halving.
+	// Without that a failed trial left the share just under half, and
+	// the target took picks until two or three more fast failures had
+	// tripped it again.
 	tripped atomic.Bool
 }
 
