@@ -420,7 +420,11 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 					opens[i] = x.s.reopened.Load()
 				}
 			}
-			w = b.wq.enqueue()
+			at := b.now()
+			if !info.Arrived.IsZero() {
+				at = min(at, int64(info.Arrived.Sub(b.epoch))+1)
+			}
+			w = b.wq.enqueueAt(at)
 		case len(info.Exclude) > 0:
 			// Woken, but the permit may be on a target this pick
 			// excludes: pass the wake-up on, so it does not idle while a
@@ -763,14 +767,24 @@ type waiter struct {
 }
 
 func (w *waitQueue) enqueue() *waiter {
-	wt := &waiter{ch: make(chan struct{}, 1)}
 	// The clock is read always, so a queue made LIFO later (SetLIFOAfter)
 	// knows how long its waiters have waited.
-	wt.at = w.now()
+	return w.enqueueAt(w.now())
+}
+
+// enqueueAt queues a waiter that came at clock at: behind those that
+// came before it, ahead of those that came after (PickInfo.Arrived).
+func (w *waitQueue) enqueueAt(at int64) *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1), at: at}
 	w.mu.Lock()
 	w.seq++
 	wt.seq = w.seq
-	w.q = append(w.q, wt)
+	if n := len(w.q); n == 0 || w.q[n-1].at <= at {
+		w.q = append(w.q, wt) // the usual case: it came last
+	} else {
+		i := sort.Search(n, func(i int) bool { return w.q[i].at > at })
+		w.q = slices.Insert(w.q, i, wt)
+	}
 	w.n.Store(int32(len(w.q)))
 	w.mu.Unlock()
 	return wt
@@ -783,7 +797,7 @@ func (w *waitQueue) enqueue() *waiter {
 func (w *waitQueue) requeue(wt *waiter) {
 	w.mu.Lock()
 	wt.signaled, wt.hops = false, 0
-	i := sort.Search(len(w.q), func(i int) bool { return w.q[i].seq > wt.seq })
+	i := sort.Search(len(w.q), func(i int) bool { return w.q[i].at > wt.at || w.q[i].at == wt.at && w.q[i].seq > wt.seq })
 	w.q = slices.Insert(w.q, i, wt)
 	w.n.Store(int32(len(w.q)))
 	w.mu.Unlock()

@@ -742,3 +742,32 @@ func TestFreedPermitReachesTheOneWaiterThatCanUseIt(t *testing.T) {
 		pb.Done(nil)
 	}
 }
+
+// A waiter that came earlier than those queued (a retry: PickInfo.Arrived)
+// goes where it would have been had it queued then, and a wake-up that
+// finds no permit puts it back there: first come, first served by
+// arrival, not by the last time a request joined the queue.
+func TestWaitQueuePlacesByArrival(t *testing.T) {
+	var now int64 = 100
+	wq := &waitQueue{now: func() int64 { return now }}
+	a := wq.enqueueAt(10)
+	b := wq.enqueueAt(30)
+	c := wq.enqueueAt(20) // a retry whose request arrived between a and b
+	d := wq.enqueue()     // now: last
+	for i, want := range []*waiter{a, c, b, d} {
+		wq.wakeOne()
+		if !want.signaled {
+			t.Fatalf("wake-up %d did not go to the waiter that arrived %d-th", i, i+1)
+		}
+		<-want.ch
+		if want == c {
+			// No permit after all: back to its place, ahead of b.
+			wq.requeue(c)
+			wq.wakeOne()
+			if !c.signaled || b.signaled {
+				t.Fatal("a requeued waiter lost its place by arrival")
+			}
+			<-c.ch
+		}
+	}
+}

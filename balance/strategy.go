@@ -206,6 +206,11 @@ type PickInfo struct {
 	Load int64
 	// Exclude lists endpoints not to pick (those a retry already tried).
 	Exclude []*Endpoint
+	// Arrived, when set, is when the caller's request arrived: Wait
+	// queues it where a waiter that came then would be, so that a
+	// retry (a refusal sent back to the queue) keeps its place instead
+	// of waiting the whole queue again. Zero: now.
+	Arrived time.Time
 
 	now  int64 // clock, set only while the snapshot is warming
 	snap *snapshot

@@ -433,7 +433,9 @@ func (up *upstream) picked(r *request, p balance.Pick, err error, waited bool) {
 	}
 }
 
-func (r *request) info() balance.PickInfo { return balance.PickInfo{Key: r.key, Exclude: r.tried} }
+func (r *request) info() balance.PickInfo {
+	return balance.PickInfo{Key: r.key, Exclude: r.tried, Arrived: r.start}
+}
 
 // wait queues for a permit until max_wait passes or the client leaves;
 // a client that left takes no permit (Wait returns none on a done ctx).
