@@ -52,6 +52,10 @@ type request struct {
 	tried      []*balance.Endpoint
 	retries    int  // retries made
 	waited     bool // the last pick waited in the queue
+	// requeue: the next pick is a refusal's requeue (attempt.requeue),
+	// which may go back to a target that refused it once every target
+	// has (pickNow).
+	requeue bool
 }
 
 // result is how the attempt loop ended: a target's response to relay
@@ -281,6 +285,7 @@ func (up *upstream) judge(g *Gateway, r *request, a *attempt, status int, writte
 	refusal := err == nil && (status == 503 || status == 429)
 	queues := up.cfg.Queue.MaxWait.D() > 0
 	a.requeue = refusal && queues && up.cfg.Retry.Attempts > 1 && a.requeues < up.cfg.Retry.MaxRequeues
+	r.requeue = a.requeue
 	if !a.requeue && a.n >= up.cfg.Retry.Attempts || errors.Is(err, errClientGone) || !mayRetry(up, r.replayable, err, written) {
 		return up.answer(g, a, ""), true, 0
 	}
@@ -420,6 +425,15 @@ func (up *upstream) pick(ctx context.Context, g *Gateway, r *request, x exchange
 // pickNow picks without waiting.
 func (up *upstream) pickNow(r *request) (balance.Pick, error) {
 	p, err := up.bal.PickWith(r.info())
+	if r.requeue && errors.Is(err, balance.ErrNoneAvailable) {
+		// Every target has refused the request once. A refusal is a
+		// full target, not a broken one: the requeue waits for any
+		// permit, as the first pick did. Without it a fleet of three
+		// gateways on three targets answered such requests with the
+		// last refusal (bench/contest's fast503 and contest).
+		r.tried = nil
+		p, err = up.bal.PickWith(r.info())
+	}
 	up.picked(r, p, err, false)
 	return p, err
 }

@@ -177,3 +177,35 @@ func TestRequeuesBounded(t *testing.T) {
 	}
 	up.finish(g, &res, time.Now(), nil)
 }
+
+// Once every target has refused the request, a requeue may go back to
+// one of them: a refusal is a full target, and waiting for its permit is
+// what the first pick would have done. Two targets, both refusing once,
+// then the first serves.
+func TestRequeueAfterEveryTargetRefused(t *testing.T) {
+	g := newTestGateway(t, "upstreams:\n  api:\n    strategy: capacity\n"+
+		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}]\n"+
+		"    queue: {max_wait: 1m}\n    retry: {attempts: 2, on: [503]}\n")
+	up := g.rt.Load().ups["api"]
+	x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
+	rq := request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 200 || x.n != 3 {
+		t.Fatalf("result %d (code %d %s) after %d exchanges, want a 200 on the third, back at a target that refused", res.status, res.code, res.reason, x.n)
+	}
+	up.finish(g, &res, time.Now(), nil)
+
+	// A failure that is not a refusal keeps its exclusions: with both
+	// targets tried, the last failure is answered.
+	g = newTestGateway(t, "upstreams:\n  api:\n    strategy: capacity\n"+
+		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}]\n"+
+		"    queue: {max_wait: 1m}\n    retry: {attempts: 3, requeues: 0, on: [502, 503]}\n")
+	up = g.rt.Load().ups["api"]
+	x = &scriptedExchange{replies: []scripted{{status: 502, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
+	rq = request{up: up, start: time.Now(), replayable: true}
+	res = up.run(context.Background(), g, &rq, x)
+	if res.t == nil || res.status != 503 || x.n != 2 {
+		t.Fatalf("result %d (code %d %s) after %d exchanges, want the 503 relayed after 2 (no target left untried)", res.status, res.code, res.reason, x.n)
+	}
+	up.finish(g, &res, time.Now(), nil)
+}
