@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,7 +101,26 @@ func TestQueuedPickLatencyStartsAtPermit(t *testing.T) {
 	up.finish(g, &res, time.Now(), nil)
 }
 
-// requeueUpstream has three targets, retries 503 once, and queues.
+// runScript runs one replayable request through a fresh gateway with
+// upstream api configured by cfg, each attempt answered the next status
+// of statuses, and ends the relayed result's pick.
+func runScript(t *testing.T, cfg string, statuses ...int) (result, *request, *scriptedExchange) {
+	t.Helper()
+	g := newTestGateway(t, cfg)
+	up := g.rt.Load().ups["api"]
+	x := &scriptedExchange{}
+	for _, st := range statuses {
+		x.replies = append(x.replies, scripted{status: st, written: true})
+	}
+	rq := &request{up: up, start: time.Now(), replayable: true}
+	res := up.run(context.Background(), g, rq, x)
+	if res.t != nil {
+		up.finish(g, &res, time.Now(), nil)
+	}
+	return res, rq, x
+}
+
+// requeueUpstream has three targets and queues.
 const requeueUpstream = "upstreams:\n  api:\n    strategy: capacity\n" +
 	"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}, {url: \"http://127.0.0.1:3\"}]\n" +
 	"    queue: {max_wait: 1m}\n"
@@ -113,46 +131,27 @@ const requeueUpstream = "upstreams:\n  api:\n    strategy: capacity\n" +
 // request its one retry, and the third target serves it. The target
 // refused nothing it ran, so no attempt of the client's was used.
 func TestRefusalRequeuedWithoutSpendingAnAttempt(t *testing.T) {
-	g := newTestGateway(t, requeueUpstream+"    retry: {attempts: 2, on: [503]}\n")
-	up := g.rt.Load().ups["api"]
-	x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
-	rq := request{up: up, start: time.Now(), replayable: true}
-	res := up.run(context.Background(), g, &rq, x)
+	res, rq, _ := runScript(t, requeueUpstream+"    retry: {attempts: 2, on: [503]}\n", 503, 503, 200)
 	if res.t == nil || res.status != 200 || rq.retries != 2 || len(rq.tried) != 3 {
 		t.Fatalf("result %d (code %d %s) after %d retries over %d targets, want the third target's 200 after 2 requeues", res.status, res.code, res.reason, rq.retries, len(rq.tried))
 	}
-	up.finish(g, &res, time.Now(), nil)
 
 	// A 502 is not a refusal: it spends the one retry, and the second
 	// failure is relayed.
-	x = &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 502, written: true}, {status: 502, written: true}, {status: 200, written: true}}}
-	g = newTestGateway(t, requeueUpstream+"    retry: {attempts: 2, on: [502, 503]}\n")
-	up = g.rt.Load().ups["api"]
-	rq = request{up: up, start: time.Now(), replayable: true}
-	res = up.run(context.Background(), g, &rq, x)
+	res, _, x := runScript(t, requeueUpstream+"    retry: {attempts: 2, on: [502, 503]}\n", 503, 502, 502, 200)
 	if res.t == nil || res.status != 502 || x.n != 3 {
 		t.Fatalf("result %d (code %d %s) after %d exchanges, want the second 502 relayed after 3 (a requeue, then the one retry)", res.status, res.code, res.reason, x.n)
 	}
-	up.finish(g, &res, time.Now(), nil)
 }
 
 // requeues: 0 makes a refusal spend an attempt like any failure, and
 // attempts: 1 turns requeues off with the retries.
 func TestRequeuesOff(t *testing.T) {
-	for _, retry := range []string{"{attempts: 2, requeues: 0, on: [503]}", "{attempts: 1, on: [503]}"} {
-		g := newTestGateway(t, requeueUpstream+"    retry: "+retry+"\n")
-		up := g.rt.Load().ups["api"]
-		x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
-		rq := request{up: up, start: time.Now(), replayable: true}
-		res := up.run(context.Background(), g, &rq, x)
-		want := 2
-		if strings.Contains(retry, "attempts: 1") {
-			want = 1
-		}
+	for retry, want := range map[string]int{"{attempts: 2, requeues: 0, on: [503]}": 2, "{attempts: 1, on: [503]}": 1} {
+		res, _, x := runScript(t, requeueUpstream+"    retry: "+retry+"\n", 503, 503, 200)
 		if res.t == nil || res.status != 503 || x.n != want {
 			t.Fatalf("retry %s: result %d (code %d %s) after %d exchanges, want a 503 relayed after %d", retry, res.status, res.code, res.reason, x.n, want)
 		}
-		up.finish(g, &res, time.Now(), nil)
 	}
 }
 
@@ -161,51 +160,33 @@ func TestRequeuesOff(t *testing.T) {
 // retries, not in a loop (the refused targets come free at once here,
 // so each requeue finds one).
 func TestRequeuesBounded(t *testing.T) {
-	g := newTestGateway(t, "upstreams:\n  api:\n    strategy: round_robin\n"+
+	res, _, x := runScript(t, "upstreams:\n  api:\n    strategy: round_robin\n"+
 		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}, {url: \"http://127.0.0.1:3\"}, {url: \"http://127.0.0.1:4\"}, {url: \"http://127.0.0.1:5\"}, {url: \"http://127.0.0.1:6\"}, {url: \"http://127.0.0.1:7\"}]\n"+
-		"    queue: {max_wait: 1m}\n    retry: {attempts: 2, requeues: 3, on: [503], min_per_second: 1000}\n")
-	up := g.rt.Load().ups["api"]
-	var replies []scripted
-	for range 7 {
-		replies = append(replies, scripted{status: 503, written: true})
-	}
-	x := &scriptedExchange{replies: replies}
-	rq := request{up: up, start: time.Now(), replayable: true}
-	res := up.run(context.Background(), g, &rq, x)
+		"    queue: {max_wait: 1m}\n    retry: {attempts: 2, requeues: 3, on: [503], min_per_second: 1000}\n",
+		503, 503, 503, 503, 503, 503, 503)
 	if res.t == nil || res.status != 503 || x.n != 5 {
 		t.Fatalf("result %d (code %d %s) after %d exchanges, want the 503 relayed after 5 (first, 3 requeues, 1 retry)", res.status, res.code, res.reason, x.n)
 	}
-	up.finish(g, &res, time.Now(), nil)
 }
+
+// twoTargets has two targets and queues.
+const twoTargets = "upstreams:\n  api:\n    strategy: capacity\n" +
+	"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}]\n    queue: {max_wait: 1m}\n"
 
 // Once every target has refused the request, a requeue may go back to
 // one of them: a refusal is a full target, and waiting for its permit is
 // what the first pick would have done. Two targets, both refusing once,
 // then the first serves.
 func TestRequeueAfterEveryTargetRefused(t *testing.T) {
-	g := newTestGateway(t, "upstreams:\n  api:\n    strategy: capacity\n"+
-		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}]\n"+
-		"    queue: {max_wait: 1m}\n    retry: {attempts: 2, on: [503]}\n")
-	up := g.rt.Load().ups["api"]
-	x := &scriptedExchange{replies: []scripted{{status: 503, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
-	rq := request{up: up, start: time.Now(), replayable: true}
-	res := up.run(context.Background(), g, &rq, x)
+	res, _, x := runScript(t, twoTargets+"    retry: {attempts: 2, on: [503]}\n", 503, 503, 200)
 	if res.t == nil || res.status != 200 || x.n != 3 {
 		t.Fatalf("result %d (code %d %s) after %d exchanges, want a 200 on the third, back at a target that refused", res.status, res.code, res.reason, x.n)
 	}
-	up.finish(g, &res, time.Now(), nil)
 
 	// A failure that is not a refusal keeps its exclusions: with both
 	// targets tried, the last failure is answered.
-	g = newTestGateway(t, "upstreams:\n  api:\n    strategy: capacity\n"+
-		"    targets: [{url: \"http://127.0.0.1:1\"}, {url: \"http://127.0.0.1:2\"}]\n"+
-		"    queue: {max_wait: 1m}\n    retry: {attempts: 3, requeues: 0, on: [502, 503]}\n")
-	up = g.rt.Load().ups["api"]
-	x = &scriptedExchange{replies: []scripted{{status: 502, written: true}, {status: 503, written: true}, {status: 200, written: true}}}
-	rq = request{up: up, start: time.Now(), replayable: true}
-	res = up.run(context.Background(), g, &rq, x)
+	res, _, x = runScript(t, twoTargets+"    retry: {attempts: 3, requeues: 0, on: [502, 503]}\n", 502, 503, 200)
 	if res.t == nil || res.status != 503 || x.n != 2 {
 		t.Fatalf("result %d (code %d %s) after %d exchanges, want the 503 relayed after 2 (no target left untried)", res.status, res.code, res.reason, x.n)
 	}
-	up.finish(g, &res, time.Now(), nil)
 }
