@@ -424,32 +424,19 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 			if !info.Arrived.IsZero() {
 				at = min(at, int64(info.Arrived.Sub(b.epoch))+1)
 			}
-			w = b.wq.enqueueAt(at)
-		case len(info.Exclude) > 0:
-			// Woken, but the permit may be on a target this pick
-			// excludes: pass the wake-up on, so it does not idle while a
-			// waiter that could use it sleeps. Queue again at the end
-			// first, then pass it to another waiter: the passing goes
-			// round the queue, and the hop count, against the others
-			// queued, bounds it to one round. (Counting before queueing
-			// again missed waiters: the one woken next could find
-			// itself alone, drop the wake-up and leave the permit idle
-			// while this one was still on its way back.)
-			hops := w.hops
-			w = b.wq.enqueue()
-			if int32(hops)+1 < b.wq.n.Load() {
-				b.wq.wake(hops+1, w)
-			}
+			w = b.wq.enqueueAt(at, info.Exclude)
 		default:
 			// Woken, but another pick took the permit first, or the
 			// picker would not use the one that came free (a target it
 			// holds back), so nobody else could use it either (PickWith
-			// takes any free permit the picker's answer allows): back to
-			// its place, queued as long as
+			// takes any free permit the picker's answer allows; a
+			// wake-up goes only to a waiter that does not exclude the
+			// permit's target): back to its place, queued as long as
 			// before. Passing the wake-up on here, as every waiter
 			// once did, sent each lost race round the whole queue and
 			// moved every waiter to its end: 300 waiters were served in
 			// no order, and none looked older than its last lost race.
+			w.ex = info.Exclude
 			b.wq.requeue(w)
 		}
 		// A permit may have come back between the pick and enqueue.
@@ -576,7 +563,7 @@ func (p Pick) Cancel() {
 	}
 	p.release()
 	if b := p.s.b; b.wq.n.Load() > 0 {
-		b.wq.wakeOne()
+		b.wq.wake(p.e)
 	}
 }
 
@@ -667,13 +654,14 @@ func (p Pick) finish(lat, now int64, err error) {
 		// to the back.
 		freed = 0
 	}
-	b.wakeWaiters(freed)
+	b.wakeWaiters(p.e, freed)
 }
 
-// wakeWaiters wakes up to n waiters, one per permit that became free.
-func (b *Balancer) wakeWaiters(n int64) {
+// wakeWaiters wakes up to n waiters, one per permit that became free on
+// e's target (nil: on some target).
+func (b *Balancer) wakeWaiters(e *Endpoint, n int64) {
 	for i := int64(0); i < n && b.wq.n.Load() > 0; i++ {
-		b.wq.wakeOne()
+		b.wq.wake(e)
 	}
 }
 
@@ -761,21 +749,34 @@ type waitQueue struct {
 type waiter struct {
 	ch       chan struct{}
 	signaled bool
-	hops     int    // times this wake-up was passed on before reaching it
-	seq      uint64 // queueing order
-	at       int64  // when it queued
+	ex       []*Endpoint // targets it may not take (a retry's), set while it is out of the queue
+	freed    *Endpoint   // set when signalled: the target whose permit woke it (nil: any)
+	seq      uint64      // queueing order
+	at       int64       // when it queued
+}
+
+// takes reports whether the waiter may take a permit of e's target (nil:
+// a permit on some target).
+func (wt *waiter) takes(e *Endpoint) bool {
+	for _, x := range wt.ex {
+		if e == nil || x == e || x.s == e.s {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *waitQueue) enqueue() *waiter {
 	// The clock is read always, so a queue made LIFO later (SetLIFOAfter)
 	// knows how long its waiters have waited.
-	return w.enqueueAt(w.now())
+	return w.enqueueAt(w.now(), nil)
 }
 
 // enqueueAt queues a waiter that came at clock at: behind those that
-// came before it, ahead of those that came after (PickInfo.Arrived).
-func (w *waitQueue) enqueueAt(at int64) *waiter {
-	wt := &waiter{ch: make(chan struct{}, 1), at: at}
+// came before it, ahead of those that came after (PickInfo.Arrived). ex
+// are the targets it may not take.
+func (w *waitQueue) enqueueAt(at int64, ex []*Endpoint) *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1), at: at, ex: ex}
 	w.mu.Lock()
 	w.seq++
 	wt.seq = w.seq
@@ -796,7 +797,7 @@ func (w *waitQueue) enqueueAt(at int64) *waiter {
 // rebuild wakes all) keep their order whichever runs first.
 func (w *waitQueue) requeue(wt *waiter) {
 	w.mu.Lock()
-	wt.signaled, wt.hops = false, 0
+	wt.signaled, wt.freed = false, nil
 	i := sort.Search(len(w.q), func(i int) bool { return w.q[i].at > wt.at || w.q[i].at == wt.at && w.q[i].seq > wt.seq })
 	w.q = slices.Insert(w.q, i, wt)
 	w.n.Store(int32(len(w.q)))
@@ -807,7 +808,7 @@ func (w *waitQueue) requeue(wt *waiter) {
 // the next waiter so no returned permit goes unnoticed.
 func (w *waitQueue) leave(wt *waiter) {
 	w.mu.Lock()
-	signaled := wt.signaled
+	signaled, freed := wt.signaled, wt.freed
 	if !signaled {
 		for i, x := range w.q {
 			if x == wt {
@@ -819,43 +820,55 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 	w.mu.Unlock()
 	if signaled {
-		w.wakeOne()
+		w.wake(freed)
 	}
 }
 
-func (w *waitQueue) wakeOne() { w.wake(0, nil) }
+func (w *waitQueue) wakeOne() { w.wake(nil) }
 
-// wake signals the first waiter other than skip, telling it how often the
-// wake-up was passed on already.
-func (w *waitQueue) wake(hops int, skip *waiter) {
+// wake signals the first waiter that may take a permit of e's target
+// (the oldest, or the newest in a standing queue), passing by the
+// retries that exclude it: a wake-up they cannot use went round the
+// queue once, and each of them back to its end, which sent a refused
+// request to wait the whole queue again. e nil (a permit somewhere)
+// prefers a waiter that excludes nothing, which any permit serves.
+func (w *waitQueue) wake(e *Endpoint) {
 	w.mu.Lock()
-	first, last := 0, len(w.q)-1
-	if last >= 0 && w.q[first] == skip {
-		first++
-	}
-	if last >= 0 && w.q[last] == skip {
-		last--
-	}
-	if first <= last {
-		i := first
-		if after := w.lifoAfter.Load(); last > first && after > 0 && w.now()-w.q[first].at >= after {
-			i = last // a standing queue: the newest waiter goes first
+	if n := len(w.q); n > 0 {
+		newest := n > 1 && w.lifoAfter.Load() > 0 && w.now()-w.q[0].at >= w.lifoAfter.Load()
+		i := -1
+		for k := range n {
+			j := k
+			if newest {
+				j = n - 1 - k // a standing queue: the newest waiter goes first
+			}
+			if w.q[j].takes(e) {
+				i = j
+				break
+			}
 		}
-		wt := w.q[i]
-		switch i {
-		case 0: // the usual case, without a copy
-			w.q[0] = nil
-			w.q = w.q[1:]
-		case len(w.q) - 1:
-			w.q[i] = nil
-			w.q = w.q[:i]
-		default: // next to a skipped waiter at an end
-			w.q = slices.Delete(w.q, i, i+1)
+		if i < 0 && e == nil {
+			i = 0 // every waiter excludes a target: the oldest looks
+			if newest {
+				i = n - 1
+			}
 		}
-		w.n.Store(int32(len(w.q)))
-		wt.signaled = true
-		wt.hops = hops
-		wt.ch <- struct{}{}
+		if i >= 0 {
+			wt := w.q[i]
+			switch i {
+			case 0: // the usual case, without a copy
+				w.q[0] = nil
+				w.q = w.q[1:]
+			case n - 1:
+				w.q[i] = nil
+				w.q = w.q[:i]
+			default:
+				w.q = slices.Delete(w.q, i, i+1)
+			}
+			w.n.Store(int32(len(w.q)))
+			wt.signaled, wt.freed = true, e
+			wt.ch <- struct{}{}
+		}
 	}
 	w.mu.Unlock()
 }

@@ -627,6 +627,40 @@ func TestWaitPassesOnPastSeveralExcludingWaiters(t *testing.T) {
 	<-got
 }
 
+// TestRetryKeepsItsPlaceAfterAPermitItCannotTake: a retry queued first,
+// excluding a, is passed by when a's permit comes back, and takes the
+// next permit it can use ahead of the waiters that came after it. It used
+// to go to the back of the queue then: a refused request waited the whole
+// queue again, the learner's tail on a standing queue.
+func TestRetryKeepsItsPlaceAfterAPermitItCannotTake(t *testing.T) {
+	b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
+	pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
+	if pa.Addr() == "b" {
+		pa, pb = pb, pa
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 3)
+	for i, ex := range [][]*Endpoint{{pa.Endpoint()}, nil, nil} {
+		go func() {
+			p, err := b.Wait(ctx, PickInfo{Exclude: ex})
+			if err != nil {
+				return
+			}
+			got <- fmt.Sprintf("waiter %d got %s", i, p.Addr())
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	pa.Done(nil) // a's permit: the retry may not take it, the next waiter does
+	if g := <-got; g != "waiter 1 got a" {
+		t.Fatalf("%s, want waiter 1 got a", g)
+	}
+	pb.Done(nil) // b's permit: the retry's, queued before waiter 2
+	if g := <-got; g != "waiter 0 got b" {
+		t.Fatalf("%s, want waiter 0 got b (the retry lost its place)", g)
+	}
+}
+
 // TestSetLIFOAfterOnARunningBalancer: a reload that turns adaptive LIFO on
 // keeps the balancer, so the queue must switch on the waiters it has,
 // counting from when they queued.
@@ -750,10 +784,10 @@ func TestFreedPermitReachesTheOneWaiterThatCanUseIt(t *testing.T) {
 func TestWaitQueuePlacesByArrival(t *testing.T) {
 	var now int64 = 100
 	wq := &waitQueue{now: func() int64 { return now }}
-	a := wq.enqueueAt(10)
-	b := wq.enqueueAt(30)
-	c := wq.enqueueAt(20) // a retry whose request arrived between a and b
-	d := wq.enqueue()     // now: last
+	a := wq.enqueueAt(10, nil)
+	b := wq.enqueueAt(30, nil)
+	c := wq.enqueueAt(20, nil) // a retry whose request arrived between a and b
+	d := wq.enqueue()          // now: last
 	for i, want := range []*waiter{a, c, b, d} {
 		wq.wakeOne()
 		if !want.signaled {

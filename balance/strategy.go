@@ -247,7 +247,7 @@ func (in *PickInfo) Excluded(e *Endpoint) bool {
 // nothing.
 func (in *PickInfo) Wake(n int64) {
 	if n > 0 && in.snap != nil {
-		in.snap.b.wakeWaiters(n)
+		in.snap.b.wakeWaiters(nil, n)
 	}
 }
 
