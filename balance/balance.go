@@ -77,7 +77,7 @@ func New(strategy string, opts Options) (*Balancer, error) {
 		states: map[string]*state{},
 	}
 	b.live.Store(l)
-	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
+	b.wq.after.Store(int64(opts.LIFOAfter))
 	b.wq.now = b.now
 	b.mu.Lock()
 	b.rebuild()
@@ -135,7 +135,7 @@ func (b *Balancer) Reconfigure(opts Options) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.live.Store(l)
-	b.wq.lifoAfter.Store(int64(opts.LIFOAfter))
+	b.wq.after.Store(int64(opts.LIFOAfter))
 	b.rebuild()
 	return nil
 }
@@ -450,7 +450,7 @@ func (b *Balancer) Wait(ctx context.Context, info PickInfo) (Pick, error) {
 				info.Exclude, opens = dropReopened(info.Exclude, opens)
 			}
 		case <-ctx.Done():
-			b.wq.leave(w)
+			b.wq.gaveUp(w)
 			return Pick{}, fmt.Errorf("%w: %w", ErrAtCapacity, ctx.Err())
 		}
 	}
@@ -479,9 +479,15 @@ func dropReopened(ex []*Endpoint, opens []uint32) ([]*Endpoint, []uint32) {
 }
 
 // SetLIFOAfter changes Options.LIFOAfter on a running balancer (a reload
-// that changes only the queue keeps the targets' learned state); d < 0
-// counts as 0.
-func (b *Balancer) SetLIFOAfter(d time.Duration) { b.wq.lifoAfter.Store(int64(max(d, 0))) }
+// that changes only the queue keeps the targets' learned state and the
+// patience the queue has seen); d < 0 other than LIFOPatience counts as
+// 0.
+func (b *Balancer) SetLIFOAfter(d time.Duration) {
+	if d < 0 && d != LIFOPatience {
+		d = 0
+	}
+	b.wq.after.Store(int64(d))
+}
 
 // Endpoints returns a view of every target, in configuration order.
 func (b *Balancer) Endpoints() []EndpointStats {
@@ -742,7 +748,9 @@ type waitQueue struct {
 	q         []*waiter // in queueing order (seq)
 	seq       uint64
 	n         atomic.Int32
-	lifoAfter atomic.Int64 // ns; 0: always the oldest
+	after     atomic.Int64 // Options.LIFOAfter, ns; 0: always the oldest
+	patience  atomic.Int64 // ns, EWMA of the waits of waiters that gave up; 0: none has
+	standing  bool         // newest first until the queue empties (under mu)
 	now       func() int64 // the balancer's clock
 }
 
@@ -778,6 +786,11 @@ func (w *waitQueue) enqueue() *waiter {
 func (w *waitQueue) enqueueAt(at int64, ex []*Endpoint) *waiter {
 	wt := &waiter{ch: make(chan struct{}, 1), at: at, ex: ex}
 	w.mu.Lock()
+	if len(w.q) == 0 {
+		// The queue drained: it was a burst, or the standing queue is
+		// gone. First come, first served again.
+		w.standing = false
+	}
 	w.seq++
 	wt.seq = w.seq
 	if n := len(w.q); n == 0 || w.q[n-1].at <= at {
@@ -826,6 +839,33 @@ func (w *waitQueue) leave(wt *waiter) {
 
 func (w *waitQueue) wakeOne() { w.wake(nil) }
 
+// gaveUp removes wt, whose context ended before it got a permit, and
+// learns from how long it waited (LIFOPatience).
+func (w *waitQueue) gaveUp(wt *waiter) {
+	w.leave(wt)
+	waited := w.now() - wt.at
+	if waited <= 0 {
+		return
+	}
+	// EWMA with alpha 1/8, the first wait as it is; concurrent updates
+	// may lose one sample.
+	if old := w.patience.Load(); old == 0 {
+		w.patience.Store(waited)
+	} else {
+		w.patience.Store(old + (waited-old)/8)
+	}
+}
+
+// lifoAfter is how long the oldest waiter must have waited for the
+// queue to serve the newest first; 0: never.
+func (w *waitQueue) lifoAfter() int64 {
+	after := w.after.Load()
+	if after == int64(LIFOPatience) {
+		return w.patience.Load() / 2
+	}
+	return after
+}
+
 // wake signals the first waiter that may take a permit of e's target
 // (the oldest, or the newest in a standing queue), passing by the
 // retries that exclude it: a wake-up they cannot use went round the
@@ -835,7 +875,15 @@ func (w *waitQueue) wakeOne() { w.wake(nil) }
 func (w *waitQueue) wake(e *Endpoint) {
 	w.mu.Lock()
 	if n := len(w.q); n > 0 {
-		newest := n > 1 && w.lifoAfter.Load() > 0 && w.now()-w.q[0].at >= w.lifoAfter.Load()
+		after := w.lifoAfter()
+		if !w.standing && after > 0 && w.now()-w.q[0].at >= after {
+			// Newest first from now until the queue empties: as its
+			// oldest give up, the next oldest are younger than after,
+			// and serving them in order again served requests half
+			// their clients' patience old, which died in flight.
+			w.standing = true
+		}
+		newest := n > 1 && w.standing && after > 0 // a reload may turn it off
 		i := -1
 		for k := range n {
 			j := k

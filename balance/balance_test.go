@@ -522,7 +522,7 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var now int64 = 1
 			wq := &waitQueue{now: func() int64 { return now }}
-			wq.lifoAfter.Store(int64(tc.lifo))
+			wq.after.Store(int64(tc.lifo))
 			ws := []*waiter{wq.enqueue(), wq.enqueue()}
 			now += int64(tc.advance)
 			wq.wakeOne()
@@ -541,6 +541,65 @@ func TestWaitAdaptiveLIFO(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLIFOPatience: with LIFOAfter LIFOPatience the queue stays first
+// come, first served, however long its oldest has waited, until a waiter
+// gives up; then it serves the newest first once its oldest has waited
+// half of what the waiters that gave up had waited.
+func TestLIFOPatience(t *testing.T) {
+	clk := &capClock{}
+	clk.ns.Store(1)
+	b := mustNew(t, "round_robin", Options{LIFOAfter: LIFOPatience, Clock: clk.Now}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1})
+	held := mustPick(t, b, "") // the impatient waiter below waits for its permit
+	woken := func(ws ...*waiter) []bool {
+		b.wq.mu.Lock()
+		defer b.wq.mu.Unlock()
+		var got []bool
+		for _, w := range ws {
+			got = append(got, w.signaled)
+		}
+		return got
+	}
+	wq := &b.wq
+	// Nobody has given up: an hour-old queue is still served in order.
+	old, young := wq.enqueue(), wq.enqueue()
+	clk.ns.Add(int64(time.Hour))
+	wq.wakeOne()
+	if got := woken(old, young); !got[0] || got[1] {
+		t.Fatalf("woken (oldest, newest) %v before anyone gave up, want the oldest", got)
+	}
+	wq.leave(young)
+
+	// A waiter whose client leaves after 2 s: patience 2 s, the switch at 1 s.
+	ctxGone, gone := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Wait(ctxGone, PickInfo{})
+		errc <- err
+	}()
+	testenv.Eventually(t, "the impatient waiter to queue", func() bool { return wq.n.Load() == 1 })
+	clk.ns.Add(int64(2 * time.Second))
+	gone()
+	if err := <-errc; !errors.Is(err, ErrAtCapacity) {
+		t.Fatalf("the impatient waiter: %v, want ErrAtCapacity", err)
+	}
+	if got := wq.patience.Load(); got != int64(2*time.Second) {
+		t.Fatalf("patience %v, want 2s", time.Duration(got))
+	}
+	first, second := wq.enqueue(), wq.enqueue()
+	clk.ns.Add(int64(999 * time.Millisecond))
+	wq.wakeOne()
+	if got := woken(first, second); !got[0] || got[1] {
+		t.Fatalf("woken (oldest, newest) %v at 999ms of 1s, want the oldest", got)
+	}
+	third := wq.enqueue()
+	clk.ns.Add(int64(time.Millisecond)) // second has waited 1s
+	wq.wakeOne()
+	if got := woken(second, third); got[0] || !got[1] {
+		t.Fatalf("woken (oldest, newest) %v at half the patience, want the newest", got)
+	}
+	held.Done(nil)
 }
 
 // TestWaitLostRaceKeepsPlace: a waiter woken for a permit that another

@@ -8,6 +8,20 @@ import (
 
 // Options configure a Balancer. The zero value is usable: every field has a
 // default, given in its comment.
+// LIFOPatience, as Options.LIFOAfter, makes the queue adaptive LIFO
+// once its oldest waiter has waited half the patience that waiters have
+// shown: the mean wait (an EWMA) of those that left the queue unserved,
+// their client gone or their deadline passed. Until one has, nobody has
+// waited too long and the queue stays first come, first served. A
+// spike that drains within the clients' patience is then served in
+// order, where a fixed 100 ms switched to newest first and the spike's
+// oldest requests passed their clients' timeouts; under sustained
+// overload the clients that give up set the switch below their
+// patience, and the queue serves the newest before the oldest die in
+// flight (first come, first served there serves requests whose clients
+// are gone).
+const LIFOPatience time.Duration = -1
+
 type Options struct {
 	// Registry resolves the strategy name; nil means the default registry.
 	Registry *Registry
@@ -41,7 +55,7 @@ type Options struct {
 	// oldest wait out their deadline and fail, instead of every request
 	// waiting the queue's length (Facebook's adaptive LIFO, "Fail at
 	// Scale", 2015). 0 (the default) keeps the queue first come, first
-	// served.
+	// served. LIFOPatience sets it from the waiters' own patience.
 	LIFOAfter time.Duration
 
 	// TrackLatency makes Done measure latency for every strategy (the
@@ -139,7 +153,7 @@ func (o *Options) normalize() error {
 	if o.Aggression < 0 {
 		return fmt.Errorf("balance: aggression: %v is negative", o.Aggression)
 	}
-	if o.LIFOAfter < 0 {
+	if o.LIFOAfter < 0 && o.LIFOAfter != LIFOPatience {
 		return fmt.Errorf("balance: lifo_after: %v is negative", o.LIFOAfter)
 	}
 	if o.MinWeightPercent == 0 {

@@ -109,17 +109,17 @@ func TestPassiveAndWarmupDefaultsAreBalances(t *testing.T) {
 	}
 }
 
-// queue.lifo_after defaults to adaptive LIFO after 100 ms where the
-// queue may wait longer than that; set, even to 0, it is kept.
+// queue.lifo_after defaults to adaptive LIFO by the waiters' patience
+// where requests wait; set, even to 0, it is kept.
 func TestLIFODefault(t *testing.T) {
 	for _, c := range []struct {
 		queue string
 		want  time.Duration
 	}{
-		{"{}", 0},                // no queue: nothing waits
-		{"{max_wait: 100ms}", 0}, // could never engage
-		{"{max_wait: 5s}", config.DefaultLIFOAfter}, // the default
-		{"{max_wait: 5s, lifo_after: 0s}", 0},       // first come, first served, asked for
+		{"{}", 0}, // no queue: nothing waits
+		{"{max_wait: 100ms}", balance.LIFOPatience},
+		{"{max_wait: 5s}", balance.LIFOPatience}, // the default
+		{"{max_wait: 5s, lifo_after: 0s}", 0},    // first come, first served, asked for
 		{"{max_wait: 5s, lifo_after: 1s}", time.Second},
 	} {
 		cfg, err := config.Parse([]byte("upstreams:\n  api:\n    targets: [{url: \"http://a:1\"}]\n    queue: " + c.queue + "\n"))
