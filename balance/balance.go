@@ -744,14 +744,14 @@ func (b *Balancer) Ejected(addr string) bool {
 // thundering herd. It wakes the oldest, or the newest once the oldest has
 // waited lifoAfter (adaptive LIFO, see Options.LIFOAfter).
 type waitQueue struct {
-	mu        sync.Mutex
-	q         []*waiter // in queueing order (seq)
-	seq       uint64
-	n         atomic.Int32
-	after     atomic.Int64 // Options.LIFOAfter, ns; 0: always the oldest
-	patience  atomic.Int64 // ns, EWMA of the waits of waiters that gave up; 0: none has
-	standing  bool         // newest first until the queue empties (under mu)
-	now       func() int64 // the balancer's clock
+	mu       sync.Mutex
+	q        []*waiter // in queueing order (seq)
+	seq      uint64
+	n        atomic.Int32
+	after    atomic.Int64 // Options.LIFOAfter, ns; 0: always the oldest
+	patience atomic.Int64 // ns, EWMA of the waits of waiters that gave up; 0: none has
+	standing bool         // newest first until the queue empties (under mu)
+	now      func() int64 // the balancer's clock
 }
 
 type waiter struct {

@@ -648,41 +648,61 @@ func TestWaitLostRaceKeepsPlace(t *testing.T) {
 	held.Done(nil)
 }
 
+// twoFullTargets is a balancer over a and b, one permit each, both
+// taken: pa holds a's, pb b's.
+func twoFullTargets(t *testing.T) (b *Balancer, pa, pb Pick) {
+	t.Helper()
+	b = mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
+	pa, pb = mustPick(t, b, ""), mustPick(t, b, "")
+	if pa.Addr() == "b" {
+		pa, pb = pb, pa
+	}
+	return b, pa, pb
+}
+
+// waited is a waiter's pick: "waiter I got ADDR", and the pick to end.
+type waited struct {
+	what string
+	p    Pick
+}
+
+// waitInTurn queues a waiter per exclusion list, one after the other, and
+// sends each one's pick when it gets one.
+func waitInTurn(t *testing.T, ctx context.Context, b *Balancer, excludes ...[]*Endpoint) <-chan waited {
+	t.Helper()
+	got := make(chan waited, len(excludes))
+	for i, ex := range excludes {
+		go func() {
+			p, err := b.Wait(ctx, PickInfo{Exclude: ex})
+			if err == nil {
+				got <- waited{fmt.Sprintf("waiter %d got %s", i, p.Addr()), p}
+			}
+		}()
+		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
+	}
+	return got
+}
+
 // TestWaitPassesOnPastSeveralExcludingWaiters: a permit freed on a target
 // that the first two waiters exclude reaches the third, which can use it.
 // Passing the wake-up on and then queueing at the head again would bounce
 // it between the first two.
 func TestWaitPassesOnPastSeveralExcludingWaiters(t *testing.T) {
-	b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
-	pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
-	if pa.Addr() == "b" {
-		pa, pb = pb, pa
-	}
+	b, pa, pb := twoFullTargets(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	got := make(chan string, 3)
-	for i, ex := range [][]*Endpoint{{pa.Endpoint()}, {pa.Endpoint()}, nil} {
-		go func() {
-			p, err := b.Wait(ctx, PickInfo{Exclude: ex})
-			if err != nil {
-				return
-			}
-			got <- fmt.Sprintf("waiter %d got %s", i, p.Addr())
-			p.Done(nil)
-		}()
-		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
-	}
+	got := waitInTurn(t, ctx, b, []*Endpoint{pa.Endpoint()}, []*Endpoint{pa.Endpoint()}, nil)
 	pa.Done(nil) // a's permit: only the third waiter may take it
 	select {
 	case g := <-got:
-		if g != "waiter 2 got a" {
-			t.Fatalf("%s, want waiter 2 got a", g)
+		if g.what != "waiter 2 got a" {
+			t.Fatalf("%s, want waiter 2 got a", g.what)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a's freed permit idled: the wake-up did not reach the waiter that could use it")
 	}
 	pb.Done(nil) // b's permit: one of the excluding waiters; then the other
-	<-got
+	(<-got).p.Done(nil)
 	<-got
 }
 
@@ -692,31 +712,17 @@ func TestWaitPassesOnPastSeveralExcludingWaiters(t *testing.T) {
 // to go to the back of the queue then: a refused request waited the whole
 // queue again, the learner's tail on a standing queue.
 func TestRetryKeepsItsPlaceAfterAPermitItCannotTake(t *testing.T) {
-	b := mustNew(t, "least_active", Options{}, Target{Addr: "a", Weight: 1, MaxConcurrency: 1}, Target{Addr: "b", Weight: 1, MaxConcurrency: 1})
-	pa, pb := mustPick(t, b, ""), mustPick(t, b, "")
-	if pa.Addr() == "b" {
-		pa, pb = pb, pa
-	}
+	b, pa, pb := twoFullTargets(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	got := make(chan string, 3)
-	for i, ex := range [][]*Endpoint{{pa.Endpoint()}, nil, nil} {
-		go func() {
-			p, err := b.Wait(ctx, PickInfo{Exclude: ex})
-			if err != nil {
-				return
-			}
-			got <- fmt.Sprintf("waiter %d got %s", i, p.Addr())
-		}()
-		testenv.Eventually(t, "the waiter to queue", func() bool { return b.wq.n.Load() == int32(i+1) })
-	}
+	got := waitInTurn(t, ctx, b, []*Endpoint{pa.Endpoint()}, nil, nil)
 	pa.Done(nil) // a's permit: the retry may not take it, the next waiter does
-	if g := <-got; g != "waiter 1 got a" {
-		t.Fatalf("%s, want waiter 1 got a", g)
+	if g := <-got; g.what != "waiter 1 got a" {
+		t.Fatalf("%s, want waiter 1 got a", g.what)
 	}
 	pb.Done(nil) // b's permit: the retry's, queued before waiter 2
-	if g := <-got; g != "waiter 0 got b" {
-		t.Fatalf("%s, want waiter 0 got b (the retry lost its place)", g)
+	if g := <-got; g.what != "waiter 0 got b" {
+		t.Fatalf("%s, want waiter 0 got b (the retry lost its place)", g.what)
 	}
 }
 
