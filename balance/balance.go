@@ -739,10 +739,10 @@ func (b *Balancer) Ejected(addr string) bool {
 	return st != nil && st.ejectedUntil.Load() > b.now()
 }
 
-// waitQueue is the goroutines waiting for a permit, oldest first. Each
-// returned permit wakes one waiter, so a burst of waiters costs no
-// thundering herd. It wakes the oldest, or the newest once the oldest has
-// waited lifoAfter (adaptive LIFO, see Options.LIFOAfter).
+// waitQueue is the goroutines waiting for a permit, in order of arrival.
+// Each returned permit wakes one waiter that may take it, so a burst of
+// waiters costs no thundering herd: the oldest, or the newest once the
+// queue stands (adaptive LIFO, see Options.LIFOAfter).
 type waitQueue struct {
 	mu       sync.Mutex
 	q        []*waiter // in queueing order (seq)
@@ -772,12 +772,6 @@ func (wt *waiter) takes(e *Endpoint) bool {
 		}
 	}
 	return true
-}
-
-func (w *waitQueue) enqueue() *waiter {
-	// The clock is read always, so a queue made LIFO later (SetLIFOAfter)
-	// knows how long its waiters have waited.
-	return w.enqueueAt(w.now(), nil)
 }
 
 // enqueueAt queues a waiter that came at clock at: behind those that
@@ -837,8 +831,6 @@ func (w *waitQueue) leave(wt *waiter) {
 	}
 }
 
-func (w *waitQueue) wakeOne() { w.wake(nil) }
-
 // gaveUp removes wt, whose context ended before it got a permit, and
 // learns from how long it waited (LIFOPatience).
 func (w *waitQueue) gaveUp(wt *waiter) {
@@ -868,10 +860,9 @@ func (w *waitQueue) lifoAfter() int64 {
 
 // wake signals the first waiter that may take a permit of e's target
 // (the oldest, or the newest in a standing queue), passing by the
-// retries that exclude it: a wake-up they cannot use went round the
-// queue once, and each of them back to its end, which sent a refused
-// request to wait the whole queue again. e nil (a permit somewhere)
-// prefers a waiter that excludes nothing, which any permit serves.
+// retries that exclude it, which keep their places for a permit they
+// can take. e nil (a permit somewhere) prefers a waiter that excludes
+// nothing, which any permit serves.
 func (w *waitQueue) wake(e *Endpoint) {
 	w.mu.Lock()
 	if n := len(w.q); n > 0 {

@@ -70,3 +70,9 @@ func targetsN(n int) []Target {
 type capClock struct{ ns atomic.Int64 }
 
 func (c *capClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// enqueue queues a waiter that excludes nothing, now.
+func (w *waitQueue) enqueue() *waiter { return w.enqueueAt(w.now(), nil) }
+
+// wakeOne wakes a waiter for a permit on some target.
+func (w *waitQueue) wakeOne() { w.wake(nil) }
