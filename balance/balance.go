@@ -625,8 +625,11 @@ func (p Pick) finish(lat, now int64, err error) {
 	if class == Failed || class == Refused {
 		st.failures.Add(1)
 	}
-	if lat > 0 {
+	if lat > 0 && (class != Failed || !IsTimeout(err)) {
 		// EWMA with alpha 1/8; concurrent updates may lose one sample.
+		// Not of a timeout: its length is the caller's limit, and one
+		// 1 s timeout took a 50 ms target's mean to 170 ms, and with it
+		// the auto try timeout (ten means) past the clients' own.
 		old := st.ewma.Load()
 		if old == 0 {
 			st.ewma.Store(lat)

@@ -3,6 +3,7 @@ package balance
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -47,5 +48,23 @@ func TestCancelReturnsThePermitWithoutAnOutcome(t *testing.T) {
 	}
 	if n := b.Endpoints()[0].InFlight; n != 0 {
 		t.Errorf("in flight after all ended: %d", n)
+	}
+}
+
+// A timeout is a failure, and its length is the caller's patience, not
+// the target's latency: the mean stays what the answers made it (the
+// gateway's auto try timeout is ten of those means).
+func TestTimeoutsStayOutOfTheMeanLatency(t *testing.T) {
+	b := mustNew(t, "round_robin", Options{}, Target{Addr: "a", Weight: 1})
+	mustPick(t, b, "").Report(10*time.Millisecond, nil)
+	mustPick(t, b, "").Report(time.Second, os.ErrDeadlineExceeded)
+	mustPick(t, b, "").Report(time.Second, context.DeadlineExceeded)
+	st := b.Endpoints()[0]
+	if st.AvgLatency != 10*time.Millisecond || st.Failures != 2 || st.Requests != 3 {
+		t.Fatalf("mean %v, %d failures of %d requests; want 10ms, 2 of 3", st.AvgLatency, st.Failures, st.Requests)
+	}
+	mustPick(t, b, "").Report(time.Second, errors.New("reset")) // a failure that answered: its time counts
+	if st := b.Endpoints()[0]; st.AvgLatency <= 10*time.Millisecond {
+		t.Fatalf("mean %v after a 1 s failure that was no timeout; want it counted", st.AvgLatency)
 	}
 }

@@ -125,7 +125,8 @@ func (e *Endpoint) Remaining() int64 {
 	return l - e.s.inflight.Load()
 }
 
-// AvgLatency returns the exponentially weighted mean latency of outcomes.
+// AvgLatency returns the exponentially weighted mean latency of outcomes,
+// timeouts left out (IsTimeout).
 func (e *Endpoint) AvgLatency() time.Duration { return time.Duration(e.s.ewma.Load()) }
 
 // Requests returns the outcomes reported.

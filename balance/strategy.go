@@ -169,6 +169,16 @@ func IsRejection(err error) bool {
 	return errors.As(err, &r) && r.Rejected()
 }
 
+// IsTimeout reports whether err says the target did not answer in time:
+// it has a method Timeout() bool that returns true, as net.Error,
+// os.ErrDeadlineExceeded and context.DeadlineExceeded do. Such an
+// outcome is a failure, and its latency measures the caller's patience,
+// not the target: AvgLatency leaves it out.
+func IsTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return err != nil && errors.As(err, &t) && t.Timeout()
+}
+
 // ClassOf classifies a reported error: nil succeeded; ErrClientGone, the
 // client left; ErrRejected or an error with a Rejected() bool method that
 // returns true, refused; anything else failed.

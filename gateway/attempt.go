@@ -93,7 +93,15 @@ func (e errStatus) Error() string { return "status " + strconv.Itoa(int(e)) }
 // (balance.Refused), which the capacity strategy learns its limit from.
 func (e errStatus) Rejected() bool { return e == 503 || e == 429 }
 
-var errTimeout = errors.New("response header timeout")
+// timeoutError is a failure by silence: the target did not answer in
+// time. Its Timeout method says so to the balancer (balance.IsTimeout),
+// which keeps its length out of the target's mean latency.
+type timeoutError string
+
+func (e timeoutError) Error() string { return string(e) }
+func (timeoutError) Timeout() bool   { return true }
+
+var errTimeout error = timeoutError("response header timeout")
 
 // errSwitched is a 101 the request did not ask for (or to another
 // protocol than it asked for): nothing to relay, and the connection
@@ -213,6 +221,30 @@ const (
 	tryAutoFactor = 10
 	tryAutoFloor  = 100 * time.Millisecond
 )
+
+// errUnanswered is what the balancer learns of a request whose client
+// left while the target had not answered it for longer than the auto try
+// timeout (unanswered): a failure by silence, as a try timeout is.
+var errUnanswered error = timeoutError("target silent until the client left")
+
+// unanswered reports whether a request whose client left while its target
+// had not sent the response head, lat after it was sent, says something
+// of the target: it waited over unansweredFactor of the target's mean
+// latencies (an exponential service answers later than that about 2
+// times in 100, and such a client must also have left just then; a
+// request's wait in the queue does not count, the client's own timeout
+// often does not leave more). Reported as the client's alone, a black
+// hole (a target that accepts and never answers) taught the balancer
+// nothing: each permit its stuck requests freed when their clients gave
+// up went to the next request it would swallow. A client that leaves
+// sooner says nothing of the target, as before.
+func unanswered(e *balance.Endpoint, lat time.Duration) bool {
+	avg := e.AvgLatency()
+	return avg > 0 && lat > max(unansweredFactor*avg, tryAutoFloor)
+}
+
+// unansweredFactor is unanswered's multiple of the mean latency.
+const unansweredFactor = 4
 
 // headTimeout is how long attempt a waits for its target's response
 // head: timeouts.response_header, or less under retry.try_timeout for
@@ -352,10 +384,14 @@ func (up *upstream) answer(g *Gateway, a *attempt, reason string) result {
 		return result{t: a.t, pick: a.pick, tstart: a.tstart, status: a.status, outcome: a.fail}
 	}
 	fail := a.fail
+	lat := time.Since(a.tstart)
 	if errors.Is(a.err, errClientGone) {
 		fail = balance.ErrClientGone // the client's side broke, not the target's
+		if unanswered(a.pick.Endpoint(), lat) {
+			fail = errUnanswered
+		}
 	}
-	up.report(g, a.pick, a.t, time.Since(a.tstart), fail)
+	up.report(g, a.pick, a.t, lat, fail)
 	why, code := classify(a.err)
 	if reason == "" {
 		reason = why

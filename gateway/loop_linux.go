@@ -527,10 +527,16 @@ func (l *evloop) event(c *lconn, ev uint32) {
 		switch c.state {
 		case csHead, csBody:
 			l.readClient(c)
-		case csWait, csDial:
+		case csWait, csDial, csExchange:
 			// The client may have left while its request waits: the
-			// queue's wait (or the dial) ends with it, as the goroutine
-			// path's watch does.
+			// queue's wait, the dial or the wait for the target's answer
+			// ends with it, as net/http's request context does on the
+			// goroutine path (and nginx's check for a broken client
+			// connection). Awaiting the answer, the request held a permit
+			// of its target until the target answered or
+			// timeouts.response_header (30 s) ended it: against a target
+			// that accepts and never answers, every client that gave up
+			// left a permit taken, and a learned limit grew over them.
 			if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 				l.closeClient(c)
 			}

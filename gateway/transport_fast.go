@@ -201,6 +201,10 @@ type upSender interface {
 	// send writes the whole request and flushes it; errClientGone when
 	// the client's side of a streamed body broke.
 	send(uc *upConn) error
+	// watchHead returns a context that ends when the client leaves
+	// while the response head is awaited, and a function that ends the
+	// watch.
+	watchHead(ctx context.Context) (context.Context, func())
 }
 
 // exchangeOn sends s's request to t and reads the response head into
@@ -238,7 +242,7 @@ func exchangeOn(ctx context.Context, t *target, now time.Time, s upSender, repla
 				uc.deadline = now.Add(headTO)
 				_ = uc.c.SetReadDeadline(uc.deadline)
 			}
-			if err = readHead(uc, res); err == nil {
+			if err = readHeadWatched(ctx, s, uc, res); err == nil {
 				if !h1.NoBody(res.Status, isHead) && (res.ContentLength < 0 || int64(uc.br.Buffered()) < int64(res.Size)+res.ContentLength) {
 					// More body to read: no response_header limit on it.
 					uc.deadline = time.Time{}
@@ -248,6 +252,9 @@ func exchangeOn(ctx context.Context, t *target, now time.Time, s upSender, repla
 			}
 		}
 		uc.c.Close()
+		if errors.Is(err, errClientGone) {
+			return nil, written, err
+		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			return nil, written, errTimeout
@@ -262,6 +269,34 @@ func exchangeOn(ctx context.Context, t *target, now time.Time, s upSender, repla
 		}
 		return nil, written, err
 	}
+}
+
+// readHeadWatched reads the response head unless the client leaves
+// first (errClientGone): a request whose client left no longer holds its
+// target's permit until the target answers or timeouts.response_header
+// ends it, which against a target that accepts and never answers (a
+// black hole) was every permit, each for 30 s.
+func readHeadWatched(ctx context.Context, s upSender, uc *upConn, res *h1.Response) error {
+	wctx, stop := s.watchHead(ctx)
+	unwatch := context.AfterFunc(wctx, func() {
+		_ = uc.c.SetReadDeadline(time.Unix(1, 0)) // ends the read at once
+	})
+	err := readHead(uc, res)
+	left := !unwatch() // the client left (or the request ended) while the head was awaited
+	stop()
+	if left {
+		return errClientGone
+	}
+	return err
+}
+
+// headWatchAfter is how long the fast path awaits a response head before
+// it watches the client for leaving (watchAfter): most heads come
+// sooner, and watching costs a goroutine.
+const headWatchAfter = 20 * time.Millisecond
+
+func (cc *clientConn) watchHead(ctx context.Context) (context.Context, func()) {
+	return cc.watchAfter(ctx, headWatchAfter)
 }
 
 // dial connects to t while watching the client: one that leaves ends

@@ -397,6 +397,8 @@ func (x *ownExchange) watch(ctx context.Context) (context.Context, func()) {
 	return ctx, func() {} // net/http ends the request's context when its client leaves
 }
 
+func (x *ownExchange) watchHead(ctx context.Context) (context.Context, func()) { return x.watch(ctx) }
+
 // relay writes the response to the client: status, end-to-end headers,
 // the body decoded from its HTTP/1.1 framing (net/http frames it again
 // for the client: DATA frames, or chunks), trailers. The body is flushed

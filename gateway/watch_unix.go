@@ -5,6 +5,7 @@ package gateway
 import (
 	"context"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -45,6 +46,37 @@ func (cc *clientConn) watch(parent context.Context) (context.Context, func()) {
 		_ = cc.c.SetReadDeadline(time.Unix(1, 0))
 		<-done
 		_ = cc.c.SetReadDeadline(cc.deadline)
+		cancel()
+	}
+}
+
+// watchAfter is watch for a wait that is usually short (a response
+// head): the watch starts once the wait has lasted d, so a wait that
+// ends sooner costs a timer, not a goroutine and a poll registration.
+func (cc *clientConn) watchAfter(parent context.Context, d time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	var mu sync.Mutex
+	var unwatch func()
+	stopped := false
+	tm := time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		wctx, stop := cc.watch(ctx)
+		unregister := context.AfterFunc(wctx, cancel) // the client left
+		unwatch = func() { unregister(); stop() }
+	})
+	return ctx, func() {
+		tm.Stop()
+		mu.Lock()
+		stopped = true
+		u := unwatch
+		mu.Unlock()
+		if u != nil {
+			u()
+		}
 		cancel()
 	}
 }

@@ -56,6 +56,7 @@ type capState struct {
 	reviveAt  atomic.Int64         // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64         // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64         // clock of the last success (when lat was last measured)
+	okSent    atomic.Int64         // send clock of the latest-sent pick that succeeded (staleTimeout)
 	littleLat atomic.Int64         // the time per request Little's law found, when far from lat; 0 = none
 	littleTil atomic.Int64         // clock until which littleLat ranks the target
 	trial     atomic.Int64         // picks it holds ranked by one faster sample (trialFrom); 0 = none

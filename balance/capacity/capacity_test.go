@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1738,6 +1739,16 @@ func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
 	if trial.Addr() != "silent" {
 		t.Fatalf("first pick after the share halved went to %s; want the trial on silent (faster)", trial.Addr())
 	}
+	// Three more requests that only silent may take (retries that tried
+	// steady), swallowed with the trial.
+	var swallowed []balance.Pick
+	for range 3 {
+		p, err := b.PickWith(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		swallowed = append(swallowed, p)
+	}
 	got, held = pickN(t, b, 5)
 	if slices.Contains(got, "silent") {
 		t.Fatalf("picks %v while silent's trial is out; want every one on steady", got)
@@ -1748,11 +1759,19 @@ func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
 		t.Fatalf("pick after the trial went unanswered four latencies went to %s; want a second trial on silent", second.Addr())
 	}
 	second.Report(fast, nil) // it answered: silent is back
+	// The first trial and the three, swallowed while silent was still
+	// dark, time out only now: they say how silent was before the second
+	// answered, and must not hold it back again (timeouts of picks sent
+	// before a success; a client's timeout comes long after the target's
+	// return).
+	for _, p := range append(swallowed, trial) {
+		p.Report(time.Second, os.ErrDeadlineExceeded)
+	}
 	got2, held2 := pickN(t, b, 3)
 	if n := len(got2) - len(slices.DeleteFunc(slices.Clone(got2), func(a string) bool { return a == "silent" })); n != 3 {
-		t.Fatalf("picks %v after silent's trial succeeded; want all 3 on silent (faster, its trials over)", got2)
+		t.Fatalf("picks %v after silent's trial succeeded and an older one timed out; want all 3 on silent (faster, its trials over)", got2)
 	}
-	for _, p := range append(append(held, held2...), trial) {
+	for _, p := range append(held, held2...) {
 		p.Done(nil)
 	}
 }

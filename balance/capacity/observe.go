@@ -9,7 +9,7 @@ import (
 // Observe feeds one outcome to the target's learner.
 func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
-	if o.Class != balance.ClientGone {
+	if o.Class != balance.ClientGone && !c.staleTimeout(o) {
 		// Refusals are the limit's to learn from (reject), not the rank's.
 		failed := o.Class == balance.Failed
 		c.fail.Observe(failed, o.Now, o.Sent())
@@ -83,6 +83,9 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 			}
 		}
 		c.seen.Store(o.Now)
+		if sent > c.okSent.Load() {
+			c.okSent.Store(sent) // outcomes run concurrently: close enough
+		}
 		if c.successes.Load() < measureFrom {
 			c.successes.Add(1)
 		}
@@ -147,4 +150,15 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 // failing fast rather than a slow request that broke.
 func fastFailure(lat time.Duration, mean int64) bool {
 	return mean > 0 && int64(lat) < mean/4
+}
+
+// staleTimeout reports whether o is a timeout (the target did not answer
+// in time: balance.IsTimeout) of a pick sent before one that has since
+// succeeded: the target answers again, and the timeout says only how it
+// was. Counted, the trials that a target going silent (a black hole)
+// swallowed came back as failures a client's timeout after it had
+// returned, and held it back another FailureHalfLife (bench/contest's
+// blackhole: its 60 permits idle 0.9 s after it came back).
+func (c *capState) staleTimeout(o balance.Outcome) bool {
+	return o.Class == balance.Failed && o.Sent() < c.okSent.Load() && balance.IsTimeout(o.Err)
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // buildFulcrum builds the fulcrum binary from the main module (the parent
@@ -71,8 +74,17 @@ func gatewayContender(strategy string, configured bool, v variant) starter {
 		var b strings.Builder
 		// No access log: the peers run with theirs off (nginx's
 		// access_log off; HAProxy logs nothing without a log line).
-		// No admin API: a fleet's gateways would all want its port.
-		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin: {listen: \"off\"}\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, strategy)
+		// No admin API, but with -v (each of a fleet's gateways on a
+		// port of its own): its /upstreams is what the trace reads.
+		admin := "\"off\""
+		adminPort := 0
+		if env.verbose {
+			if adminPort, err = freePort(); err != nil {
+				return "", nil, err
+			}
+			admin = fmt.Sprintf("127.0.0.1:%d", adminPort)
+		}
+		fmt.Fprintf(&b, "listen: 127.0.0.1:%d\nadmin: {listen: %s}\naccess_log: {enabled: false}\nupstreams:\n  contest:\n    strategy: %s\n", port, admin, strategy)
 		if settings != "" {
 			fmt.Fprintf(&b, "    strategy_settings: {%s}\n", settings)
 		}
@@ -107,7 +119,51 @@ func gatewayContender(strategy string, configured bool, v variant) starter {
 		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 			return "", nil, err
 		}
-		return startProcess(env, dir, port, env.fulcrum, []string{"gateway", "--config", path}, nil)
+		url, stop, err := startProcess(env, dir, port, env.fulcrum, []string{"gateway", "--config", path}, nil)
+		if err != nil || adminPort == 0 {
+			return url, stop, err
+		}
+		done, traced := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(traced)
+			traceLimits(env, adminLimits(fmt.Sprintf("http://127.0.0.1:%d/upstreams", adminPort), len(env.urls)), &Timeline{}, done)
+		}()
+		return url, func() { close(done); <-traced; stop() }, nil
+	}
+}
+
+// adminLimits samples a gateway's per-target permits and picks in flight
+// from its admin API for traceLimits (-v); a sample that fails reads as
+// -1s.
+func adminLimits(url string, n int) func() (lim, in []int64) {
+	client := &http.Client{Timeout: time.Second}
+	return func() (lim, in []int64) {
+		lim, in = make([]int64, n), make([]int64, n)
+		for i := range n {
+			lim[i], in[i] = -1, -1
+		}
+		res, err := client.Get(url)
+		if err != nil {
+			return lim, in
+		}
+		defer res.Body.Close()
+		var v struct {
+			Upstreams []struct {
+				Targets []struct {
+					Permits  int64 `json:"permits"`
+					InFlight int64 `json:"in_flight"`
+				} `json:"targets"`
+			} `json:"upstreams"`
+		}
+		if json.NewDecoder(res.Body).Decode(&v) != nil || len(v.Upstreams) == 0 {
+			return lim, in
+		}
+		for i, t := range v.Upstreams[0].Targets {
+			if i < n {
+				lim[i], in[i] = t.Permits, t.InFlight
+			}
+		}
+		return lim, in
 	}
 }
 

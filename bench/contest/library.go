@@ -276,7 +276,7 @@ func traceLimits(env *runEnv, sample func() (lim, in []int64), tl *Timeline, don
 		}
 		tl.T = append(tl.T, at.Seconds())
 		tl.Limit, tl.Permits, tl.InFlight = append(tl.Limit, lim), append(tl.Permits, per), append(tl.InFlight, in)
-		if env.verbose && n%5 == 0 {
+		if env.verbose && n%traceEvery == 0 {
 			fmt.Fprintln(env.log, line)
 		}
 	}
@@ -303,3 +303,7 @@ func followStages(env *runEnv, b *balance.Balancer, targets []balance.Target, do
 		_ = b.Update(ts)
 	}
 }
+
+// traceEvery is how many samples -v prints one of (5: every half
+// second).
+var traceEvery = 5

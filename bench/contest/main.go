@@ -69,7 +69,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only the contenders whose name matches this regular expression")
 	flag.BoolVar(&o.install, "install", false, "apt-get install nginx, haproxy and caddy when missing")
 	flag.StringVar(&o.fulcrum, "fulcrum", "", "fulcrum binary to use (default: build ../cmd/fulcrum)")
-	flag.BoolVar(&o.verbose, "v", false, "print library contenders' per-target limits every half second, and their state at the end")
+	flag.BoolVar(&o.verbose, "v", false, "print library and gateway contenders' per-target limits every half second (the gateways' from their admin API), and the library's state at the end")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every contender this many times (rotating the order) and keep each one's best run")
 	flag.DurationVar(&o.compress, "compress", 0, "compress the scenario's timeline to this long per contender, warm-up included (a longer -short; implies it)")
 	flag.IntVar(&o.gateways, "gateways", 0, "fleet mode: run this many instances of every contender but the oracle, the load spread evenly across them (overrides the scenario's gateways)")
