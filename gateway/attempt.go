@@ -231,19 +231,22 @@ var errUnanswered error = timeoutError("target silent until the client left")
 // had not sent the response head, lat after it was sent, says something
 // of the target: it waited over unansweredFactor of the target's mean
 // latencies (an exponential service answers later than that about 2
-// times in 100, and such a client must also have left just then; a
-// request's wait in the queue does not count, the client's own timeout
-// often does not leave more). Reported as the client's alone, a black
-// hole (a target that accepts and never answers) taught the balancer
-// nothing: each permit its stuck requests freed when their clients gave
-// up went to the next request it would swallow. A client that leaves
-// sooner says nothing of the target, as before.
+// times in 100, and the client must also have left just then). A
+// request's wait in the queue does not count. Reported as the client's
+// alone, a black hole (a target that accepts and never answers) taught
+// the balancer nothing: each permit its stuck requests freed when their
+// clients gave up went to the next request it would swallow. A client
+// that leaves sooner says nothing of the target, as before.
 func unanswered(e *balance.Endpoint, lat time.Duration) bool {
 	avg := e.AvgLatency()
 	return avg > 0 && lat > max(unansweredFactor*avg, tryAutoFloor)
 }
 
-// unansweredFactor is unanswered's multiple of the mean latency.
+// unansweredFactor is unanswered's multiple of the mean latency: four,
+// not the auto try timeout's ten, since a client's budget is spent in the
+// queue too. On bench/contest's blackhole (clients leave at 1 s, the
+// queue stands) the requests stuck in the hole had been there under ten
+// means (500 ms) when their clients left, and nothing was learned.
 const unansweredFactor = 4
 
 // headTimeout is how long attempt a waits for its target's response
