@@ -82,7 +82,14 @@ const (
 	reasonNoTarget    = "no_target"
 	reasonBudget      = "budget"
 	reasonRateLimited = "rate_limited"
+	// reasonClientGone: the client left before the response began. Logged
+	// and counted with nginx's 499, written to nobody.
+	reasonClientGone = "client_gone"
 )
+
+// statusClientGone is nginx's status for a request whose client closed
+// the connection before the response: never sent, logged and counted.
+const statusClientGone = 499
 
 // errStatus marks a response whose status counts as a failure.
 type errStatus int
@@ -395,6 +402,9 @@ func (up *upstream) answer(g *Gateway, a *attempt, reason string) result {
 		}
 	}
 	up.report(g, a.pick, a.t, lat, fail)
+	if errors.Is(a.err, errClientGone) {
+		return result{code: statusClientGone, reason: reasonClientGone}
+	}
 	why, code := classify(a.err)
 	if reason == "" {
 		reason = why

@@ -1640,7 +1640,10 @@ func (l *evloop) closeClient(c *lconn) {
 			wrote = u.wrote
 			l.closeUp(u)
 		}
-		_, _, _ = c.up.judge(l.g, &c.rq, &c.a, 0, wrote, errClientGone)
+		if res, done, _ := c.up.judge(l.g, &c.rq, &c.a, 0, wrote, errClientGone); done && res.t == nil {
+			c.line.reason = res.reason
+			c.cc.logLine(&c.line, res.code) // 499, as nginx logs it
+		}
 	case csRelay:
 		if u != nil {
 			u.peer = nil

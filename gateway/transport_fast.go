@@ -88,6 +88,10 @@ func (cc *clientConn) serveOne() bool {
 			hdr = retryAfter(up.cfg.Queue.MaxWait.D())
 		}
 		line.reason = res.reason
+		if res.code == statusClientGone {
+			cc.logLine(&line, res.code) // nobody to answer
+			return false
+		}
 		unread := n
 		if cc.buffered {
 			unread = 0

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,11 @@ func TestClientLeavingAnUnansweredRequest(t *testing.T) {
 	if avg := target().LatencyAvgMS; avg > 100 {
 		t.Fatalf("mean latency %.1f ms: the silence counted as a latency", avg)
 	}
+	// Each is logged and counted as nginx does, 499 (no target answered).
+	want := `fulcrum_gateway_requests_total{code="499",target="",upstream="api"} 2`
+	testenv.Eventually(t, "two 499s counted", func() bool {
+		return strings.Contains(get(t, client(), "http://"+g.AdminAddr()+"/metrics").body, want)
+	})
 	// The one permit is free: the next request takes it at once (it
 	// would wait in the queue for the stalled one otherwise).
 	a.hold.Store(nil)
