@@ -1775,3 +1775,66 @@ func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
 		p.Done(nil)
 	}
 }
+
+// A target that fails by silence (its failures are timeouts: a black
+// hole) gets its trials while the other targets have free permits and
+// rank better, and the trials it swallows, timing out a client's
+// timeout later, do not restart its hold-back: the next trial follows
+// four latencies after the last, so a target that came back is found
+// within a few latencies, not a failure share's halving after the last
+// swallowed trial (bench/contest's blackhole: 0.6-0.9 s of its permits
+// unused after it returned).
+func TestCapacitySilentTargetTrials(t *testing.T) {
+	const slow = 50 * time.Millisecond
+	clk := &capClock{}
+	clk.ns.Store(int64(10 * time.Second)) // the balancer's clock runs from its creation: timeouts sent after it
+	b := taughtPairAt(t, clk, "silent", 40, slow, "steady", 40, 20*time.Millisecond)
+	only := balance.PickInfo{Exclude: excludeAllBut(b, "silent")}
+	for range 20 {
+		p, err := b.PickWith(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.ns.Add(int64(time.Millisecond))
+		p.Report(time.Second, os.ErrDeadlineExceeded)
+	}
+	if got, held := pickN(t, b, 3); slices.Contains(got, "silent") {
+		t.Fatalf("picks %v right after 20 timeouts; want none on silent", got)
+	} else {
+		for _, p := range held {
+			p.Done(nil)
+		}
+	}
+	clk.ns.Add(int64(balance.FailureHalfLife))
+	teachLatency(t, b, "steady", 20*time.Millisecond, 1)
+	trial := mustPickCapacity(t, b)
+	if trial.Addr() != "silent" {
+		t.Fatalf("first pick after the share halved went to %s; want silent's trial, ahead of faster steady", trial.Addr())
+	}
+	// The trial is swallowed; its client gives up a second later.
+	clk.ns.Add(int64(time.Second))
+	trial.Report(time.Second, os.ErrDeadlineExceeded)
+	second := mustPickCapacity(t, b)
+	if second.Addr() != "silent" {
+		t.Fatalf("pick after the swallowed trial timed out went to %s; want the next trial on silent", second.Addr())
+	}
+	second.Report(slow, nil) // it answered: silent is back
+	// steady full: the next request goes to silent rather than wait for
+	// one of steady's permits, as it would while silent was held back.
+	var held []balance.Pick
+	for range 40 {
+		p, err := b.PickWith(balance.PickInfo{Exclude: excludeAllBut(b, "steady")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	if p := mustPickCapacity(t, b); p.Addr() != "silent" {
+		t.Fatalf("pick with steady full after silent's trial succeeded went to %s; want silent", p.Addr())
+	} else {
+		p.Done(nil)
+	}
+	for _, p := range held {
+		p.Done(nil)
+	}
+}

@@ -9,7 +9,7 @@ import (
 // Observe feeds one outcome to the target's learner.
 func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
-	if o.Class != balance.ClientGone && !c.staleTimeout(o) {
+	if o.Class != balance.ClientGone && !c.staleTimeout(o) && !c.silentAgain(o) {
 		// Refusals are the limit's to learn from (reject), not the rank's.
 		failed := o.Class == balance.Failed
 		c.fail.Observe(failed, o.Now, o.Sent())
@@ -160,5 +160,17 @@ func fastFailure(lat time.Duration, mean int64) bool {
 // returned, and held it back another FailureHalfLife (bench/contest's
 // blackhole: its 60 permits idle 0.9 s after it came back).
 func (c *capState) staleTimeout(o balance.Outcome) bool {
-	return o.Class == balance.Failed && o.Sent() < c.okSent.Load() && balance.IsTimeout(o.Err)
+	ok := c.okSent.Load()
+	return o.Class == balance.Failed && ok != 0 && o.Sent() < ok && balance.IsTimeout(o.Err)
+}
+
+// silentAgain reports whether o is a timeout of a target already held
+// back for failing with nothing succeeding since (untried): a trial the
+// target swallowed, or a request sent before it was held. It says nothing
+// new, and counted it would restart the share's halving a client's
+// timeout after the trial went out (a second on bench/contest's
+// blackhole): one trial every two seconds, and a target that had come
+// back stayed unused for a second on average.
+func (c *capState) silentAgain(o balance.Outcome) bool {
+	return o.Class == balance.Failed && c.untried() && balance.IsTimeout(o.Err)
 }

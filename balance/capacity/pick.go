@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"time"
 
 	"github.com/fulcrum-lb/fulcrum/balance"
@@ -123,7 +124,7 @@ scan:
 				}
 			}
 			usable := info.Usable(e)
-			hard := false
+			hard, trialNow := false, false
 			if (usable || !serving) && p.st[j].fail.Failing() {
 				if now == 0 {
 					now = info.Now()
@@ -133,6 +134,12 @@ scan:
 				// trial pick at a time (trialOut).
 				c := p.st[j]
 				hard = c.fail.OK(now) < failHeldBack || (usable && c.untried() && c.trialOut(e, now))
+				// A trial that may go now goes first, for a first
+				// attempt: with the other targets full, picks come from
+				// waiters woken for their freed permits, and every one
+				// went back to those, so a target that had come back got
+				// its trial only by chance.
+				trialNow = !hard && usable && !retry && c.untried()
 			}
 			// Serving: it has a free permit, or requests in flight whose
 			// end frees one and wakes a waiter. A parked target's permits
@@ -212,6 +219,9 @@ scan:
 					now = info.Now()
 				}
 				rate *= p.st[j].fail.OK(now)
+			}
+			if trialNow {
+				rate = math.Inf(1)
 			}
 			if hard {
 				if held == nil || rate > heldRate {
