@@ -386,7 +386,7 @@ func (b *Balancer) refresh(s *snapshot) *snapshot {
 }
 
 func (b *Balancer) started(s *snapshot, e *Endpoint, info *PickInfo) Pick {
-	p := Pick{e: e, s: s}
+	p := Pick{e: e, s: s, seq: e.s.picks.Add(1)}
 	if s.counter != nil {
 		s.counter.Add(1)
 	}
@@ -534,6 +534,7 @@ type Pick struct {
 	s     *snapshot
 	start int64
 	load  int64
+	seq   uint64 // its number among the endpoint's picks (Outcome.Seq)
 }
 
 // Endpoint returns the picked endpoint (nil for the zero Pick).
@@ -645,7 +646,7 @@ func (p Pick) finish(lat, now int64, err error) {
 			now = b.now()
 		}
 		before := st.limit.Load()
-		p.s.observer.Observe(p.e, Outcome{Class: class, Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now, Waiting: int(b.wq.n.Load())})
+		p.s.observer.Observe(p.e, Outcome{Class: class, Latency: time.Duration(lat), Err: err, InFlight: inflight, Now: now, Waiting: int(b.wq.n.Load()), Seq: p.seq})
 		if after := st.limit.Load(); before > 0 && after > before {
 			raised = after - before // a learner grew the limit: more waiters may go
 		}

@@ -34,7 +34,8 @@ type Target struct {
 type state struct {
 	addr     string
 	inflight atomic.Int64
-	limit    atomic.Int64 // permits; 0 = unlimited
+	limit    atomic.Int64  // permits; 0 = unlimited
+	picks    atomic.Uint64 // picks made (Outcome.Seq)
 
 	requests atomic.Uint64
 	failures atomic.Uint64
@@ -128,6 +129,10 @@ func (e *Endpoint) Remaining() int64 {
 // AvgLatency returns the exponentially weighted mean latency of outcomes,
 // timeouts left out (IsTimeout).
 func (e *Endpoint) AvgLatency() time.Duration { return time.Duration(e.s.ewma.Load()) }
+
+// Picks returns how many picks the target has had: less an outcome's
+// Seq, how many went out after that one.
+func (e *Endpoint) Picks() uint64 { return e.s.picks.Load() }
 
 // Requests returns the outcomes reported.
 func (e *Endpoint) Requests() uint64 { return e.s.requests.Load() }

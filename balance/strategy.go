@@ -202,6 +202,7 @@ type Outcome struct {
 	InFlight int64         // in-flight on the endpoint just before this pick ended (this pick included)
 	Now      int64         // the balancer's clock (ns) when the pick ended
 	Waiting  int           // callers queued in Wait when the pick ended: demand no free permit could take
+	Seq      uint64        // the pick's number among its endpoint's (1, 2, …): Endpoint.Picks less Seq went out after it
 }
 
 // Sent is the balancer's clock when the request was sent: Now less the

@@ -57,6 +57,9 @@ type capState struct {
 	quietTill atomic.Int64         // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64         // clock of the last success (when lat was last measured)
 	okSent    atomic.Int64         // send clock of the latest-sent pick that succeeded (staleTimeout)
+	ansSeq    atomic.Uint64        // Seq of the latest pick the target answered (silenced)
+	halfAt    atomic.Int64         // clock since which half of silenced's bound of picks is unanswered; 0 = not so
+	dev       atomic.Int64         // EWMA of success latencies' distance from lat, ns (silenced)
 	littleLat atomic.Int64         // the time per request Little's law found, when far from lat; 0 = none
 	littleTil atomic.Int64         // clock until which littleLat ranks the target
 	trial     atomic.Int64         // picks it holds ranked by one faster sample (trialFrom); 0 = none

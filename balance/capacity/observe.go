@@ -9,6 +9,7 @@ import (
 // Observe feeds one outcome to the target's learner.
 func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
+	c.answered(o)
 	if o.Class != balance.ClientGone && !c.staleTimeout(o) && !c.silentAgain(o) {
 		// Refusals are the limit's to learn from (reject), not the rank's.
 		failed := o.Class == balance.Failed
@@ -56,6 +57,14 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 		// and a long draw from an idle target that had turned fast left
 		// it unmeasured for seconds (its next re-measurement comes
 		// staleAfter of the new mean later).
+		if old := c.lat.Load(); old != 0 {
+			d := lat - old
+			if d < 0 {
+				d = -d
+			}
+			dv := c.dev.Load()
+			c.dev.Store(dv + (d-dv)/16)
+		}
 		if old := c.lat.Load(); old == 0 {
 			c.lat.Store(lat)
 		} else if measured && lat < old/2 || o.Now-c.seen.Load() > staleAfter*old {

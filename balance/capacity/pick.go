@@ -150,6 +150,14 @@ scan:
 			if !usable {
 				continue
 			}
+			if e.InFlight() >= 4 {
+				if now == 0 {
+					now = info.Now()
+				}
+				if p.st[j].silenced(e, now) {
+					continue // (silenced) its in-flight keeps it serving
+				}
+			}
 			free := e.Remaining()
 			if free > unlimitedFree {
 				free = unlimitedFree
