@@ -56,7 +56,12 @@ func (c *capState) answered(o balance.Outcome) {
 	if o.Class == balance.ClientGone || (o.Class == balance.Failed && balance.IsTimeout(o.Err)) {
 		return
 	}
-	if o.Seq > c.ansSeq.Load() {
-		c.ansSeq.Store(o.Seq) // outcomes run concurrently: close enough
+	for {
+		// Outcomes run concurrently: a plain store could put an older
+		// number back, and the picks after it would read as unanswered.
+		cur := c.ansSeq.Load()
+		if o.Seq <= cur || c.ansSeq.CompareAndSwap(cur, o.Seq) {
+			return
+		}
 	}
 }
