@@ -78,6 +78,17 @@
 //     saturated keeps its limit: there is no evidence to learn from, and
 //     no need.
 //
+// A target that goes silent (a black hole: it accepts and never
+// answers) is held as soon as its latest picks are unanswered in numbers
+// its latencies would almost never leave (silenced: picks numbered by
+// balance.Outcome.Seq), until an answer of a later pick comes; the
+// timeouts that follow, a client's timeout later, trip its failure share
+// and hold it back. While held back with nothing succeeding since, its
+// trials go ahead of the other targets, one at a time, and the timeouts
+// it swallows are not counted again (silentAgain), nor is a timeout of a
+// pick sent before one that succeeded (staleTimeout): a target that
+// came back is found within a few latencies.
+//
 // Latencies used for picking are success latencies only: a rejection
 // answers fast and must not make a full target look quick. An idle
 // target's sample goes stale after staleAfter of its latencies, and one
@@ -108,5 +119,6 @@
 // learns a limit from latency windows, refuse.go from refusals, probe.go
 // probes a refusing target's limit up, park.go parks a target that
 // refuses at min_limit and revives it, retry.go serves a refused retry
-// (the wait queue's interplay), observe.go routes each outcome.
+// (the wait queue's interplay), silence.go holds a target that went
+// silent, observe.go routes each outcome.
 package capacity
