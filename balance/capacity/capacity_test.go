@@ -405,6 +405,20 @@ func teachLatency(t *testing.T, b *balance.Balancer, addr string, lat time.Durat
 	}
 }
 
+// failEach makes n picks with info, a millisecond apart, each failing
+// after a second with err.
+func failEach(t *testing.T, b *balance.Balancer, clk *capClock, info balance.PickInfo, n int, err error) {
+	t.Helper()
+	for range n {
+		p, perr := b.PickWith(info)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		clk.ns.Add(int64(time.Millisecond))
+		p.Report(time.Second, err)
+	}
+}
+
 // pickN picks n times, holding every pick, and returns where they went.
 func pickN(t *testing.T, b *balance.Balancer, n int) (got []string, held []balance.Pick) {
 	t.Helper()
@@ -1717,14 +1731,7 @@ func TestCapacityTriesAFailingTargetOnePickAtATime(t *testing.T) {
 	clk.ns.Store(1)
 	b := taughtPairAt(t, clk, "silent", 40, fast, "steady", 40, 50*time.Millisecond)
 	only := balance.PickInfo{Exclude: excludeAllBut(b, "silent")}
-	for range 20 {
-		p, err := b.PickWith(only)
-		if err != nil {
-			t.Fatal(err)
-		}
-		clk.ns.Add(int64(time.Millisecond))
-		p.Report(time.Second, errors.New("timeout awaiting response headers"))
-	}
+	failEach(t, b, clk, only, 20, errors.New("timeout awaiting response headers"))
 	got, held := pickN(t, b, 3)
 	if slices.Contains(got, "silent") {
 		t.Fatalf("picks %v right after 20 failures in a row; want none on silent", got)
@@ -1790,14 +1797,7 @@ func TestCapacitySilentTargetTrials(t *testing.T) {
 	clk.ns.Store(int64(10 * time.Second)) // the balancer's clock runs from its creation: timeouts sent after it
 	b := taughtPairAt(t, clk, "silent", 40, slow, "steady", 40, 20*time.Millisecond)
 	only := balance.PickInfo{Exclude: excludeAllBut(b, "silent")}
-	for range 20 {
-		p, err := b.PickWith(only)
-		if err != nil {
-			t.Fatal(err)
-		}
-		clk.ns.Add(int64(time.Millisecond))
-		p.Report(time.Second, os.ErrDeadlineExceeded)
-	}
+	failEach(t, b, clk, only, 20, os.ErrDeadlineExceeded)
 	if got, held := pickN(t, b, 3); slices.Contains(got, "silent") {
 		t.Fatalf("picks %v right after 20 timeouts; want none on silent", got)
 	} else {
