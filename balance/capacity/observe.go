@@ -58,6 +58,8 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 		// it unmeasured for seconds (its next re-measurement comes
 		// staleAfter of the new mean later).
 		if old := c.lat.Load(); old != 0 {
+			// The spread of the latencies, for silenced: EWMA of the
+			// distance from the mean, alpha 1/16.
 			d := lat - old
 			if d < 0 {
 				d = -d

@@ -150,13 +150,8 @@ scan:
 			if !usable {
 				continue
 			}
-			if e.InFlight() >= 4 {
-				if now == 0 {
-					now = info.Now()
-				}
-				if p.st[j].silenced(e, now) {
-					continue // (silenced) its in-flight keeps it serving
-				}
+			if e.InFlight() >= 4 && p.st[j].silenced(e, &info, &now) {
+				continue // (silenced) its in-flight keeps it serving
 			}
 			free := e.Remaining()
 			if free > unlimitedFree {

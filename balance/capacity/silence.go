@@ -28,7 +28,9 @@ import (
 // latency leaves all n of them so), so the test applies only to a target
 // whose latencies spread like an exponential's (mean deviation at least
 // half the mean).
-func (c *capState) silenced(e *balance.Endpoint, now int64) bool {
+//
+// now is the pick's clock, read here only when it is needed (0: not yet).
+func (c *capState) silenced(e *balance.Endpoint, info *balance.PickInfo, now *int64) bool {
 	lat := c.lat.Load()
 	ans := c.ansSeq.Load()
 	if lat <= 0 || ans == 0 || c.dev.Load() < lat/2 {
@@ -42,12 +44,15 @@ func (c *capState) silenced(e *balance.Endpoint, now int64) bool {
 		}
 		return false
 	}
+	if *now == 0 {
+		*now = info.Now()
+	}
 	h := c.halfAt.Load()
 	if h == 0 {
-		c.halfAt.CompareAndSwap(0, now)
+		c.halfAt.CompareAndSwap(0, *now)
 		return false
 	}
-	return k >= bound && now-h >= lat/4
+	return k >= bound && *now-h >= lat/4
 }
 
 // answered records an outcome the target sent (a success, a refusal, a
