@@ -205,6 +205,10 @@ type Outcome struct {
 	Seq      uint64        // the pick's number among its endpoint's (1, 2, …): Endpoint.Picks less Seq went out after it
 }
 
+// TimedOut reports whether the outcome is a failure by timeout
+// (IsTimeout): the target did not answer.
+func (o Outcome) TimedOut() bool { return o.Class == Failed && IsTimeout(o.Err) }
+
 // Sent is the balancer's clock when the request was sent: Now less the
 // latency.
 func (o Outcome) Sent() int64 { return o.Now - int64(o.Latency) }

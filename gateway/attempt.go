@@ -230,8 +230,8 @@ const (
 )
 
 // errUnanswered is what the balancer learns of a request whose client
-// left while the target had not answered it for longer than the auto try
-// timeout (unanswered): a failure by silence, as a try timeout is.
+// left while the target had not answered it for unansweredFactor of its
+// mean latencies (unanswered): a failure by silence, as a try timeout is.
 var errUnanswered error = timeoutError("target silent until the client left")
 
 // unanswered reports whether a request whose client left while its target

@@ -56,7 +56,7 @@ type capState struct {
 	reviveAt  atomic.Int64         // unparked: clock at which an unrefused probe means the target is back; 0 = none
 	quietTill atomic.Int64         // no retry probe before this clock (the target refused lately)
 	seen      atomic.Int64         // clock of the last success (when lat was last measured)
-	okSent    atomic.Int64         // send clock of the latest-sent pick that succeeded (staleTimeout)
+	okSent    atomic.Int64         // send clock of the latest-sent pick that succeeded (oldTimeout)
 	ansSeq    atomic.Uint64        // Seq of the latest pick the target answered (silenced)
 	halfAt    atomic.Int64         // clock since which half of silenced's bound of picks is unanswered; 0 = not so
 	dev       atomic.Int64         // EWMA of success latencies' distance from lat, ns (silenced)

@@ -85,8 +85,8 @@
 // timeouts that follow, a client's timeout later, trip its failure share
 // and hold it back. While held back with nothing succeeding since, its
 // trials go ahead of the other targets, one at a time, and the timeouts
-// it swallows are not counted again (silentAgain), nor is a timeout of a
-// pick sent before one that succeeded (staleTimeout): a target that
+// it swallows are not counted again, nor is a timeout of a
+// pick sent before one that succeeded (oldTimeout): a target that
 // came back is found within a few latencies.
 //
 // Latencies used for picking are success latencies only: a rejection

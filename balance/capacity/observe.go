@@ -10,7 +10,7 @@ import (
 func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 	c := capacityOf(e)
 	c.answered(o)
-	if o.Class != balance.ClientGone && !c.staleTimeout(o) && !c.silentAgain(o) {
+	if o.Class != balance.ClientGone && !c.oldTimeout(o) {
 		// Refusals are the limit's to learn from (reject), not the rank's.
 		failed := o.Class == balance.Failed
 		c.fail.Observe(failed, o.Now, o.Sent())
@@ -57,7 +57,8 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 		// and a long draw from an idle target that had turned fast left
 		// it unmeasured for seconds (its next re-measurement comes
 		// staleAfter of the new mean later).
-		if old := c.lat.Load(); old != 0 {
+		old := c.lat.Load()
+		if old != 0 {
 			// The spread of the latencies, for silenced: EWMA of the
 			// distance from the mean, alpha 1/16.
 			d := lat - old
@@ -67,7 +68,7 @@ func (p *picker) Observe(e *balance.Endpoint, o balance.Outcome) {
 			dv := c.dev.Load()
 			c.dev.Store(dv + (d-dv)/16)
 		}
-		if old := c.lat.Load(); old == 0 {
+		if old == 0 {
 			c.lat.Store(lat)
 		} else if measured && lat < old/2 || o.Now-c.seen.Load() > staleAfter*old {
 			c.lat.Store(min(max(lat, old/4), 2*old))
@@ -163,25 +164,24 @@ func fastFailure(lat time.Duration, mean int64) bool {
 	return mean > 0 && int64(lat) < mean/4
 }
 
-// staleTimeout reports whether o is a timeout (the target did not answer
-// in time: balance.IsTimeout) of a pick sent before one that has since
-// succeeded: the target answers again, and the timeout says only how it
-// was. Counted, the trials that a target going silent (a black hole)
-// swallowed came back as failures a client's timeout after it had
-// returned, and held it back another FailureHalfLife (bench/contest's
-// blackhole: its 60 permits idle 0.9 s after it came back).
-func (c *capState) staleTimeout(o balance.Outcome) bool {
+// oldTimeout reports whether o is a timeout that says nothing new of the
+// target, and is not counted in its failure share:
+//
+//   - a timeout of a pick sent before one that has since succeeded: the
+//     target answers again. Counted, the trials that a black hole
+//     swallowed came back as failures a client's timeout after it had
+//     returned, and held it back another FailureHalfLife
+//     (bench/contest's blackhole: its 60 permits idle 0.9 s after it
+//     came back);
+//   - a timeout of a target already held back for failing with nothing
+//     succeeding since (untried): a trial it swallowed, or a request sent
+//     before it was held. Counted, it restarted the share's halving a
+//     client's timeout after the trial went out: one trial every two
+//     seconds.
+func (c *capState) oldTimeout(o balance.Outcome) bool {
+	if !o.TimedOut() {
+		return false
+	}
 	ok := c.okSent.Load()
-	return o.Class == balance.Failed && ok != 0 && o.Sent() < ok && balance.IsTimeout(o.Err)
-}
-
-// silentAgain reports whether o is a timeout of a target already held
-// back for failing with nothing succeeding since (untried): a trial the
-// target swallowed, or a request sent before it was held. It says nothing
-// new, and counted it would restart the share's halving a client's
-// timeout after the trial went out (a second on bench/contest's
-// blackhole): one trial every two seconds, and a target that had come
-// back stayed unused for a second on average.
-func (c *capState) silentAgain(o balance.Outcome) bool {
-	return o.Class == balance.Failed && c.untried() && balance.IsTimeout(o.Err)
+	return ok != 0 && o.Sent() < ok || c.untried()
 }

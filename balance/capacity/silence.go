@@ -58,7 +58,7 @@ func (c *capState) silenced(e *balance.Endpoint, info *balance.PickInfo, now *in
 // answered records an outcome the target sent (a success, a refusal, a
 // failure other than a timeout) for silenced.
 func (c *capState) answered(o balance.Outcome) {
-	if o.Class == balance.ClientGone || (o.Class == balance.Failed && balance.IsTimeout(o.Err)) {
+	if o.Class == balance.ClientGone || o.TimedOut() {
 		return
 	}
 	for {
